@@ -1,0 +1,89 @@
+/* elementwise.cl: fill, BLAS-1 and the activations. Arrays are row-major, activations
+   (features, batch): element (i, j) of a rows x cols array is x[i * cols + j].
+   Every pointer is followed by its offset in elements. */
+#include "prelude.h"
+
+KERNEL void fill(GLOBAL real* x, const int x_off, const real value, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) x[x_off + i] = value;
+}
+
+/* y <- alpha x + y */
+KERNEL void axpy(GLOBAL real* y, const int y_off, const GLOBAL real* x, const int x_off,
+                 const real alpha, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) y[y_off + i] += alpha * x[x_off + i];
+}
+
+/* x <- alpha x */
+KERNEL void scal(GLOBAL real* x, const int x_off, const real alpha, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) x[x_off + i] *= alpha;
+}
+
+/* y <- x */
+KERNEL void copy(GLOBAL real* y, const int y_off, const GLOBAL real* x, const int x_off,
+                 const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) y[y_off + i] = x[x_off + i];
+}
+
+DEVICE real activate(const int kind, const real z) {
+    switch (kind) {
+    case ACT_RELU: return z > 0 ? z : (real)0;
+    case ACT_SIGMOID: return (real)1 / ((real)1 + exp(-z));
+    case ACT_TANH: return tanh(z);
+    default: return z;
+    }
+}
+
+/* f'(z) for the elementwise activations (softmax is only used fused with its loss) */
+DEVICE real activate_grad(const int kind, const real z) {
+    switch (kind) {
+    case ACT_RELU: return z > 0 ? (real)1 : (real)0;
+    case ACT_SIGMOID: { const real s = (real)1 / ((real)1 + exp(-z)); return s * ((real)1 - s); }
+    case ACT_TANH: { const real t = tanh(z); return (real)1 - t * t; }
+    default: return (real)1;
+    }
+}
+
+/* z <- z + b 1^T; a <- f(z). One work-item per element; dimension 0 runs along the batch. */
+KERNEL void bias_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
+                            const GLOBAL real* b, const int b_off, const int kind,
+                            const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    const int i = GLOBAL_ID(1);
+    if (i < rows && j < cols) {
+        const real zij = z[z_off + i * cols + j] + b[b_off + i];
+        z[z_off + i * cols + j] = zij;
+        a[a_off + i * cols + j] = activate(kind, zij);
+    }
+}
+
+/* softmax over the features of each sample: z <- z + b 1^T; a[:, j] <- softmax(z[:, j]).
+   One work-item per sample (column); outputs are few (classes). */
+KERNEL void bias_softmax(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
+                         const GLOBAL real* b, const int b_off, const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    if (j >= cols) return;
+    real zmax = -INFINITY;
+    for (int i = 0; i < rows; ++i) {
+        const real zij = z[z_off + i * cols + j] + b[b_off + i];
+        z[z_off + i * cols + j] = zij;
+        zmax = fmax(zmax, zij);
+    }
+    real sum = 0;
+    for (int i = 0; i < rows; ++i) {
+        const real e = exp(z[z_off + i * cols + j] - zmax);
+        a[a_off + i * cols + j] = e;
+        sum += e;
+    }
+    for (int i = 0; i < rows; ++i) a[a_off + i * cols + j] /= sum;
+}
+
+/* z <- f'(z) . da: the layer's delta, in place in z */
+KERNEL void activation_grad(GLOBAL real* z, const int z_off, const GLOBAL real* da,
+                            const int da_off, const int kind, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) z[z_off + i] = activate_grad(kind, z[z_off + i]) * da[da_off + i];
+}

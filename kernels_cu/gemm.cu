@@ -1,0 +1,95 @@
+/* gemm.cu: c <- alpha op(a) op(b) + beta c on row-major arrays, op(a): M x K, op(b): K x N.
+
+   Tiled through local memory with register blocking. A work-group computes a TSM x TSN
+   tile of c with (TSN/WPTN) x (TSM/WPTM) work-items; each work-item owns WPTM x WPTN
+   elements, strided by the group's size in each direction so that its local-memory reads
+   hit distinct banks and its stores coalesce. The K loop walks TSK-deep slabs of op(a)
+   and op(b), staged in local memory with zero padding past the edges, so any M, N, K work.
+
+   Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN. */
+#include "prelude.h"
+
+#ifndef TSM
+#define TSM 64
+#endif
+#ifndef TSN
+#define TSN 64
+#endif
+#ifndef TSK
+#define TSK 16
+#endif
+#ifndef WPTM
+#define WPTM 4
+#endif
+#ifndef WPTN
+#define WPTN 4
+#endif
+#define RTSM (TSM / WPTM)            /* work-items along M */
+#define RTSN (TSN / WPTN)            /* work-items along N */
+#define THREADS (RTSM * RTSN)
+
+/* element (row, col) of op(x) for a row-major x with leading dimension ld */
+#if TRANS_A
+#define A_AT(i, k) a[a_off + (k) * lda + (i)]
+#else
+#define A_AT(i, k) a[a_off + (i) * lda + (k)]
+#endif
+#if TRANS_B
+#define B_AT(k, j) b[b_off + (j) * ldb + (k)]
+#else
+#define B_AT(k, j) b[b_off + (k) * ldb + (j)]
+#endif
+
+KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const int a_off,
+                 const GLOBAL real* RESTRICT b, const int b_off, const real alpha, const real beta,
+                 const int M, const int N, const int K, const int lda, const int ldb) {
+    LOCAL real as[TSK][TSM + 1];
+    LOCAL real bs[TSK][TSN + 1];
+    const int tn = LOCAL_ID(0), tm = LOCAL_ID(1);
+    const int tid = tm * RTSN + tn;
+    const int m0 = GROUP_ID(1) * TSM, n0 = GROUP_ID(0) * TSN;
+
+    real acc[WPTM][WPTN];
+    for (int wm = 0; wm < WPTM; ++wm)
+        for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] = 0;
+
+    for (int k0 = 0; k0 < K; k0 += TSK) {
+        /* stage the slabs; consecutive work-items read consecutive addresses */
+        for (int e = tid; e < TSM * TSK; e += THREADS) {
+#if TRANS_A
+            const int i = e % TSM, k = e / TSM;
+#else
+            const int k = e % TSK, i = e / TSK;
+#endif
+            as[k][i] = (m0 + i < M && k0 + k < K) ? A_AT(m0 + i, k0 + k) : (real)0;
+        }
+        for (int e = tid; e < TSN * TSK; e += THREADS) {
+#if TRANS_B
+            const int k = e % TSK, j = e / TSK;
+#else
+            const int j = e % TSN, k = e / TSN;
+#endif
+            bs[k][j] = (k0 + k < K && n0 + j < N) ? B_AT(k0 + k, n0 + j) : (real)0;
+        }
+        BARRIER();
+        for (int k = 0; k < TSK; ++k) {
+            real ar[WPTM], br[WPTN];
+            for (int wm = 0; wm < WPTM; ++wm) ar[wm] = as[k][tm + wm * RTSM];
+            for (int wn = 0; wn < WPTN; ++wn) br[wn] = bs[k][tn + wn * RTSN];
+            for (int wm = 0; wm < WPTM; ++wm)
+                for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] += ar[wm] * br[wn];
+        }
+        BARRIER();
+    }
+
+    for (int wm = 0; wm < WPTM; ++wm) {
+        const int i = m0 + tm + wm * RTSM;
+        for (int wn = 0; wn < WPTN; ++wn) {
+            const int j = n0 + tn + wn * RTSN;
+            if (i < M && j < N) {
+                GLOBAL real* cij = &c[c_off + i * N + j];
+                *cij = alpha * acc[wm][wn] + (beta == (real)0 ? (real)0 : beta * *cij);
+            }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+/* loss.cu: losses fused with the output layer's gradient, and argmax. One work-item per
+   sample j (a column of the (outputs, batch) arrays). Each writes the delta for its
+   column, its loss and whether it was classified right (hit), reading a before writing
+   delta, so delta may alias a. */
+#include "prelude.h"
+
+/* delta <- a - onehot(label); loss <- -log a[label]; hit <- argmax a == label */
+KERNEL void softmax_xent(GLOBAL real* delta, const int delta_off, GLOBAL real* loss,
+                         const int loss_off, GLOBAL real* hit, const int hit_off,
+                         const GLOBAL real* a, const int a_off, const GLOBAL int* labels,
+                         const int labels_off, const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    if (j >= cols) return;
+    const int label = labels[labels_off + j];
+    int best = 0;
+    real best_a = a[a_off + j];
+    for (int i = 0; i < rows; ++i) {
+        const real aij = a[a_off + i * cols + j];
+        if (aij > best_a) { best_a = aij; best = i; }
+        if (i == label) loss[loss_off + j] = -log(fmax(aij, REAL_MIN));
+        delta[delta_off + i * cols + j] = aij - (i == label ? (real)1 : (real)0);
+    }
+    hit[hit_off + j] = best == label ? (real)1 : (real)0;
+}
+
+/* delta <- a - y; loss <- sum_i -(y log a + (1 - y) log(1 - a)); hit <- all (a > 1/2) == y */
+KERNEL void sigmoid_bce(GLOBAL real* delta, const int delta_off, GLOBAL real* loss,
+                        const int loss_off, GLOBAL real* hit, const int hit_off,
+                        const GLOBAL real* a, const int a_off, const GLOBAL real* y,
+                        const int y_off, const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    if (j >= cols) return;
+    real sum = 0;
+    int right = 1;
+    for (int i = 0; i < rows; ++i) {
+        const real aij = a[a_off + i * cols + j];
+        const real yij = y[y_off + i * cols + j];
+        sum -= yij * log(fmax(aij, REAL_MIN)) + ((real)1 - yij) * log(fmax((real)1 - aij, REAL_MIN));
+        right = right && ((aij > (real)0.5) == (yij > (real)0.5));
+        delta[delta_off + i * cols + j] = aij - yij;
+    }
+    loss[loss_off + j] = sum;
+    hit[hit_off + j] = right ? (real)1 : (real)0;
+}
+
+/* delta <- 2 (a - y) / rows; loss <- mean_i (a - y)^2; hit <- argmax a == argmax y
+   (rows > 1) or |a - y| < 1/2 (rows == 1) */
+KERNEL void mse(GLOBAL real* delta, const int delta_off, GLOBAL real* loss, const int loss_off,
+                GLOBAL real* hit, const int hit_off, const GLOBAL real* a, const int a_off,
+                const GLOBAL real* y, const int y_off, const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    if (j >= cols) return;
+    real sum = 0;
+    int best_a = 0, best_y = 0;
+    real max_a = a[a_off + j], max_y = y[y_off + j], diff0 = 0;
+    for (int i = 0; i < rows; ++i) {
+        const real aij = a[a_off + i * cols + j];
+        const real yij = y[y_off + i * cols + j];
+        if (aij > max_a) { max_a = aij; best_a = i; }
+        if (yij > max_y) { max_y = yij; best_y = i; }
+        const real d = aij - yij;
+        if (i == 0) diff0 = d;
+        sum += d * d;
+        delta[delta_off + i * cols + j] = (real)2 * d / (real)rows;
+    }
+    loss[loss_off + j] = sum / (real)rows;
+    hit[hit_off + j] = (rows > 1 ? best_a == best_y : fabs(diff0) < (real)0.5) ? (real)1 : (real)0;
+}
+
+/* out[j] <- argmax_i a[i, j] (the first maximum) */
+KERNEL void argmax(GLOBAL int* out, const int out_off, const GLOBAL real* a, const int a_off,
+                   const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    if (j >= cols) return;
+    int best = 0;
+    real best_a = a[a_off + j];
+    for (int i = 1; i < rows; ++i) {
+        const real aij = a[a_off + i * cols + j];
+        if (aij > best_a) { best_a = aij; best = i; }
+    }
+    out[out_off + j] = best;
+}

@@ -1,0 +1,28 @@
+/* prelude.h (CUDA): the few words that differ from kernels_cl/prelude.h, so that the
+   kernel bodies of kernels_cl/x.cl and kernels_cu/x.cu read the same. */
+#ifndef REAL
+#define REAL float
+#endif
+#if REAL_IS_DOUBLE
+#define REAL_MIN 2.2250738585072014e-308
+#else
+#define REAL_MIN 1.175494351e-38f
+#endif
+typedef REAL real;
+
+#define KERNEL extern "C" __global__
+#define GLOBAL
+#define LOCAL __shared__
+#define BARRIER() __syncthreads()
+#define GLOBAL_ID(d) ((int)((d) == 0 ? blockIdx.x * blockDim.x + threadIdx.x \
+                                     : blockIdx.y * blockDim.y + threadIdx.y))
+#define LOCAL_ID(d) ((int)((d) == 0 ? threadIdx.x : threadIdx.y))
+#define GROUP_ID(d) ((int)((d) == 0 ? blockIdx.x : blockIdx.y))
+#define RESTRICT __restrict__
+#define DEVICE static __device__  /* a helper function called by kernels */
+
+#define ACT_LINEAR 0
+#define ACT_RELU 1
+#define ACT_SIGMOID 2
+#define ACT_TANH 3
+#define ACT_SOFTMAX 4

@@ -1,0 +1,157 @@
+"""The Backend interface: everything a layer, loss or optimizer may ask of a device.
+
+Layers are written once against this class. Device arrays are row-major and
+activations are stored (features, batch): a column per sample. Every operation works in
+place on arrays the caller allocated, so a training step allocates nothing.
+"""
+import numpy as np
+
+from ..errors import InputError, ShapeError
+
+ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax")
+
+
+class Backend:
+    """One device. Subclasses implement the methods below that raise NotImplementedError."""
+
+    kind = "abstract"           # "cpu", "opencl", "cuda"
+
+    def __init__(self, name, dtype=np.float32):
+        self.name = name                     # the device string that selects it
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in (np.float32, np.float64):
+            raise ShapeError(f"dtype {self.dtype} is not supported: use float32 or float64")
+        self.allocations = 0                 # number of allocations so far
+        self.allocated_bytes = 0             # live bytes now
+        self.peak_bytes = 0
+        self.gemm_path = "reference"         # "own" or "vendor" on GPU backends
+
+    # -- accounting, shared by every backend ---------------------------------------------
+
+    def _account(self, nbytes):
+        self.allocations += 1
+        self.allocated_bytes += nbytes
+        self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
+
+    def _release(self, nbytes):
+        self.allocated_bytes -= nbytes
+
+    # -- memory --------------------------------------------------------------------------
+
+    def empty(self, shape, dtype=None, label="buffer"):
+        """Uninitialised array of `shape`; `label` names it in out-of-memory errors."""
+        raise NotImplementedError
+
+    def zeros(self, shape, dtype=None, label="buffer"):
+        x = self.empty(shape, dtype, label)
+        self.fill(x, 0)
+        return x
+
+    def upload(self, host, label="buffer"):
+        host = np.ascontiguousarray(host, dtype=_device_dtype(host.dtype, self.dtype))
+        x = self.empty(host.shape, host.dtype, label)
+        self.write(x, host)
+        return x
+
+    def write(self, dst, host):
+        """Copy the host array into the existing device array `dst` (same size)."""
+        raise NotImplementedError
+
+    def download(self, x):
+        """A new NumPy array with the contents of device array `x`."""
+        raise NotImplementedError
+
+    def view(self, x, shape, offset=0):
+        """The prod(shape) elements of `x` from `offset` on, as an array of `shape`; no copy."""
+        raise NotImplementedError
+
+    def fill(self, x, value):
+        raise NotImplementedError
+
+    def copy(self, src, dst):
+        raise NotImplementedError
+
+    def free(self, x):
+        raise NotImplementedError
+
+    def synchronize(self):
+        pass
+
+    # -- BLAS-like, in place -------------------------------------------------------------
+
+    def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):
+        """c <- alpha op(a) op(b) + beta c."""
+        raise NotImplementedError
+
+    def gemv(self, alpha, a, x, beta, y, trans_a=False):
+        """y <- alpha op(a) x + beta y."""
+        raise NotImplementedError
+
+    def ger(self, alpha, x, y, a):
+        """a <- alpha x y^T + a."""
+        raise NotImplementedError
+
+    def axpy(self, alpha, x, y):
+        """y <- alpha x + y."""
+        raise NotImplementedError
+
+    def scal(self, alpha, x):
+        """x <- alpha x."""
+        raise NotImplementedError
+
+    # -- fused neural-network kernels ----------------------------------------------------
+
+    def bias_activation(self, kind, z, b, a):
+        """z <- z + b 1^T; a <- f(z). z, a: (features, batch); b: (features,)."""
+        raise NotImplementedError
+
+    def activation_grad(self, kind, z, da):
+        """z <- f'(z) * da, the layer's delta, in place in z."""
+        raise NotImplementedError
+
+    def softmax_xent(self, delta, loss, hit, a, labels):
+        """delta <- a - onehot(labels); loss[j] <- -log a[labels[j], j];
+        hit[j] <- 1 if argmax a[:, j] == labels[j] else 0. labels: int32 (batch,)."""
+        raise NotImplementedError
+
+    def sigmoid_bce(self, delta, loss, hit, a, y):
+        """delta <- a - y; loss[j] <- sum_i BCE(a_ij, y_ij); hit[j] <- all (a_ij > 1/2) == y_ij."""
+        raise NotImplementedError
+
+    def mse(self, delta, loss, hit, a, y):
+        """delta <- 2 (a - y) / n; loss[j] <- mean_i (a_ij - y_ij)^2; hit[j] <- argmax match
+        (n > 1) or |a - y| < 1/2 (n == 1)."""
+        raise NotImplementedError
+
+    def argmax(self, out, a):
+        """out[j] <- argmax_i a[i, j], int32."""
+        raise NotImplementedError
+
+    # -- description ---------------------------------------------------------------------
+
+    def info(self):
+        """dict with at least name, vendor, memory_bytes."""
+        raise NotImplementedError
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name} {self.dtype}>"
+
+
+def _device_dtype(host_dtype, real_dtype):
+    """Integer host data (labels) stays int32 on the device; floats become the real dtype."""
+    return np.int32 if np.issubdtype(host_dtype, np.integer) else real_dtype
+
+
+def check_gemm(a, b, c, trans_a, trans_b):
+    """(m, n, k) of c <- op(a) op(b), or a ShapeError naming the three shapes."""
+    m, k = (a.shape[1], a.shape[0]) if trans_a else a.shape
+    k2, n = (b.shape[1], b.shape[0]) if trans_b else b.shape
+    if k != k2 or c.shape != (m, n):
+        raise ShapeError(f"gemm: op(a) {m}x{k} . op(b) {k2}x{n} does not fit c {c.shape} "
+                         f"(a {a.shape} trans={trans_a}, b {b.shape} trans={trans_b})")
+    return m, n, k
+
+
+def check_activation(kind):
+    if kind not in ACTIVATIONS:
+        raise InputError(f"unknown activation {kind!r}: use one of {', '.join(ACTIVATIONS)}")

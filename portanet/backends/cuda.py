@@ -1,0 +1,185 @@
+"""The CUDA backend (pycuda): the kernel twins in kernels_cu/, built once per process for
+the GPU's own architecture (pycuda caches the binaries on disk, keyed by source, options
+and architecture), launched on one stream. GEMM goes to cuBLAS through nvmath-python
+where installed, else to our own tiled kernel; PORTANET_GEMM=own|vendor chooses."""
+import atexit
+
+import numpy as np
+
+from .. import config
+from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
+from . import sources
+from .gpu import FAMILIES, DeviceArray, KernelBackend, gemm_options, gemm_params
+
+try:
+    import pycuda.driver as drv
+    from pycuda.compiler import SourceModule
+except ImportError:
+    drv = None
+
+try:
+    from nvmath.bindings import cublas
+except (ImportError, OSError, RuntimeError):
+    cublas = None
+
+_initialised = False
+
+
+def _init():
+    global _initialised
+    if drv is None:
+        raise DeviceError("the CUDA backend needs pycuda: pip install 'portanet[cuda]'")
+    if not _initialised:
+        try:
+            drv.init()
+        except drv.Error as e:
+            raise DeviceError(f"CUDA driver could not start ({e}); is an NVIDIA driver "
+                              f"installed and a GPU visible?") from e
+        _initialised = True
+    return drv.Device.count()
+
+
+def enumerate_devices():
+    out = []
+    for i in range(_init()):
+        d = drv.Device(i)
+        cc = d.compute_capability()
+        out.append((f"cuda:{i}", f"{d.name()} (CUDA, compute capability {cc[0]}.{cc[1]}, "
+                                 f"{d.total_memory() / 2**30:.1f} GiB)"))
+    return out
+
+
+class CudaBackend(KernelBackend):
+    kind = "cuda"
+
+    def __init__(self, index=0, dtype=np.float32):
+        count = _init()
+        if not 0 <= index < count:
+            from . import unavailable
+            raise unavailable(f"cuda:{index}", f"this machine has {count} CUDA device(s)")
+        super().__init__(f"cuda:{index}", dtype)
+        self.device = drv.Device(index)
+        # the device's primary context, current for the life of the process (one context
+        # per process, shared with other libraries such as PyTorch)
+        self.context = self.device.retain_primary_context()
+        self.context.push()
+        atexit.register(_pop, self.context)
+        self.stream = drv.Stream()
+        cc = self.device.compute_capability()
+        self.arch = f"sm_{cc[0]}{cc[1]}"
+        real = "double" if self.dtype == np.float64 else "float"
+        self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
+        attrs = self.device.get_attributes()
+        self.gemm_params = gemm_params(True, attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK],
+                                       attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK])
+        self._modules = {}
+        self._kernels = {}
+        for family, names in FAMILIES.items():
+            module = self._module(family)
+            for name in names:
+                self._kernels[name] = module.get_function(name)
+        self.gemm_path = "vendor" if config.gemm_path() == "vendor" and cublas else "own"
+        if cublas is not None:
+            self._cublas = cublas.create()
+            cublas.set_stream(self._cublas, self.stream.handle)
+            self._scalars = np.zeros(2, self.dtype)        # alpha, beta (host pointer mode)
+
+    def _module(self, family, extra=()):
+        key = (family, tuple(extra))
+        if key not in self._modules:
+            path, text = sources.load(family, "cu")
+            try:
+                self._modules[key] = SourceModule(text, options=self.options + list(extra),
+                                                  arch=self.arch, no_extern_c=True)
+            except drv.CompileError as e:
+                raise KernelBuildError(f"{path} failed to compile for {self.arch} with "
+                                       f"{self.options + list(extra)}:\n{e}") from e
+        return self._modules[key]
+
+    # -- launches ------------------------------------------------------------------------
+
+    def _launch(self, kernel, global_size, local_size, args):
+        if local_size is None:
+            local_size = (256,) if len(global_size) == 1 else (32, 8)
+        block = tuple(local_size) + (1,) * (3 - len(local_size))
+        grid = tuple(-(-g // b) for g, b in zip(global_size, block)) + (1,) * (3 - len(global_size))
+        kernel(*args, block=block, grid=grid[:2] if grid[2] == 1 else grid, stream=self.stream)
+
+    @staticmethod
+    def _pointer(x):
+        return np.uintp(int(x.buf))
+
+    # -- memory --------------------------------------------------------------------------
+
+    def empty(self, shape, dtype=None, label="buffer"):
+        dtype = np.dtype(dtype or self.dtype)
+        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        try:
+            buf = drv.mem_alloc(max(nbytes, dtype.itemsize))
+        except drv.MemoryError as e:
+            free, total = drv.mem_get_info()
+            raise OutOfMemoryError(self._oom_text(label, shape, nbytes, free, total)) from e
+        self._account(nbytes)
+        return DeviceArray(buf, 0, shape, dtype, owner=True)
+
+    def write(self, dst, host):
+        host = self._check_write(dst, host)
+        drv.memcpy_htod_async(int(dst.buf) + dst.offset * dst.dtype.itemsize, host, self.stream)
+
+    def download(self, x):
+        host = np.empty(x.shape, x.dtype)
+        drv.memcpy_dtoh_async(host, int(x.buf) + x.offset * x.dtype.itemsize, self.stream)
+        self.stream.synchronize()
+        return host
+
+    def free(self, x):
+        if x.owner:
+            x.buf.free()
+            x.owner = False
+            self._release(x.nbytes)
+
+    def synchronize(self):
+        self.stream.synchronize()
+
+    # -- GEMM ----------------------------------------------------------------------------
+
+    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+        key = ("gemm", trans_a, trans_b)
+        if key not in self._kernels:
+            options = gemm_options(trans_a, trans_b, self.gemm_params)
+            self._kernels[key] = self._module("gemm", options).get_function("gemm")
+        self._gemm_launch(self._kernels[key], alpha, a, b, beta, c, m, n, k)
+
+    def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+        """cuBLAS is column-major: row-major c = op(a) op(b) is column-major
+        c^T = op(b)^T op(a)^T, so the operands swap and keep their own transposes."""
+        self._scalars[:] = alpha, beta
+        ptr = self._scalars.ctypes.data
+        size = self._scalars.itemsize
+        gemm = cublas.dgemm if self.dtype == np.float64 else cublas.sgemm
+        gemm(self._cublas, int(trans_b), int(trans_a), n, m, k, ptr,
+             self._address(b), b.shape[1], self._address(a), a.shape[1], ptr + size,
+             self._address(c), n)
+
+    @staticmethod
+    def _address(x):
+        return int(x.buf) + x.offset * x.dtype.itemsize
+
+    def info(self):
+        d = self.device
+        free, total = drv.mem_get_info()
+        cc = d.compute_capability()
+        return {"name": d.name(), "vendor": "NVIDIA", "compute_capability": f"{cc[0]}.{cc[1]}",
+                "driver": ".".join(map(str, drv.get_driver_version() and
+                                       divmod(drv.get_driver_version(), 1000))),
+                "compute_units": d.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT),
+                "memory_bytes": total, "memory_free_bytes": free, "gemm": self.gemm_path,
+                "gemm_params": self.gemm_params}
+
+
+def _pop(context):
+    try:
+        context.pop()
+    except Exception:       # the process is ending; the driver cleans up
+        pass

@@ -1,0 +1,158 @@
+"""What the OpenCL and CUDA backends share: device arrays (buffer + offset + shape), the
+argument packing and dispatch of the kernel twins in kernels_cl/ and kernels_cu/, and GEMM
+parameter choice. Each backend supplies memory, `_launch` and its two GEMM paths."""
+import numpy as np
+
+from ..errors import ShapeError
+from .base import Backend, check_activation, check_gemm
+
+ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4}
+
+# kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
+FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation", "bias_softmax",
+                            "activation_grad"),
+            "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
+            "blas": ("gemv", "ger")}
+
+
+class DeviceArray:
+    """A device buffer, an offset in elements and a row-major shape. Views share `buf`."""
+    __slots__ = ("buf", "offset", "shape", "dtype", "owner")
+
+    def __init__(self, buf, offset, shape, dtype, owner):
+        self.buf, self.offset, self.shape, self.dtype, self.owner = (
+            buf, offset, tuple(shape), np.dtype(dtype), owner)
+
+    @property
+    def size(self):
+        return int(np.prod(self.shape))
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    def __repr__(self):
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset})"
+
+
+class KernelBackend(Backend):
+    """A backend that runs portanet's kernels. Subclasses implement empty, write,
+    download, free, _launch(kernel, global_size, local_size, args), _pointer(array),
+    _gemm_own and _gemm_vendor, and fill self._kernels by name."""
+
+    def _run(self, kernel, global_size, *args, local=None):
+        if isinstance(kernel, str):
+            kernel = self._kernels[kernel]
+        packed = []
+        for x in args:
+            if isinstance(x, DeviceArray):
+                packed += [self._pointer(x), np.int32(x.offset)]
+            elif isinstance(x, (bool, int, np.integer)):
+                packed.append(np.int32(x))
+            else:
+                packed.append(self.dtype.type(x))
+        self._launch(kernel, global_size, local, packed)
+
+    def _oom_text(self, label, shape, nbytes, free, total):
+        return (f"cannot allocate {label} {shape} ({nbytes / 2**20:.1f} MiB) on "
+                f"{self.info()['name']}: {free / 2**20:.0f} MiB of {total / 2**20:.0f} MiB are "
+                f"free; use a smaller batch or network")
+
+    # -- memory --------------------------------------------------------------------------
+
+    def view(self, x, shape, offset=0):
+        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        if offset + int(np.prod(shape)) > x.size:
+            raise ShapeError(f"view {shape} at {offset} does not fit in {x}")
+        return DeviceArray(x.buf, x.offset + offset, shape, x.dtype, owner=False)
+
+    def _check_write(self, dst, host):
+        host = np.ascontiguousarray(host, dtype=dst.dtype)
+        if host.size != dst.size:
+            raise ShapeError(f"write: host array of {host.shape} into device array {dst.shape}")
+        return host
+
+    def fill(self, x, value):
+        self._run("fill", (x.size,), x, value, x.size)
+
+    def copy(self, src, dst):
+        self._run("copy", (dst.size,), dst, src, dst.size)
+
+    # -- BLAS ----------------------------------------------------------------------------
+
+    def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):
+        m, n, k = check_gemm(a, b, c, trans_a, trans_b)
+        if self.gemm_path == "vendor":
+            self._gemm_vendor(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+        else:
+            self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+
+    def _gemm_launch(self, kernel, alpha, a, b, beta, c, m, n, k):
+        """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile."""
+        p = self.gemm_params
+        rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
+        global_size = (-(-n // p["TSN"]) * rtsn, -(-m // p["TSM"]) * rtsm)
+        self._run(kernel, global_size, c, a, b, alpha, beta, m, n, k, a.shape[1], b.shape[1],
+                  local=(rtsn, rtsm))
+
+    def gemv(self, alpha, a, x, beta, y, trans_a=False):
+        rows, cols = a.shape
+        if x.size != (rows if trans_a else cols) or y.size != (cols if trans_a else rows):
+            raise ShapeError(f"gemv: a {a.shape} trans={trans_a}, x {x.shape}, y {y.shape}")
+        self._run("gemv", (y.size,), y, a, x, alpha, beta, rows, cols, trans_a)
+
+    def ger(self, alpha, x, y, a):
+        rows, cols = a.shape
+        if x.size != rows or y.size != cols:
+            raise ShapeError(f"ger: x {x.shape}, y {y.shape} do not fit a {a.shape}")
+        self._run("ger", (cols, rows), a, x, y, alpha, rows, cols)
+
+    def axpy(self, alpha, x, y):
+        self._run("axpy", (y.size,), y, x, alpha, y.size)
+
+    def scal(self, alpha, x):
+        self._run("scal", (x.size,), x, alpha, x.size)
+
+    # -- NN ------------------------------------------------------------------------------
+
+    def bias_activation(self, kind, z, b, a):
+        check_activation(kind)
+        rows, cols = z.shape
+        if kind == "softmax":
+            self._run("bias_softmax", (cols,), a, z, b, rows, cols)
+        else:
+            self._run("bias_activation", (cols, rows), a, z, b, ACT[kind], rows, cols)
+
+    def activation_grad(self, kind, z, da):
+        check_activation(kind)
+        self._run("activation_grad", (z.size,), z, da, ACT[kind], z.size)
+
+    def softmax_xent(self, delta, loss, hit, a, labels):
+        self._run("softmax_xent", (a.shape[1],), delta, loss, hit, a, labels, *a.shape)
+
+    def sigmoid_bce(self, delta, loss, hit, a, y):
+        self._run("sigmoid_bce", (a.shape[1],), delta, loss, hit, a, y, *a.shape)
+
+    def mse(self, delta, loss, hit, a, y):
+        self._run("mse", (a.shape[1],), delta, loss, hit, a, y, *a.shape)
+
+    def argmax(self, out, a):
+        self._run("argmax", (a.shape[1],), out, a, *a.shape)
+
+
+def gemm_params(is_gpu, max_threads, local_bytes):
+    """Tile sizes for our GEMM from a device's limits: 128 x 128 tiles of 8 x 8 per
+    work-item on GPUs with room for them, smaller ones on CPUs and small devices."""
+    def fits(tsm, tsn, tsk, threads):
+        return threads <= max_threads and tsk * (tsm + tsn + 2) * 4 <= local_bytes
+    if is_gpu and fits(128, 128, 16, 256):
+        return {"TSM": 128, "TSN": 128, "TSK": 16, "WPTM": 8, "WPTN": 8}
+    if fits(64, 64, 16, 64):
+        return {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8}
+    return {"TSM": 16, "TSN": 16, "TSK": 8, "WPTM": 2, "WPTN": 2}
+
+
+def gemm_options(trans_a, trans_b, params):
+    """-D definitions that specialise gemm.cl / gemm.cu."""
+    return [f"-DTRANS_A={int(trans_a)}", f"-DTRANS_B={int(trans_b)}",
+            *(f"-D{k}={v}" for k, v in params.items())]

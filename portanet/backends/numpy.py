@@ -1,0 +1,143 @@
+"""The NumPy reference backend: plain, obviously right, and the oracle of every test."""
+import os
+
+import numpy as np
+
+from .base import Backend, check_activation, check_gemm
+
+
+class NumpyBackend(Backend):
+    kind = "cpu"
+
+    def __init__(self, name="cpu", dtype=np.float32):
+        super().__init__(name, dtype)
+
+    # -- memory: device arrays are NumPy arrays ------------------------------------------
+
+    def empty(self, shape, dtype=None, label="buffer"):
+        x = np.empty(shape, dtype=dtype or self.dtype)
+        self._account(x.nbytes)
+        return x
+
+    def write(self, dst, host):
+        dst[...] = np.asarray(host).reshape(dst.shape)
+
+    def download(self, x):
+        return np.array(x)
+
+    def view(self, x, shape, offset=0):
+        n = int(np.prod(shape))
+        return x.reshape(-1)[offset:offset + n].reshape(shape)
+
+    def fill(self, x, value):
+        x[...] = value
+
+    def copy(self, src, dst):
+        dst[...] = src.reshape(dst.shape)
+
+    def free(self, x):
+        if x.base is None:
+            self._release(x.nbytes)
+
+    # -- BLAS ----------------------------------------------------------------------------
+
+    def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):
+        check_gemm(a, b, c, trans_a, trans_b)
+        product = (a.T if trans_a else a) @ (b.T if trans_b else b)
+        _scale(beta, c)
+        c += alpha * product
+
+    def gemv(self, alpha, a, x, beta, y, trans_a=False):
+        _scale(beta, y)
+        y += alpha * ((a.T if trans_a else a) @ x)
+
+    def ger(self, alpha, x, y, a):
+        a += alpha * np.outer(x, y)
+
+    def axpy(self, alpha, x, y):
+        y += alpha * x
+
+    def scal(self, alpha, x):
+        x *= alpha
+
+    # -- NN ------------------------------------------------------------------------------
+
+    def bias_activation(self, kind, z, b, a):
+        check_activation(kind)
+        z += b[:, None]
+        a[...] = activate(kind, z)
+
+    def activation_grad(self, kind, z, da):
+        check_activation(kind)
+        z[...] = activate_grad(kind, z) * da
+
+    def softmax_xent(self, delta, loss, hit, a, labels):
+        m = a.shape[1]
+        cols = np.arange(m)
+        delta[...] = a
+        delta[labels, cols] -= 1
+        loss[...] = -np.log(np.maximum(a[labels, cols], np.finfo(a.dtype).tiny))
+        hit[...] = np.argmax(a, axis=0) == labels
+
+    def sigmoid_bce(self, delta, loss, hit, a, y):
+        tiny = np.finfo(a.dtype).tiny
+        delta[...] = a - y
+        loss[...] = -np.sum(y * np.log(np.maximum(a, tiny))
+                            + (1 - y) * np.log(np.maximum(1 - a, tiny)), axis=0)
+        hit[...] = np.all((a > 0.5) == (y > 0.5), axis=0)
+
+    def mse(self, delta, loss, hit, a, y):
+        n = a.shape[0]                       # delta may alias a: read a first
+        loss[...] = np.mean((a - y) ** 2, axis=0)
+        if n > 1:
+            hit[...] = np.argmax(a, axis=0) == np.argmax(y, axis=0)
+        else:
+            hit[...] = np.abs(a - y)[0] < 0.5
+        delta[...] = (2.0 / n) * (a - y)
+
+    def argmax(self, out, a):
+        out[...] = np.argmax(a, axis=0)
+
+    def info(self):
+        return {"name": "NumPy reference on the host CPU", "vendor": "numpy " + np.__version__,
+                "memory_bytes": _host_memory(), "compute_units": os.cpu_count()}
+
+
+def _scale(beta, c):
+    """c <- beta c, where beta = 0 means c is not read (BLAS: it may hold garbage or NaN)."""
+    if beta == 0:
+        c[...] = 0
+    else:
+        c *= beta
+
+
+def activate(kind, z):
+    if kind == "linear":
+        return z
+    if kind == "relu":
+        return np.maximum(z, 0)
+    if kind == "sigmoid":
+        with np.errstate(over="ignore"):
+            return 1 / (1 + np.exp(-z))
+    if kind == "tanh":
+        return np.tanh(z)
+    e = np.exp(z - z.max(axis=0, keepdims=True))        # softmax over features, per sample
+    return e / e.sum(axis=0, keepdims=True)
+
+
+def activate_grad(kind, z):
+    if kind in ("linear", "softmax"):      # softmax is only used fused with cross-entropy
+        return np.ones_like(z)
+    if kind == "relu":
+        return (z > 0).astype(z.dtype)
+    if kind == "sigmoid":
+        s = activate("sigmoid", z)
+        return s * (1 - s)
+    return 1 - np.tanh(z) ** 2
+
+
+def _host_memory():
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 0

@@ -1,0 +1,180 @@
+"""The OpenCL backend (pyopencl): one set of kernels, kernels_cl/, for AMD, Intel, NVIDIA
+GPUs and CPUs (PoCL). GEMM goes to CLBlast (pyclblast) where installed, else to our own
+tiled kernel; PORTANET_GEMM=own|vendor chooses."""
+import numpy as np
+
+from .. import config
+from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
+from . import sources
+from .gpu import FAMILIES, DeviceArray, KernelBackend, gemm_options, gemm_params
+
+try:
+    import pyopencl as cl
+except ImportError:          # the extra is not installed: say which one
+    cl = None
+
+try:
+    import pyclblast
+except (ImportError, OSError):
+    pyclblast = None
+
+def _platforms():
+    if cl is None:
+        raise DeviceError("the OpenCL backend needs pyopencl: pip install 'portanet[opencl]' "
+                          "(or 'portanet[pocl]' for a CPU OpenCL driver as well)")
+    try:
+        return cl.get_platforms()
+    except cl.Error:          # PLATFORM_NOT_FOUND_KHR from the ICD loader
+        return []
+
+
+def _devices():
+    """[(p, d, platform, device)] in `portanet devices` order."""
+    platforms = _platforms()
+    if not platforms:
+        raise DeviceError("pyopencl found no OpenCL platform: install a driver (pip install "
+                          "pocl-binary-distribution for the CPU, or your GPU vendor's), and "
+                          "if it lives outside the default places point OCL_ICD_VENDORS at "
+                          "its .icd folder")
+    found = []
+    for p, platform in enumerate(platforms):
+        try:
+            devices = platform.get_devices()
+        except cl.Error:
+            devices = []
+        found += [(p, d, platform, dev) for d, dev in enumerate(devices)]
+    return found
+
+
+def enumerate_devices():
+    return [(f"opencl:{p}:{d}", f"{dev.name.strip()} ({platform.name.strip()}, "
+             f"{dev.max_compute_units} compute units, {dev.global_mem_size / 2**30:.1f} GiB)")
+            for p, d, platform, dev in _devices()]
+
+
+def default_device():
+    """(platform, device) of the first GPU, else of the first device."""
+    found = _devices()
+    for p, d, _, dev in found:
+        if dev.type & cl.device_type.GPU:
+            return p, d
+    return found[0][0], found[0][1]
+
+
+class OpenCLBackend(KernelBackend):
+    kind = "opencl"
+
+    def __init__(self, platform, device, dtype=np.float32):
+        found = {(p, d): (pl, dev) for p, d, pl, dev in _devices()}
+        if (platform, device) not in found:
+            from . import unavailable
+            raise unavailable(f"opencl:{platform}:{device}", "no such OpenCL platform/device")
+        super().__init__(f"opencl:{platform}:{device}", dtype)
+        self.platform, self.device = found[(platform, device)]
+        if self.dtype == np.float64 and not self.device.double_fp_config:
+            raise DeviceError(f"{self.device.name} has no double precision: use float32")
+        self.ctx = cl.Context([self.device])
+        self.queue = cl.CommandQueue(self.ctx)
+        real = "double" if self.dtype == np.float64 else "float"
+        self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
+        if self.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
+            self.options.append("-cl-fp32-correctly-rounded-divide-sqrt")
+        dev = self.device
+        self.gemm_params = gemm_params(bool(dev.type & cl.device_type.GPU),
+                                       dev.max_work_group_size, dev.local_mem_size)
+        self._programs = {}
+        self._kernels = {}
+        for family, names in FAMILIES.items():
+            program = self._program(family)
+            for name in names:
+                self._kernels[name] = getattr(program, name)
+        self.gemm_path = "vendor" if config.gemm_path() == "vendor" and pyclblast else "own"
+
+    # -- programs ------------------------------------------------------------------------
+
+    def _program(self, family, extra=()):
+        """Build once per context and options; pyopencl caches binaries on disk keyed by
+        source, options and device."""
+        key = (family, tuple(extra))
+        if key not in self._programs:
+            path, text = sources.load(family, "cl")
+            try:
+                self._programs[key] = cl.Program(self.ctx, text).build(
+                    options=self.options + list(extra))
+            except cl.RuntimeError as e:
+                raise KernelBuildError(f"{path} failed to build for {self.device.name} with "
+                                       f"options {self.options + list(extra)}:\n{e}") from e
+        return self._programs[key]
+
+    def _launch(self, kernel, global_size, local_size, args):
+        kernel(self.queue, global_size, local_size, *args)
+
+    @staticmethod
+    def _pointer(x):
+        return x.buf
+
+    # -- memory --------------------------------------------------------------------------
+
+    def empty(self, shape, dtype=None, label="buffer"):
+        dtype = np.dtype(dtype or self.dtype)
+        shape = (shape,) if np.isscalar(shape) else tuple(shape)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        dev = self.device
+        if (nbytes > dev.max_mem_alloc_size
+                or self.allocated_bytes + nbytes > dev.global_mem_size):
+            raise OutOfMemoryError(self._oom_text(label, shape, nbytes))
+        try:
+            buf = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(nbytes, dtype.itemsize))
+        except (cl.MemoryError, cl.RuntimeError) as e:
+            raise OutOfMemoryError(self._oom_text(label, shape, nbytes) + f" ({e})") from e
+        self._account(nbytes)
+        return DeviceArray(buf, 0, shape, dtype, owner=True)
+
+    def _oom_text(self, label, shape, nbytes):
+        dev = self.device
+        return (super()._oom_text(label, shape, nbytes,
+                                  dev.global_mem_size - self.allocated_bytes, dev.global_mem_size)
+                + f" (one buffer may be at most {dev.max_mem_alloc_size / 2**20:.0f} MiB)")
+
+    def write(self, dst, host):
+        host = self._check_write(dst, host)
+        cl.enqueue_copy(self.queue, dst.buf, host, dst_offset=dst.offset * dst.dtype.itemsize)
+
+    def download(self, x):
+        host = np.empty(x.shape, x.dtype)
+        cl.enqueue_copy(self.queue, host, x.buf, src_offset=x.offset * x.dtype.itemsize)
+        return host
+
+    def free(self, x):
+        if x.owner:
+            x.buf.release()
+            x.owner = False
+            self._release(x.nbytes)
+
+    def synchronize(self):
+        self.queue.finish()
+
+    # -- GEMM ----------------------------------------------------------------------------
+
+    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+        key = ("gemm", trans_a, trans_b)
+        if key not in self._kernels:
+            options = gemm_options(trans_a, trans_b, self.gemm_params)
+            self._kernels[key] = self._program("gemm", options).gemm
+        self._gemm_launch(self._kernels[key], alpha, a, b, beta, c, m, n, k)
+
+    def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+        """CLBlast, row-major, on the same queue."""
+        import pyopencl.array as cla
+        arr = [cla.Array(self.queue, x.shape, x.dtype, data=x.buf) for x in (a, b, c)]
+        pyclblast.gemm(self.queue, m, n, k, arr[0], arr[1], arr[2], a_ld=a.shape[1],
+                       b_ld=b.shape[1], c_ld=n, alpha=alpha, beta=beta, a_transp=trans_a,
+                       b_transp=trans_b, a_offset=a.offset, b_offset=b.offset,
+                       c_offset=c.offset)
+
+    def info(self):
+        dev = self.device
+        return {"name": dev.name.strip(), "vendor": dev.vendor.strip(),
+                "platform": self.platform.name.strip(), "driver": dev.driver_version,
+                "compute_units": dev.max_compute_units, "memory_bytes": dev.global_mem_size,
+                "gemm": self.gemm_path, "gemm_params": self.gemm_params}

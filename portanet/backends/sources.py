@@ -1,0 +1,25 @@
+"""Kernel sources: kernels_cl/*.cl and kernels_cu/*.cu, from the installed package
+(setup.cfg maps the two top-level folders into it) or, in a checkout, from the repo."""
+from pathlib import Path
+
+_PACKAGE = Path(__file__).resolve().parent.parent
+FOLDERS = {"cl": "kernels_cl", "cu": "kernels_cu"}
+
+
+def folder(lang):
+    name = FOLDERS[lang]
+    for base in (_PACKAGE, _PACKAGE.parent):      # installed wheel, then checkout
+        if (base / name / "prelude.h").is_file():
+            return base / name
+    raise FileNotFoundError(f"portanet's {name}/ kernel sources are not installed next to "
+                            f"{_PACKAGE}; reinstall portanet (pip install portanet)")
+
+
+def load(family, lang):
+    """(path, source) of one kernel family with its prelude inlined, so that the
+    compiled-program caches key on the whole text."""
+    d = folder(lang)
+    path = d / f"{family}.{lang}"
+    prelude = (d / "prelude.h").read_text()
+    text = path.read_text().replace('#include "prelude.h"', prelude, 1)
+    return path, text

@@ -1,0 +1,97 @@
+"""The `portanet` command: devices, train."""
+import json
+import sys
+
+import click
+
+from . import backends, data, models
+from .errors import PortanetError
+from .optim import SGD
+
+DATASET_DEFAULTS = {   # per dataset: model arguments and data preparation
+    "fashion-mnist": {"classes": 10},
+    "mnist": {"classes": 10},
+    "coordinates": {"classes": 1, "hidden": (30,)},
+}
+
+
+@click.group()
+@click.version_option(package_name="portanet")
+def main():
+    """portanet: one layer protocol on CUDA, OpenCL and NumPy."""
+
+
+@main.command()
+def devices():
+    """List every device the installed backends see, with the string that selects it."""
+    found, missing = backends.list_devices()
+    for spec, description in found:
+        click.echo(f"{spec:16s} {description}")
+    for name, reason in missing:
+        click.echo(f"{'(' + name + ')':16s} unavailable: {reason}")
+
+
+@main.command()
+@click.option("--model", type=click.Choice(sorted(models.MODELS)), default="mlp", show_default=True)
+@click.option("--dataset", type=click.Choice(sorted(DATASET_DEFAULTS)), default="fashion-mnist",
+              show_default=True)
+@click.option("--epochs", type=click.IntRange(1), default=5, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--lr", type=float, default=0.05, show_default=True, help="learning rate eta")
+@click.option("--momentum", type=float, default=0.9, show_default=True)
+@click.option("--weight-decay", type=float, default=0.0, show_default=True)
+@click.option("--device", default=None, help="cpu, opencl, opencl:P:D, cuda, cuda:N "
+              "(default: $PORTANET_DEVICE, else cpu)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--limit", type=click.IntRange(1), default=None,
+              help="train on the first N training samples only (quick runs)")
+@click.option("--save", type=click.Path(dir_okay=False), default=None,
+              help="write the trained network to this file")
+@click.option("--download", is_flag=True, help="download the dataset if it is missing")
+@click.option("--json", "as_json", is_flag=True, help="end with one JSON line of results")
+def train(model, dataset, epochs, batch_size, lr, momentum, weight_decay, device, seed, limit,
+          save, download, as_json):
+    """Train a network and report test accuracy."""
+    try:
+        (x, y), (x_test, y_test) = data.load_dataset(dataset, download=download) \
+            if dataset != "coordinates" else data.coordinates(seed=seed)
+        if limit:
+            x, y = x[:limit], y[:limit]
+        kwargs = dict(DATASET_DEFAULTS[dataset])
+        net = models.MODELS[model](input_shape=x.shape[1:], device=device, seed=seed, **kwargs)
+        click.echo(net.summary(), err=True)
+        opt = SGD(lr, momentum, weight_decay)
+        seconds = []
+
+        def on_epoch(epoch, logs):
+            seconds.append(logs["seconds"])
+            click.echo(f"epoch {epoch + 1}/{epochs}  loss {logs['loss']:.4f}  "
+                       f"accuracy {logs['accuracy']:.4f}  {logs['seconds']:.2f} s")
+
+        history = {"loss": []}
+        for epoch in range(epochs):
+            with click.progressbar(length=-(-len(x) // batch_size), file=sys.stderr,
+                                   label=f"epoch {epoch + 1}/{epochs}") as bar:
+                h = net.fit(x, y, epochs=1, batch_size=batch_size, optimizer=opt,
+                            seed=seed + epoch, progress=lambda done, total: bar.update(1),
+                            on_epoch=lambda _, logs: on_epoch(epoch, logs))
+            history["loss"] += h["loss"]
+        test_loss, test_acc = net.evaluate(x_test, y_test)
+        click.echo(f"test loss {test_loss:.4f}  test accuracy {test_acc:.4f}")
+        if save:
+            net.save(save)
+            click.echo(f"saved to {save}", err=True)
+        if as_json:
+            click.echo(json.dumps({
+                "device": net.backend.name, "device_name": net.backend.info()["name"],
+                "gemm": net.backend.gemm_path, "model": model, "dataset": dataset,
+                "epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum,
+                "seed": seed, "train_samples": len(x), "test_accuracy": test_acc,
+                "test_loss": test_loss, "final_loss": history["loss"][-1],
+                "epoch_seconds": seconds}))
+    except PortanetError as e:
+        raise click.ClickException(str(e)) from e
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,30 @@
+"""Every environment variable portanet reads, in one place (documented in the README).
+
+PORTANET_DEVICE  default device string: cpu, opencl, opencl:P:D, cuda, cuda:N (default cpu)
+PORTANET_GEMM    GEMM path on GPU backends: vendor (CLBlast / cuBLAS, default when
+                 installed) or own (portanet's tiled kernels)
+PORTANET_DATA    first folder searched for dataset files
+"""
+import os
+from pathlib import Path
+
+
+def device_string():
+    return os.environ.get("PORTANET_DEVICE", "").strip() or "cpu"
+
+
+def gemm_path():
+    value = os.environ.get("PORTANET_GEMM", "").strip().lower() or "vendor"
+    if value not in ("vendor", "own"):
+        from .errors import PortanetError
+        raise PortanetError(f"PORTANET_GEMM={value!r} is not understood: use 'vendor' or 'own'")
+    return value
+
+
+def data_dirs():
+    dirs = []
+    if os.environ.get("PORTANET_DATA"):
+        dirs.append(Path(os.environ["PORTANET_DATA"]))
+    dirs.append(Path.home() / ".cache" / "portanet")
+    dirs.append(Path("/usr/share/datasets"))
+    return dirs
