@@ -37,7 +37,9 @@ def devices():
               show_default=True)
 @click.option("--epochs", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True)
-@click.option("--lr", type=float, default=0.05, show_default=True, help="learning rate eta")
+@click.option("--lr", type=float, default=0.02, show_default=True, help="learning rate eta")
+@click.option("--lr-decay", type=click.FloatRange(0, 1, min_open=True), default=0.6,
+              show_default=True, help="multiply the learning rate by this after each epoch")
 @click.option("--momentum", type=float, default=0.9, show_default=True)
 @click.option("--weight-decay", type=float, default=0.0, show_default=True)
 @click.option("--device", default=None, help="cpu, opencl, opencl:P:D, cuda, cuda:N "
@@ -49,8 +51,8 @@ def devices():
               help="write the trained network to this file")
 @click.option("--download", is_flag=True, help="download the dataset if it is missing")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line of results")
-def train(model, dataset, epochs, batch_size, lr, momentum, weight_decay, device, seed, limit,
-          save, download, as_json):
+def train(model, dataset, epochs, batch_size, lr, lr_decay, momentum, weight_decay, device, seed,
+          limit, save, download, as_json):
     """Train a network and report test accuracy."""
     try:
         (x, y), (x_test, y_test) = data.load_dataset(dataset, download=download) \
@@ -60,7 +62,6 @@ def train(model, dataset, epochs, batch_size, lr, momentum, weight_decay, device
         kwargs = dict(DATASET_DEFAULTS[dataset])
         net = models.MODELS[model](input_shape=x.shape[1:], device=device, seed=seed, **kwargs)
         click.echo(net.summary(), err=True)
-        opt = SGD(lr, momentum, weight_decay)
         seconds = []
 
         def on_epoch(epoch, logs):
@@ -72,6 +73,7 @@ def train(model, dataset, epochs, batch_size, lr, momentum, weight_decay, device
         for epoch in range(epochs):
             with click.progressbar(length=-(-len(x) // batch_size), file=sys.stderr,
                                    label=f"epoch {epoch + 1}/{epochs}") as bar:
+                opt = SGD(lr * lr_decay ** epoch, momentum, weight_decay)
                 h = net.fit(x, y, epochs=1, batch_size=batch_size, optimizer=opt,
                             seed=seed + epoch, progress=lambda done, total: bar.update(1),
                             on_epoch=lambda _, logs: on_epoch(epoch, logs))
@@ -85,7 +87,8 @@ def train(model, dataset, epochs, batch_size, lr, momentum, weight_decay, device
             click.echo(json.dumps({
                 "device": net.backend.name, "device_name": net.backend.info()["name"],
                 "gemm": net.backend.gemm_path, "model": model, "dataset": dataset,
-                "epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum,
+                "epochs": epochs, "batch_size": batch_size, "lr": lr, "lr_decay": lr_decay,
+                "momentum": momentum,
                 "seed": seed, "train_samples": len(x), "test_accuracy": test_acc,
                 "test_loss": test_loss, "final_loss": history["loss"][-1],
                 "epoch_seconds": seconds}))

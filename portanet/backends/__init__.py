@@ -31,7 +31,12 @@ def device(spec=None, dtype=np.float32):
         raise DeviceError(f"unknown device {spec!r}. {_available_text()}")
     key = (spec, dtype)
     if key not in _instances:
-        _instances[key] = _create(spec, match, dtype)
+        try:
+            _instances[key] = _create(spec, match, dtype)
+        except DeviceError as e:
+            if "Available devices" in str(e):
+                raise
+            raise DeviceError(f"{e}. {_available_text()}") from e
     return _instances[key]
 
 

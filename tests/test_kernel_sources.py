@@ -1,0 +1,44 @@
+"""Kernel sources: found from the installed package, twins parallel, CUDA compiles."""
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from portanet.backends import gpu, sources
+
+
+def kernel_names(text):
+    return re.findall(r"KERNEL void (\w+)\(", text)
+
+
+def test_every_family_has_twins_with_the_same_kernels():
+    cl, cu = sources.folder("cl"), sources.folder("cu")
+    assert sorted(p.stem for p in cl.glob("*.cl")) == sorted(p.stem for p in cu.glob("*.cu"))
+    for path in cl.glob("*.cl"):
+        cl_text = path.read_text()
+        cu_text = (cu / f"{path.stem}.cu").read_text()
+        assert kernel_names(cl_text) == kernel_names(cu_text)
+        # the bodies are the same text; only the file name in the first comment differs
+        assert cl_text.replace(".cl:", ".cu:", 1) == cu_text, f"{path.stem} twins differ"
+
+
+def test_backends_know_every_kernel():
+    for family, names in gpu.FAMILIES.items():
+        _, text = sources.load(family, "cl")
+        assert set(names) <= set(kernel_names(text))
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("family", ["elementwise", "loss", "blas", "gemm"])
+@pytest.mark.parametrize("real", ["float", "double"])
+def test_cuda_kernels_compile(family, real, tmp_path):
+    path = sources.folder("cu") / f"{family}.cu"
+    variants = [["-DTRANS_A=0", "-DTRANS_B=0"], ["-DTRANS_A=1", "-DTRANS_B=1"]] \
+        if family == "gemm" else [[]]
+    for flags in variants:
+        cmd = ["nvcc", "-c", "-o", str(tmp_path / "k.o"), "-arch=sm_80", f"-DREAL={real}",
+               f"-DREAL_IS_DOUBLE={int(real == 'double')}", *flags,
+               "-I", str(path.parent), str(path)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr

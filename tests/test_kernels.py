@@ -1,0 +1,181 @@
+"""Every backend primitive against a float64 NumPy result, on fresh random inputs of odd
+shapes (not multiples of any tile size). Outputs are poisoned with NaN first, so an
+element the kernel forgot to write fails the test."""
+import numpy as np
+import pytest
+
+from portanet.backends.numpy import activate, activate_grad
+from conftest import F32, rel_err
+
+GEMM_SHAPES = [(1, 1, 1), (7, 129, 1000), (129, 7, 1), (1000, 1, 7), (33, 65, 17),
+               (130, 257, 129)]
+
+
+def poisoned(bk, shape, dtype=None):
+    x = bk.empty(shape, dtype)
+    bk.write(x, np.full(shape, np.nan, dtype or bk.dtype))
+    return x
+
+
+def gemm_paths(bk):
+    """The GEMM paths this backend has: own and, where installed, vendor."""
+    if bk.kind == "cpu":
+        return ["reference"]
+    from portanet.backends import opencl, cuda
+    has_vendor = (opencl.pyclblast is not None) if bk.kind == "opencl" else cuda.cublas is not None
+    return ["own", "vendor"] if has_vendor else ["own"]
+
+
+@pytest.mark.parametrize("m,n,k", GEMM_SHAPES)
+@pytest.mark.parametrize("trans_a", [False, True])
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_gemm(backend, rng, m, n, k, trans_a, trans_b):
+    a = rng.standard_normal((k, m) if trans_a else (m, k))
+    b = rng.standard_normal((n, k) if trans_b else (k, n))
+    c = rng.standard_normal((m, n))
+    for alpha, beta in ((1.0, 0.0), (-0.7, 0.3)):
+        ref = alpha * (a.T if trans_a else a) @ (b.T if trans_b else b) + beta * c
+        saved = backend.gemm_path
+        for path in gemm_paths(backend):
+            backend.gemm_path = path
+            try:
+                C = backend.upload(c) if beta else poisoned(backend, (m, n))
+                backend.gemm(alpha, backend.upload(a), backend.upload(b), beta, C,
+                             trans_a, trans_b)
+                assert rel_err(backend.download(C), ref) < F32, path
+            finally:
+                backend.gemm_path = saved
+
+
+def test_gemm_on_views(backend, rng):
+    """Operands at offsets inside larger buffers, as batch views are."""
+    m, n, k = 5, 9, 13
+    big = backend.upload(rng.standard_normal(1000))
+    host = backend.download(big).astype(np.float64)
+    a = backend.view(big, (m, k), 3)
+    b = backend.view(big, (k, n), 100)
+    c = backend.view(big, (m, n), 500)
+    ref = host[3:3 + m * k].reshape(m, k) @ host[100:100 + k * n].reshape(k, n)
+    saved = backend.gemm_path
+    for path in gemm_paths(backend):
+        backend.gemm_path = path
+        backend.gemm(1.0, a, b, 0.0, c)
+        assert rel_err(backend.download(c), ref) < F32, path
+    backend.gemm_path = saved
+    rest = backend.download(big).astype(np.float64)
+    rest[500:500 + m * n] = host[500:500 + m * n]
+    assert np.array_equal(rest, host), "gemm wrote outside its view"
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (7, 129), (130, 3)])
+@pytest.mark.parametrize("trans", [False, True])
+def test_gemv(backend, rng, rows, cols, trans):
+    a = rng.standard_normal((rows, cols))
+    x = rng.standard_normal(rows if trans else cols)
+    y = rng.standard_normal(cols if trans else rows)
+    Y = backend.upload(y)
+    backend.gemv(0.6, backend.upload(a), backend.upload(x), -1.5, Y, trans)
+    assert rel_err(backend.download(Y), 0.6 * (a.T if trans else a) @ x - 1.5 * y) < F32
+    Y = poisoned(backend, y.shape)
+    backend.gemv(1.0, backend.upload(a), backend.upload(x), 0.0, Y, trans)
+    assert rel_err(backend.download(Y), (a.T if trans else a) @ x) < F32
+
+
+def test_ger_axpy_scal_fill_copy(backend, rng):
+    rows, cols = 13, 37
+    a, x, y = rng.standard_normal((rows, cols)), rng.standard_normal(rows), rng.standard_normal(cols)
+    A = backend.upload(a)
+    backend.ger(0.25, backend.upload(x), backend.upload(y), A)
+    assert rel_err(backend.download(A), a + 0.25 * np.outer(x, y)) < F32
+    u, v = rng.standard_normal(1001), rng.standard_normal(1001)
+    V = backend.upload(v)
+    backend.axpy(-2.5, backend.upload(u), V)
+    assert rel_err(backend.download(V), v - 2.5 * u) < F32
+    backend.scal(0.3, V)
+    assert rel_err(backend.download(V), 0.3 * (v - 2.5 * u)) < F32
+    backend.fill(V, 1.25)
+    assert np.all(backend.download(V) == 1.25)
+    W = poisoned(backend, (1001,))
+    backend.copy(backend.upload(u), W)
+    assert rel_err(backend.download(W), u) < F32
+
+
+@pytest.mark.parametrize("kind", ["linear", "relu", "sigmoid", "tanh", "softmax"])
+def test_bias_activation(backend, rng, kind):
+    rows, cols = (10, 131) if kind == "softmax" else (67, 131)
+    z = 3 * rng.standard_normal((rows, cols))
+    b = rng.standard_normal(rows)
+    Z, A = backend.upload(z), poisoned(backend, (rows, cols))
+    backend.bias_activation(kind, Z, backend.upload(b), A)
+    z_ref = z + b[:, None]
+    assert rel_err(backend.download(Z), z_ref) < F32
+    assert rel_err(backend.download(A), activate(kind, z_ref)) < F32
+
+
+@pytest.mark.parametrize("kind", ["linear", "relu", "sigmoid", "tanh"])
+def test_activation_grad(backend, rng, kind):
+    z, da = 3 * rng.standard_normal((29, 77)), rng.standard_normal((29, 77))
+    Z = backend.upload(z)
+    backend.activation_grad(kind, Z, backend.upload(da))
+    assert rel_err(backend.download(Z), activate_grad(kind, z) * da) < F32
+
+
+def _probabilities(rng, rows, cols):
+    e = np.exp(2 * rng.standard_normal((rows, cols)))
+    return e / e.sum(axis=0)
+
+
+def test_softmax_xent(backend, rng):
+    rows, cols = 10, 257
+    a = _probabilities(rng, rows, cols)
+    labels = rng.integers(0, rows, cols)
+    D, L, H = (poisoned(backend, s) for s in ((rows, cols), (cols,), (cols,)))
+    backend.softmax_xent(D, L, H, backend.upload(a), backend.upload(labels))
+    onehot = np.eye(rows)[labels].T
+    assert rel_err(backend.download(D), a - onehot) < F32
+    assert rel_err(backend.download(L), -np.log(a[labels, np.arange(cols)])) < F32
+    assert np.array_equal(backend.download(H), (a.argmax(0) == labels).astype(float))
+
+
+def test_sigmoid_bce(backend, rng):
+    rows, cols = 3, 101
+    a = 1 / (1 + np.exp(-rng.standard_normal((rows, cols))))
+    y = (rng.random((rows, cols)) > 0.5).astype(float)
+    D, L, H = (poisoned(backend, s) for s in ((rows, cols), (cols,), (cols,)))
+    backend.sigmoid_bce(D, L, H, backend.upload(a), backend.upload(y))
+    assert rel_err(backend.download(D), a - y) < F32
+    loss = -(y * np.log(a) + (1 - y) * np.log(1 - a)).sum(0)
+    assert rel_err(backend.download(L), loss) < F32
+    assert np.array_equal(backend.download(H), np.all((a > .5) == (y > .5), 0).astype(float))
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+def test_mse_in_place(backend, rng, rows):
+    """The MSE kernel writes dL/da over a itself (delta aliases a)."""
+    cols = 73
+    a, y = rng.standard_normal((rows, cols)), rng.standard_normal((rows, cols))
+    A = backend.upload(a)
+    L, H = poisoned(backend, (cols,)), poisoned(backend, (cols,))
+    backend.mse(A, L, H, A, backend.upload(y))
+    assert rel_err(backend.download(A), 2 * (a - y) / rows) < F32
+    assert rel_err(backend.download(L), ((a - y) ** 2).mean(0)) < F32
+    hit = a.argmax(0) == y.argmax(0) if rows > 1 else np.abs(a - y)[0] < 0.5
+    assert np.array_equal(backend.download(H), hit.astype(float))
+
+
+def test_argmax(backend, rng):
+    a = rng.standard_normal((17, 203))
+    out = backend.empty((203,), np.int32)
+    backend.argmax(out, backend.upload(a))
+    assert np.array_equal(backend.download(out), a.argmax(0))
+
+
+def test_views_write_download(backend, rng):
+    x = rng.standard_normal(100).astype(np.float32)
+    X = backend.upload(x)
+    v = backend.view(X, (3, 5), 10)
+    assert np.array_equal(backend.download(v), x[10:25].reshape(3, 5))
+    backend.write(v, np.zeros((3, 5)))
+    expect = x.copy()
+    expect[10:25] = 0
+    assert np.array_equal(backend.download(X), expect)
