@@ -1,21 +1,37 @@
 /* blas.cl: BLAS-2 on row-major arrays. */
 #include "prelude.h"
 
-/* y <- alpha op(a) x + beta y, a: rows x cols. One work-item per element of y; without
-   transpose each reads a row (the bias gradient: dz . ones), with it a column. */
+#define GEMV_THREADS 256
+
+/* y <- alpha a x + beta y, a: rows x cols. One work-group of GEMV_THREADS per row, so the
+   row is read coalesced (the bias gradient dz . ones reads a batch-long row), summed
+   through local memory. */
 KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const int a_off,
                  const GLOBAL real* x, const int x_off, const real alpha, const real beta,
-                 const int rows, const int cols, const int trans) {
-    const int i = GLOBAL_ID(0);
-    const int n = trans ? cols : rows;
-    if (i >= n) return;
+                 const int rows, const int cols) {
+    LOCAL real partial[GEMV_THREADS];
+    const int i = GROUP_ID(0), t = LOCAL_ID(0);
     real sum = 0;
-    if (trans) {
-        for (int k = 0; k < rows; ++k) sum += a[a_off + k * cols + i] * x[x_off + k];
-    } else {
-        for (int k = 0; k < cols; ++k) sum += a[a_off + i * cols + k] * x[x_off + k];
+    for (int k = t; k < cols; k += GEMV_THREADS) sum += a[a_off + i * cols + k] * x[x_off + k];
+    partial[t] = sum;
+    BARRIER();
+    for (int half = GEMV_THREADS / 2; half > 0; half /= 2) {
+        if (t < half) partial[t] += partial[t + half];
+        BARRIER();
     }
-    y[y_off + i] = alpha * sum + (beta == (real)0 ? (real)0 : beta * y[y_off + i]);
+    if (t == 0) y[y_off + i] = alpha * partial[0] + (beta == (real)0 ? (real)0 : beta * y[y_off + i]);
+}
+
+/* y <- alpha a^T x + beta y. One work-item per column: neighbours read neighbouring
+   addresses. */
+KERNEL void gemv_t(GLOBAL real* y, const int y_off, const GLOBAL real* a, const int a_off,
+                   const GLOBAL real* x, const int x_off, const real alpha, const real beta,
+                   const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    if (j >= cols) return;
+    real sum = 0;
+    for (int k = 0; k < rows; ++k) sum += a[a_off + k * cols + j] * x[x_off + k];
+    y[y_off + j] = alpha * sum + (beta == (real)0 ? (real)0 : beta * y[y_off + j]);
 }
 
 /* a <- alpha x y^T + a, a: rows x cols */

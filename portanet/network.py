@@ -157,13 +157,17 @@ class Sequential:
             self.layers[i].backward(opt, self.ones, self._first[i],
                                     delta_in_z=last and self.loss.fused)
 
+    def _step(self, opt):
+        """Forward, loss, backward and update on the batch already on the device."""
+        self._forward()
+        self._loss()
+        self._backward(opt)
+
     def train_batch(self, x, y, optimizer=SGD()):
         """One forward, loss and backward step on one batch (no host synchronisation)."""
         x, t = self._check_data(x, y)
         self._upload_batch(x, t)
-        self._forward()
-        self._loss()
-        self._backward(optimizer)
+        self._step(optimizer)
 
     # -- the user's API ------------------------------------------------------------------
 
@@ -189,9 +193,7 @@ class Sequential:
             for i in range(batches):
                 idx = order[i * batch_size:(i + 1) * batch_size]
                 self._upload_batch(x[idx], t[..., idx])
-                self._forward()
-                self._loss()
-                self._backward(optimizer)
+                self._step(optimizer)
                 if progress:
                     progress(i + 1, batches)
             loss, acc = self._read_sums(n)      # the one host read of the epoch

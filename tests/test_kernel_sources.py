@@ -42,3 +42,13 @@ def test_cuda_kernels_compile(family, real, tmp_path):
                "-I", str(path.parent), str(path)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
+
+
+def test_installed_package_carries_its_kernels():
+    import portanet
+    from pathlib import Path
+    package = Path(portanet.__file__).resolve().parent
+    if "site-packages" not in str(package):
+        pytest.skip("portanet is imported from a checkout, not an installed wheel")
+    assert sources.folder("cl").parent == package
+    assert sources.folder("cu").parent == package

@@ -23,6 +23,7 @@ except (ImportError, OSError, RuntimeError):
     cublas = None
 
 _initialised = False
+_ARG_CODES = {np.uintp: "P", np.int32: "i", np.float32: "f", np.float64: "d"}
 
 
 def _init():
@@ -74,6 +75,7 @@ class CudaBackend(KernelBackend):
                                        attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK])
         self._modules = {}
         self._kernels = {}
+        self._prepared = set()
         for family, names in FAMILIES.items():
             module = self._module(family)
             for name in names:
@@ -99,11 +101,16 @@ class CudaBackend(KernelBackend):
     # -- launches ------------------------------------------------------------------------
 
     def _launch(self, kernel, global_size, local_size, args):
+        """OpenCL's global/local sizes in work-items -> CUDA's grid/block, launched as a
+        prepared call (argument types fixed on first use: much less Python per launch)."""
         if local_size is None:
             local_size = (256,) if len(global_size) == 1 else (32, 8)
         block = tuple(local_size) + (1,) * (3 - len(local_size))
-        grid = tuple(-(-g // b) for g, b in zip(global_size, block)) + (1,) * (3 - len(global_size))
-        kernel(*args, block=block, grid=grid[:2] if grid[2] == 1 else grid, stream=self.stream)
+        grid = tuple(-(-g // b) for g, b in zip(global_size, block)) + (1,) * (2 - len(global_size))
+        if id(kernel) not in self._prepared:
+            kernel.prepare("".join(_ARG_CODES[type(a)] for a in args))
+            self._prepared.add(id(kernel))
+        kernel.prepared_async_call(grid[:2], block, self.stream, *args)
 
     @staticmethod
     def _pointer(x):

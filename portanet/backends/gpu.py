@@ -12,7 +12,8 @@ ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4}
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation", "bias_softmax",
                             "activation_grad"),
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
-            "blas": ("gemv", "ger")}
+            "blas": ("gemv", "gemv_t", "ger")}
+GEMV_THREADS = 256          # work-group size of the gemv kernel (blas.cl)
 
 
 class DeviceArray:
@@ -99,7 +100,11 @@ class KernelBackend(Backend):
         rows, cols = a.shape
         if x.size != (rows if trans_a else cols) or y.size != (cols if trans_a else rows):
             raise ShapeError(f"gemv: a {a.shape} trans={trans_a}, x {x.shape}, y {y.shape}")
-        self._run("gemv", (y.size,), y, a, x, alpha, beta, rows, cols, trans_a)
+        if trans_a:
+            self._run("gemv_t", (cols,), y, a, x, alpha, beta, rows, cols)
+        else:
+            self._run("gemv", (rows * GEMV_THREADS,), y, a, x, alpha, beta, rows, cols,
+                      local=(GEMV_THREADS,))
 
     def ger(self, alpha, x, y, a):
         rows, cols = a.shape

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# One call on the GPU machine (device tool): install the kit, run the test suite on every
+# device there, train on cpu / cuda / NVIDIA OpenCL with the same seed, and benchmark
+# against PyTorch. Needs .gpu (../shared/device) and .data/fashion-mnist carried.
+# Usage: bash bench/gpu_run.sh [tests,train,bench]   (results under $OUT)
+set -o pipefail
+STEPS=${1:-tests,train,bench}
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+source .gpu/gpu-env.sh || exit 1
+export PYTHONPATH=$PWD:$PYTHONPATH PORTANET_DATA=$PWD/.data PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
+python3 -m portanet.cli devices
+if [[ $STEPS == *tests* ]]; then
+    timeout 300 python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/pytest.log" | tail -25
+fi
+if [[ $STEPS == *train* ]]; then
+    for d in cuda opencl cpu; do
+        timeout 200 python3 -m portanet.cli train --model mlp --dataset fashion-mnist \
+            --epochs 5 --device $d --seed 0 --json 2>/dev/null | tee -a "$OUT/train.log" | tail -1
+    done
+fi
+if [[ $STEPS == *bench* ]]; then
+    timeout 300 python3 bench/gpu_compare.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+fi
