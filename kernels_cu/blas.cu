@@ -15,8 +15,8 @@ KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const in
     for (int k = t; k < cols; k += GEMV_THREADS) sum += a[a_off + i * cols + k] * x[x_off + k];
     partial[t] = sum;
     BARRIER();
-    for (int half = GEMV_THREADS / 2; half > 0; half /= 2) {
-        if (t < half) partial[t] += partial[t + half];
+    for (int stride = GEMV_THREADS / 2; stride > 0; stride /= 2) {
+        if (t < stride) partial[t] += partial[t + stride];
         BARRIER();
     }
     if (t == 0) y[y_off + i] = alpha * partial[0] + (beta == (real)0 ? (real)0 : beta * y[y_off + i]);

@@ -179,3 +179,17 @@ def test_views_write_download(backend, rng):
     expect = x.copy()
     expect[10:25] = 0
     assert np.array_equal(backend.download(X), expect)
+
+
+def test_integer_scalars_are_taken_as_reals(backend, rng):
+    """alpha = 2 (a Python int) must act as 2.0, not as the bits of an int32."""
+    x, y = rng.standard_normal(50), rng.standard_normal(50)
+    Y = backend.upload(y)
+    backend.axpy(2, backend.upload(x), Y)
+    assert rel_err(backend.download(Y), 2 * x + y) < F32
+    backend.fill(Y, 3)
+    assert np.all(backend.download(Y) == 3)
+    a, b = rng.standard_normal((4, 6)), rng.standard_normal((6, 5))
+    C = backend.upload(np.ones((4, 5)))
+    backend.gemm(1, backend.upload(a), backend.upload(b), 1, C)
+    assert rel_err(backend.download(C), a @ b + 1) < F32

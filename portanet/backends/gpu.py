@@ -42,6 +42,8 @@ class KernelBackend(Backend):
     _gemm_own and _gemm_vendor, and fill self._kernels by name."""
 
     def _run(self, kernel, global_size, *args, local=None):
+        """Launch with arguments packed: a DeviceArray as (pointer, offset), a Python or
+        NumPy int as int32, a float as the backend's real. Callers pass reals as floats."""
         if isinstance(kernel, str):
             kernel = self._kernels[kernel]
         packed = []
@@ -50,8 +52,10 @@ class KernelBackend(Backend):
                 packed += [self._pointer(x), np.int32(x.offset)]
             elif isinstance(x, (bool, int, np.integer)):
                 packed.append(np.int32(x))
-            else:
+            elif isinstance(x, (float, np.floating)):
                 packed.append(self.dtype.type(x))
+            else:
+                raise TypeError(f"kernel argument {x!r} of type {type(x).__name__}")
         self._launch(kernel, global_size, local, packed)
 
     def _oom_text(self, label, shape, nbytes, free, total):
@@ -74,7 +78,7 @@ class KernelBackend(Backend):
         return host
 
     def fill(self, x, value):
-        self._run("fill", (x.size,), x, value, x.size)
+        self._run("fill", (x.size,), x, float(value), x.size)
 
     def copy(self, src, dst):
         self._run("copy", (dst.size,), dst, src, dst.size)
@@ -93,30 +97,30 @@ class KernelBackend(Backend):
         p = self.gemm_params
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         global_size = (-(-n // p["TSN"]) * rtsn, -(-m // p["TSM"]) * rtsm)
-        self._run(kernel, global_size, c, a, b, alpha, beta, m, n, k, a.shape[1], b.shape[1],
-                  local=(rtsn, rtsm))
+        self._run(kernel, global_size, c, a, b, float(alpha), float(beta), m, n, k, a.shape[1],
+                  b.shape[1], local=(rtsn, rtsm))
 
     def gemv(self, alpha, a, x, beta, y, trans_a=False):
         rows, cols = a.shape
         if x.size != (rows if trans_a else cols) or y.size != (cols if trans_a else rows):
             raise ShapeError(f"gemv: a {a.shape} trans={trans_a}, x {x.shape}, y {y.shape}")
         if trans_a:
-            self._run("gemv_t", (cols,), y, a, x, alpha, beta, rows, cols)
+            self._run("gemv_t", (cols,), y, a, x, float(alpha), float(beta), rows, cols)
         else:
-            self._run("gemv", (rows * GEMV_THREADS,), y, a, x, alpha, beta, rows, cols,
-                      local=(GEMV_THREADS,))
+            self._run("gemv", (rows * GEMV_THREADS,), y, a, x, float(alpha), float(beta), rows,
+                      cols, local=(GEMV_THREADS,))
 
     def ger(self, alpha, x, y, a):
         rows, cols = a.shape
         if x.size != rows or y.size != cols:
             raise ShapeError(f"ger: x {x.shape}, y {y.shape} do not fit a {a.shape}")
-        self._run("ger", (cols, rows), a, x, y, alpha, rows, cols)
+        self._run("ger", (cols, rows), a, x, y, float(alpha), rows, cols)
 
     def axpy(self, alpha, x, y):
-        self._run("axpy", (y.size,), y, x, alpha, y.size)
+        self._run("axpy", (y.size,), y, x, float(alpha), y.size)
 
     def scal(self, alpha, x):
-        self._run("scal", (x.size,), x, alpha, x.size)
+        self._run("scal", (x.size,), x, float(alpha), x.size)
 
     # -- NN ------------------------------------------------------------------------------
 
