@@ -40,6 +40,30 @@ def gemm_portanet(spec, path, n=4096):
     return {**t, "tflops": 2 * n ** 3 / t["median"] / 1e12, "rel_err": ref}
 
 
+GEMM_VARIANTS = [dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=0, PAD=1),
+                 dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=1, PAD=4),
+                 dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=1, PAD=4),
+                 dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=0, PAD=1),
+                 dict(TSM=128, TSN=64, TSK=16, WPTM=8, WPTN=4, MICRO=1, PAD=4)]
+
+
+def gemm_tuning(spec):
+    """Our kernel with each tiling in GEMM_VARIANTS: {params: TFLOP/s}."""
+    bk = pn.device(spec)
+    saved = bk.gemm_params
+    out = {}
+    for p in GEMM_VARIANTS:
+        bk.set_gemm_params(p)
+        try:
+            r = gemm_portanet(spec, "own")
+            out[str(p)] = {"tflops": r["tflops"], "rel_err": r["rel_err"]}
+        except Exception as e:
+            out[str(p)] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        print("tuning", spec, p, out[str(p)], flush=True)
+    bk.set_gemm_params(saved)
+    return out
+
+
 def gemm_torch(n=4096):
     import torch
     a, b = (torch.randn(n, n, device="cuda") for _ in range(2))
@@ -112,6 +136,7 @@ def main():
     parser.add_argument("--json", default=None)
     parser.add_argument("--only", default="gemm,mlp-big,mlp-small")
     parser.add_argument("--opencl", default="opencl", help="OpenCL device string")
+    parser.add_argument("--tune", action="store_true", help="also try GEMM tilings")
     args = parser.parse_args()
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -120,6 +145,8 @@ def main():
                "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
                "portanet": pn.__version__, "workloads": {}}
     devices = [("cuda", "own"), ("cuda", "vendor"), (args.opencl, "own"), (args.opencl, "vendor")]
+    if args.tune:
+        results["gemm_tuning"] = {spec: gemm_tuning(spec) for spec in ("cuda", args.opencl)}
     for name in args.only.split(","):
         rows = {}
         for spec, path in devices:

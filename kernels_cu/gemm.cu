@@ -6,7 +6,12 @@
    hit distinct banks and its stores coalesce. The K loop walks TSK-deep slabs of op(a)
    and op(b), staged in local memory with zero padding past the edges, so any M, N, K work.
 
-   Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN. */
+   With MICRO=1 a work-item's elements are contiguous instead (rows tm.WPTM + wm), so its
+   local-memory reads are WPTM- and WPTN-long runs the compiler can turn into 16-byte loads;
+   PAD keeps the rows of the local tiles 16-byte aligned then.
+
+   Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
+   MICRO, PAD. */
 #include "prelude.h"
 
 #ifndef TSM
@@ -24,9 +29,22 @@
 #ifndef WPTN
 #define WPTN 4
 #endif
+#ifndef MICRO
+#define MICRO 0
+#endif
+#ifndef PAD
+#define PAD 1
+#endif
 #define RTSM (TSM / WPTM)            /* work-items along M */
 #define RTSN (TSN / WPTN)            /* work-items along N */
 #define THREADS (RTSM * RTSN)
+#if MICRO                            /* row (col) of a work-item's wm-th (wn-th) element */
+#define ROW(tm, wm) ((tm) * WPTM + (wm))
+#define COL(tn, wn) ((tn) * WPTN + (wn))
+#else
+#define ROW(tm, wm) ((tm) + (wm) * RTSM)
+#define COL(tn, wn) ((tn) + (wn) * RTSN)
+#endif
 
 /* element (row, col) of op(x) for a row-major x with leading dimension ld */
 #if TRANS_A
@@ -43,8 +61,8 @@
 KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const int a_off,
                  const GLOBAL real* RESTRICT b, const int b_off, const real alpha, const real beta,
                  const int M, const int N, const int K, const int lda, const int ldb) {
-    LOCAL real as[TSK][TSM + 1];
-    LOCAL real bs[TSK][TSN + 1];
+    LOCAL real as[TSK][TSM + PAD];
+    LOCAL real bs[TSK][TSN + PAD];
     const int tn = LOCAL_ID(0), tm = LOCAL_ID(1);
     const int tid = tm * RTSN + tn;
     const int m0 = GROUP_ID(1) * TSM, n0 = GROUP_ID(0) * TSN;
@@ -74,8 +92,8 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
         BARRIER();
         for (int k = 0; k < TSK; ++k) {
             real ar[WPTM], br[WPTN];
-            for (int wm = 0; wm < WPTM; ++wm) ar[wm] = as[k][tm + wm * RTSM];
-            for (int wn = 0; wn < WPTN; ++wn) br[wn] = bs[k][tn + wn * RTSN];
+            for (int wm = 0; wm < WPTM; ++wm) ar[wm] = as[k][ROW(tm, wm)];
+            for (int wn = 0; wn < WPTN; ++wn) br[wn] = bs[k][COL(tn, wn)];
             for (int wm = 0; wm < WPTM; ++wm)
                 for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] += ar[wm] * br[wn];
         }
@@ -83,9 +101,9 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
     }
 
     for (int wm = 0; wm < WPTM; ++wm) {
-        const int i = m0 + tm + wm * RTSM;
+        const int i = m0 + ROW(tm, wm);
         for (int wn = 0; wn < WPTN; ++wn) {
-            const int j = n0 + tn + wn * RTSN;
+            const int j = n0 + COL(tn, wn);
             if (i < M && j < N) {
                 GLOBAL real* cij = &c[c_off + i * N + j];
                 *cij = alpha * acc[wm][wn] + (beta == (real)0 ? (real)0 : beta * *cij);

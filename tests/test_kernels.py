@@ -193,3 +193,27 @@ def test_integer_scalars_are_taken_as_reals(backend, rng):
     C = backend.upload(np.ones((4, 5)))
     backend.gemm(1, backend.upload(a), backend.upload(b), 1, C)
     assert rel_err(backend.download(C), a @ b + 1) < F32
+
+
+@pytest.mark.parametrize("tiling", [dict(TSM=32, TSN=16, TSK=8, WPTM=4, WPTN=2, MICRO=0, PAD=1),
+                                    dict(TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4, MICRO=1, PAD=4)])
+def test_own_gemm_tilings(backend, rng, tiling):
+    """Our kernel is right for other tilings than the device's default (set_gemm_params)."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has no GEMM kernel")
+    saved_params, saved_path = backend.gemm_params, backend.gemm_path
+    backend.set_gemm_params(tiling)
+    backend.gemm_path = "own"
+    try:
+        for trans_a in (False, True):
+            for trans_b in (False, True):
+                m, n, k = 67, 45, 131
+                a = rng.standard_normal((k, m) if trans_a else (m, k))
+                b = rng.standard_normal((n, k) if trans_b else (k, n))
+                C = poisoned(backend, (m, n))
+                backend.gemm(1.0, backend.upload(a), backend.upload(b), 0.0, C, trans_a, trans_b)
+                ref = (a.T if trans_a else a) @ (b.T if trans_b else b)
+                assert rel_err(backend.download(C), ref) < F32
+    finally:
+        backend.set_gemm_params(saved_params)
+        backend.gemm_path = saved_path

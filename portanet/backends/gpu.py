@@ -100,6 +100,12 @@ class KernelBackend(Backend):
         self._run(kernel, global_size, c, a, b, float(alpha), float(beta), m, n, k, a.shape[1],
                   b.shape[1], local=(rtsn, rtsm))
 
+    def set_gemm_params(self, params):
+        """Use other tile sizes for our GEMM kernel (benchmarks and tuning)."""
+        self.gemm_params = {**GEMM_DEFAULTS, **params}
+        for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
+            del self._kernels[key]
+
     def gemv(self, alpha, a, x, beta, y, trans_a=False):
         rows, cols = a.shape
         if x.size != (rows if trans_a else cols) or y.size != (cols if trans_a else rows):
@@ -149,16 +155,22 @@ class KernelBackend(Backend):
         self._run("argmax", (a.shape[1],), out, a, *a.shape)
 
 
+GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1}
+
+
 def gemm_params(is_gpu, max_threads, local_bytes):
     """Tile sizes for our GEMM from a device's limits: 128 x 128 tiles of 8 x 8 per
     work-item on GPUs with room for them, smaller ones on CPUs and small devices."""
-    def fits(tsm, tsn, tsk, threads):
-        return threads <= max_threads and tsk * (tsm + tsn + 2) * 4 <= local_bytes
-    if is_gpu and fits(128, 128, 16, 256):
-        return {"TSM": 128, "TSN": 128, "TSK": 16, "WPTM": 8, "WPTN": 8}
-    if fits(64, 64, 16, 64):
-        return {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8}
-    return {"TSM": 16, "TSN": 16, "TSK": 8, "WPTM": 2, "WPTN": 2}
+    def fits(p):
+        threads = (p["TSM"] // p["WPTM"]) * (p["TSN"] // p["WPTN"])
+        local = p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * 8   # room for doubles
+        return threads <= max_threads and local <= local_bytes
+    for p in ([dict(GEMM_DEFAULTS, TSM=128, TSN=128)] if is_gpu else []) + [
+            GEMM_DEFAULTS, dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2)]:
+        if fits(p):
+            return dict(p)
+    raise RuntimeError(f"no GEMM tiling fits a device with {max_threads} work-items per "
+                       f"group and {local_bytes} bytes of local memory")
 
 
 def gemm_options(trans_a, trans_b, params):
