@@ -43,8 +43,9 @@ def gemm_portanet(spec, path, n=4096):
 GEMM_VARIANTS = [dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=0, PAD=1),
                  dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=1, PAD=4),
                  dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=1, PAD=4),
-                 dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=0, PAD=1),
-                 dict(TSM=128, TSN=64, TSK=16, WPTM=8, WPTN=4, MICRO=1, PAD=4)]
+                 dict(TSM=128, TSN=128, TSK=32, WPTM=8, WPTN=8, MICRO=1, PAD=4),
+                 dict(TSM=128, TSN=64, TSK=16, WPTM=8, WPTN=4, MICRO=1, PAD=4),
+                 dict(TSM=64, TSN=64, TSK=16, WPTM=4, WPTN=4, MICRO=1, PAD=4)]
 
 
 def gemm_tuning(spec):

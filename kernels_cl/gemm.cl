@@ -6,9 +6,9 @@
    hit distinct banks and its stores coalesce. The K loop walks TSK-deep slabs of op(a)
    and op(b), staged in local memory with zero padding past the edges, so any M, N, K work.
 
-   With MICRO=1 a work-item's elements are contiguous instead (rows tm.WPTM + wm), so its
-   local-memory reads are WPTM- and WPTN-long runs the compiler can turn into 16-byte loads;
-   PAD keeps the rows of the local tiles 16-byte aligned then.
+   With MICRO=1 a work-item's elements are contiguous instead (rows tm.WPTM + wm), and it
+   reads them from local memory as 4-wide vectors: a third of the local-memory traffic of
+   the strided layout. PAD must then keep the local rows 16-byte aligned (a multiple of 4).
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
    MICRO, PAD. */
@@ -92,8 +92,19 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
         BARRIER();
         for (int k = 0; k < TSK; ++k) {
             real ar[WPTM], br[WPTN];
+#if MICRO
+            for (int v = 0; v < WPTM; v += 4) {
+                const real4 x = *(const LOCAL_PTR real4*)&as[k][ROW(tm, v)];
+                ar[v] = x.x; ar[v + 1] = x.y; ar[v + 2] = x.z; ar[v + 3] = x.w;
+            }
+            for (int v = 0; v < WPTN; v += 4) {
+                const real4 x = *(const LOCAL_PTR real4*)&bs[k][COL(tn, v)];
+                br[v] = x.x; br[v + 1] = x.y; br[v + 2] = x.z; br[v + 3] = x.w;
+            }
+#else
             for (int wm = 0; wm < WPTM; ++wm) ar[wm] = as[k][ROW(tm, wm)];
             for (int wn = 0; wn < WPTN; ++wn) br[wn] = bs[k][COL(tn, wn)];
+#endif
             for (int wm = 0; wm < WPTM; ++wm)
                 for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] += ar[wm] * br[wn];
         }

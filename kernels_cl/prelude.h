@@ -11,10 +11,16 @@
 #define REAL_MIN FLT_MIN
 #endif
 typedef REAL real;
+#if REAL_IS_DOUBLE
+typedef double4 real4;
+#else
+typedef float4 real4;
+#endif
 
 #define KERNEL __kernel
 #define GLOBAL __global
 #define LOCAL __local
+#define LOCAL_PTR __local             /* the address space of a pointer into LOCAL memory */
 #define BARRIER() barrier(CLK_LOCAL_MEM_FENCE)
 #define GLOBAL_ID(d) ((int)get_global_id(d))
 #define LOCAL_ID(d) ((int)get_local_id(d))

@@ -9,10 +9,16 @@
 #define REAL_MIN 1.175494351e-38f
 #endif
 typedef REAL real;
+#if REAL_IS_DOUBLE
+typedef double4_32a real4;          /* CUDA 13 names the 32-byte-aligned double4 so */
+#else
+typedef float4 real4;
+#endif
 
 #define KERNEL extern "C" __global__
 #define GLOBAL
 #define LOCAL __shared__
+#define LOCAL_PTR                     /* the address space of a pointer into LOCAL memory */
 #define BARRIER() __syncthreads()
 #define GLOBAL_ID(d) ((int)((d) == 0 ? blockIdx.x * blockDim.x + threadIdx.x \
                                      : blockIdx.y * blockDim.y + threadIdx.y))

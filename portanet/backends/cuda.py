@@ -75,7 +75,7 @@ class CudaBackend(KernelBackend):
                                        attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK])
         self._modules = {}
         self._kernels = {}
-        self._prepared = set()
+        self._prepared = {}
         for family, names in FAMILIES.items():
             module = self._module(family)
             for name in names:
@@ -107,9 +107,9 @@ class CudaBackend(KernelBackend):
             local_size = (256,) if len(global_size) == 1 else (32, 8)
         block = tuple(local_size) + (1,) * (3 - len(local_size))
         grid = tuple(-(-g // b) for g, b in zip(global_size, block)) + (1,) * (2 - len(global_size))
-        if id(kernel) not in self._prepared:
+        if id(kernel) not in self._prepared:     # kept alive there, so ids are not reused
             kernel.prepare("".join(_ARG_CODES[type(a)] for a in args))
-            self._prepared.add(id(kernel))
+            self._prepared[id(kernel)] = kernel
         kernel.prepared_async_call(grid[:2], block, self.stream, *args)
 
     @staticmethod

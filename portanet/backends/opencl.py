@@ -87,7 +87,7 @@ class OpenCLBackend(KernelBackend):
         for family, names in FAMILIES.items():
             program = self._program(family)
             for name in names:
-                self._kernels[name] = getattr(program, name)
+                self._kernels[name] = cl.Kernel(program, name)
         self.gemm_path = "vendor" if config.gemm_path() == "vendor" and pyclblast else "own"
 
     # -- programs ------------------------------------------------------------------------
@@ -160,7 +160,7 @@ class OpenCLBackend(KernelBackend):
         key = ("gemm", trans_a, trans_b)
         if key not in self._kernels:
             options = gemm_options(trans_a, trans_b, self.gemm_params)
-            self._kernels[key] = self._program("gemm", options).gemm
+            self._kernels[key] = cl.Kernel(self._program("gemm", options), "gemm")
         self._gemm_launch(self._kernels[key], alpha, a, b, beta, c, m, n, k)
 
     def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
