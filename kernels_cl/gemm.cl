@@ -58,6 +58,24 @@
 #define B_AT(k, j) b[b_off + (k) * ldb + (j)]
 #endif
 
+/* which element (i, k) of the A slab (k, j) of the B slab the e-th load of a work-group
+   fetches: consecutive work-items read consecutive addresses */
+#if TRANS_A
+#define A_SLAB(e, i, k) const int i = (e) % TSM, k = (e) / TSM
+#else
+#define A_SLAB(e, i, k) const int k = (e) % TSK, i = (e) / TSK
+#endif
+#if TRANS_B
+#define B_SLAB(e, k, j) const int k = (e) % TSK, j = (e) / TSK
+#else
+#define B_SLAB(e, k, j) const int j = (e) % TSN, k = (e) / TSN
+#endif
+#define A_LOADS (TSM * TSK / THREADS)   /* loads per work-item per slab */
+#define B_LOADS (TSN * TSK / THREADS)
+#if A_LOADS * THREADS != TSM * TSK || B_LOADS * THREADS != TSN * TSK
+#error "TSM * TSK and TSN * TSK must be multiples of the work-group size"
+#endif
+
 KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const int a_off,
                  const GLOBAL real* RESTRICT b, const int b_off, const real alpha, const real beta,
                  const int M, const int N, const int K, const int lda, const int ldb) {
@@ -68,51 +86,82 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
     const int m0 = GROUP_ID(1) * TSM, n0 = GROUP_ID(0) * TSN;
 
     real acc[WPTM][WPTN];
+#pragma unroll
     for (int wm = 0; wm < WPTM; ++wm)
+#pragma unroll
         for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] = 0;
 
+    /* the next slabs travel through registers while the current ones are multiplied
+       (prefetching: global latency hides behind the arithmetic) */
+    real a_next[A_LOADS], b_next[B_LOADS];
+#pragma unroll
+    for (int l = 0; l < A_LOADS; ++l) {
+        A_SLAB(tid + l * THREADS, i, k);
+        a_next[l] = (m0 + i < M && k < K) ? A_AT(m0 + i, k) : (real)0;
+    }
+#pragma unroll
+    for (int l = 0; l < B_LOADS; ++l) {
+        B_SLAB(tid + l * THREADS, k, j);
+        b_next[l] = (k < K && n0 + j < N) ? B_AT(k, n0 + j) : (real)0;
+    }
+
     for (int k0 = 0; k0 < K; k0 += TSK) {
-        /* stage the slabs; consecutive work-items read consecutive addresses */
-        for (int e = tid; e < TSM * TSK; e += THREADS) {
-#if TRANS_A
-            const int i = e % TSM, k = e / TSM;
-#else
-            const int k = e % TSK, i = e / TSK;
-#endif
-            as[k][i] = (m0 + i < M && k0 + k < K) ? A_AT(m0 + i, k0 + k) : (real)0;
+#pragma unroll
+        for (int l = 0; l < A_LOADS; ++l) {
+            A_SLAB(tid + l * THREADS, i, k);
+            as[k][i] = a_next[l];
         }
-        for (int e = tid; e < TSN * TSK; e += THREADS) {
-#if TRANS_B
-            const int k = e % TSK, j = e / TSK;
-#else
-            const int j = e % TSN, k = e / TSN;
-#endif
-            bs[k][j] = (k0 + k < K && n0 + j < N) ? B_AT(k0 + k, n0 + j) : (real)0;
+#pragma unroll
+        for (int l = 0; l < B_LOADS; ++l) {
+            B_SLAB(tid + l * THREADS, k, j);
+            bs[k][j] = b_next[l];
         }
         BARRIER();
+        const int k1 = k0 + TSK;                 /* zero padding past the edges */
+        if (k1 < K) {
+#pragma unroll
+            for (int l = 0; l < A_LOADS; ++l) {
+                A_SLAB(tid + l * THREADS, i, k);
+                a_next[l] = (m0 + i < M && k1 + k < K) ? A_AT(m0 + i, k1 + k) : (real)0;
+            }
+#pragma unroll
+            for (int l = 0; l < B_LOADS; ++l) {
+                B_SLAB(tid + l * THREADS, k, j);
+                b_next[l] = (k1 + k < K && n0 + j < N) ? B_AT(k1 + k, n0 + j) : (real)0;
+            }
+        }
+#pragma unroll
         for (int k = 0; k < TSK; ++k) {
             real ar[WPTM], br[WPTN];
 #if MICRO
+#pragma unroll
             for (int v = 0; v < WPTM; v += 4) {
                 const real4 x = *(const LOCAL_PTR real4*)&as[k][ROW(tm, v)];
                 ar[v] = x.x; ar[v + 1] = x.y; ar[v + 2] = x.z; ar[v + 3] = x.w;
             }
+#pragma unroll
             for (int v = 0; v < WPTN; v += 4) {
                 const real4 x = *(const LOCAL_PTR real4*)&bs[k][COL(tn, v)];
                 br[v] = x.x; br[v + 1] = x.y; br[v + 2] = x.z; br[v + 3] = x.w;
             }
 #else
+#pragma unroll
             for (int wm = 0; wm < WPTM; ++wm) ar[wm] = as[k][ROW(tm, wm)];
+#pragma unroll
             for (int wn = 0; wn < WPTN; ++wn) br[wn] = bs[k][COL(tn, wn)];
 #endif
+#pragma unroll
             for (int wm = 0; wm < WPTM; ++wm)
+#pragma unroll
                 for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] += ar[wm] * br[wn];
         }
         BARRIER();
     }
 
+#pragma unroll
     for (int wm = 0; wm < WPTM; ++wm) {
         const int i = m0 + ROW(tm, wm);
+#pragma unroll
         for (int wn = 0; wn < WPTN; ++wn) {
             const int j = n0 + COL(tn, wn);
             if (i < M && j < N) {
