@@ -41,11 +41,27 @@ def gemm_portanet(spec, path, n=4096):
 
 
 GEMM_VARIANTS = [dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=0, PAD=1),
-                 dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=1, PAD=4),
+                 dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=0, PAD=1),
                  dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=1, PAD=4),
-                 dict(TSM=128, TSN=128, TSK=32, WPTM=8, WPTN=8, MICRO=1, PAD=4),
-                 dict(TSM=128, TSN=64, TSK=16, WPTM=8, WPTN=4, MICRO=1, PAD=4),
-                 dict(TSM=64, TSN=64, TSK=16, WPTM=4, WPTN=4, MICRO=1, PAD=4)]
+                 dict(TSM=128, TSN=64, TSK=16, WPTM=8, WPTN=4, MICRO=0, PAD=1),
+                 dict(TSM=128, TSN=64, TSK=8, WPTM=8, WPTN=4, MICRO=1, PAD=4),
+                 dict(TSM=64, TSN=128, TSK=8, WPTM=4, WPTN=8, MICRO=1, PAD=4),
+                 dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=1, PAD=8)]
+
+
+def opencl_resource_report(spec, params):
+    """NVIDIA's OpenCL compiler's register and spill report for one tiling."""
+    import pyopencl as cl
+    from portanet.backends import gpu, sources
+    bk = pn.device(spec)
+    if "NVIDIA" not in bk.platform.name:
+        return ""
+    _, text = sources.load("gemm", "cl")
+    options = bk.options + gpu.gemm_options(False, False, {**gpu.GEMM_DEFAULTS, **params})
+    prg = cl.Program(bk.ctx, text).build(options=options + ["-cl-nv-verbose"])
+    log = prg.get_build_info(bk.device, cl.program_build_info.LOG)
+    return " | ".join(line.strip() for line in log.splitlines()
+                      if "registers" in line or "spill" in line)
 
 
 def gemm_tuning(spec):
@@ -61,6 +77,11 @@ def gemm_tuning(spec):
         except Exception as e:
             out[str(p)] = {"error": f"{type(e).__name__}: {e}"[:300]}
         print("tuning", spec, p, out[str(p)], flush=True)
+        if spec.startswith("opencl"):
+            try:
+                print("   ", opencl_resource_report(spec, p), flush=True)
+            except Exception as e:
+                print("    no resource report:", e)
     bk.set_gemm_params(saved)
     return out
 
