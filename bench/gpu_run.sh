@@ -20,5 +20,5 @@ if [[ $STEPS == *train* ]]; then
     done
 fi
 if [[ $STEPS == *bench* ]]; then
-    timeout 400 python3 bench/gpu_compare.py --tune --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+    timeout 400 python3 bench/gpu_compare.py ${TUNE:+--tune} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 fi

@@ -72,7 +72,8 @@ class CudaBackend(KernelBackend):
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
         attrs = self.device.get_attributes()
         self.gemm_params = gemm_params(True, attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK],
-                                       attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK])
+                                       attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],
+                                       vector_local_loads=True)
         self._modules = {}
         self._kernels = {}
         self._prepared = {}

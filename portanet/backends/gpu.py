@@ -158,14 +158,20 @@ class KernelBackend(Backend):
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1}
 
 
-def gemm_params(is_gpu, max_threads, local_bytes):
-    """Tile sizes for our GEMM from a device's limits: 128 x 128 tiles of 8 x 8 per
-    work-item on GPUs with room for them, smaller ones on CPUs and small devices."""
+def gemm_params(is_gpu, max_threads, local_bytes, vector_local_loads=False):
+    """Tile sizes for our GEMM from a device's limits: 128 x 128 tiles, 8 deep, of 8 x 8
+    per work-item on GPUs with room for them; smaller ones on CPUs and small devices.
+    vector_local_loads picks the contiguous micro-tile read as 4-wide vectors, which pays
+    where the compiler makes 16-byte local loads of it (CUDA: 37 vs 31 TFLOP/s on an H100;
+    NVIDIA's OpenCL: 22 vs 31, so not there). Measured by bench/gpu_compare.py --tune."""
     def fits(p):
         threads = (p["TSM"] // p["WPTM"]) * (p["TSN"] // p["WPTN"])
         local = p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * 8   # room for doubles
         return threads <= max_threads and local <= local_bytes
-    for p in ([dict(GEMM_DEFAULTS, TSM=128, TSN=128)] if is_gpu else []) + [
+    big = dict(GEMM_DEFAULTS, TSM=128, TSN=128, TSK=8)
+    if vector_local_loads:
+        big.update(MICRO=1, PAD=4)
+    for p in ([big] if is_gpu else []) + [
             GEMM_DEFAULTS, dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2)]:
         if fits(p):
             return dict(p)
