@@ -52,3 +52,16 @@ def test_installed_package_carries_its_kernels():
         pytest.skip("portanet is imported from a checkout, not an installed wheel")
     assert sources.folder("cl").parent == package
     assert sources.folder("cu").parent == package
+
+
+def test_build_errors_show_the_file_and_the_compiler_log(monkeypatch):
+    from conftest import get_backend
+    import portanet as pn
+    bk = get_backend("opencl")
+    broken = "#include \"prelude.h\"\nKERNEL void broken(GLOBAL real* x) { x[0] = undefined_name; }\n"
+    real_load = sources.load
+    monkeypatch.setattr(sources, "load", lambda family, lang: (
+        sources.folder(lang) / "broken.cl", real_load("blas", lang)[1].split("#define GEMV")[0]
+        + broken.split("\n", 1)[1]) if family == "broken" else real_load(family, lang))
+    with pytest.raises(pn.errors.KernelBuildError, match=r"(?s)broken\.cl failed to build.*undefined_name"):
+        bk._program("broken")

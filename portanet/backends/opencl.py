@@ -107,7 +107,20 @@ class OpenCLBackend(KernelBackend):
         return self._programs[key]
 
     def _launch(self, kernel, global_size, local_size, args):
-        kernel(self.queue, global_size, local_size, *args)
+        try:
+            kernel(self.queue, global_size, local_size, *args)
+        except (cl.MemoryError, cl.RuntimeError) as e:
+            # drivers allocate lazily: CL_MEM_OBJECT_ALLOCATION_FAILURE / CL_OUT_OF_RESOURCES
+            # can surface at the first launch that touches a buffer
+            if e.code not in (cl.status_code.MEM_OBJECT_ALLOCATION_FAILURE,
+                              cl.status_code.OUT_OF_RESOURCES):
+                raise
+            dev = self.device
+            raise OutOfMemoryError(
+                f"{kernel.function_name} on {dev.name}: the device ran out of memory or "
+                f"resources ({e}); {self.allocated_bytes / 2**20:.0f} MiB of "
+                f"{dev.global_mem_size / 2**20:.0f} MiB are allocated by portanet: use a "
+                f"smaller batch or network") from e
 
     @staticmethod
     def _pointer(x):

@@ -1,0 +1,18 @@
+"""The README's library example runs as written."""
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_example_runs(tmp_path, monkeypatch):
+    if not README.exists():
+        pytest.skip("README.md is not next to the tests")
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), re.S)
+    assert blocks, "the README has no python example"
+    monkeypatch.chdir(tmp_path)
+    for code in blocks:
+        exec(compile(code, str(README), "exec"), {})
+    assert (tmp_path / "coordinates.npz").exists()
