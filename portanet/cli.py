@@ -8,11 +8,7 @@ from . import backends, data, models
 from .errors import PortanetError
 from .optim import SGD
 
-DATASET_DEFAULTS = {   # per dataset: model arguments and data preparation
-    "fashion-mnist": {"classes": 10},
-    "mnist": {"classes": 10},
-    "coordinates": {"classes": 1, "hidden": (30,)},
-}
+CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
 
 
 @click.group()
@@ -32,8 +28,10 @@ def devices():
 
 
 @main.command()
-@click.option("--model", type=click.Choice(sorted(models.MODELS)), default="mlp", show_default=True)
-@click.option("--dataset", type=click.Choice(sorted(DATASET_DEFAULTS)), default="fashion-mnist",
+@click.option("--model", default="mlp", show_default=True,
+              help="mlp, lenet, or a description such as "
+                   "'conv(8, 3, relu) maxpool(2) flatten dense(10, softmax)'")
+@click.option("--dataset", type=click.Choice(sorted(CLASSES)), default="fashion-mnist",
               show_default=True)
 @click.option("--epochs", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True)
@@ -59,8 +57,7 @@ def train(model, dataset, epochs, batch_size, lr, lr_decay, momentum, weight_dec
             if dataset != "coordinates" else data.coordinates(seed=seed)
         if limit:
             x, y = x[:limit], y[:limit]
-        kwargs = dict(DATASET_DEFAULTS[dataset])
-        net = models.MODELS[model](input_shape=x.shape[1:], device=device, seed=seed, **kwargs)
+        net = build_model(model, dataset, x.shape[1:], device, seed)
         click.echo(net.summary(), err=True)
         seconds = []
 
@@ -94,6 +91,16 @@ def train(model, dataset, epochs, batch_size, lr, lr_decay, momentum, weight_dec
                 "epoch_seconds": seconds}))
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
+
+
+def build_model(model, dataset, input_shape, device, seed):
+    classes = CLASSES[dataset]
+    if model == "mlp" and dataset == "coordinates":
+        return models.mlp(input_shape, classes, hidden=(30,), device=device, seed=seed)  # the seed's
+    if model in models.MODELS:
+        return models.MODELS[model](input_shape=input_shape, classes=classes, device=device,
+                                    seed=seed)
+    return models.from_description(model, input_shape, device=device, seed=seed)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from .backends.base import ACTIVATIONS
+from .backends.base import ACTIVATIONS, conv_out
 from .errors import InputError, ShapeError
 
 
@@ -33,19 +33,26 @@ class Layer:
     def allocate(self, capacity):
         """Batch buffers for up to `capacity` samples (called when the batch grows)."""
 
-    def bind(self, a_prev, m):
-        """Views for a batch of m samples: a_prev is the previous layer's output."""
+    def shared_sizes(self, m):
+        """(ones, workspace) elements this layer needs from the network's shared buffers
+        for a batch of m: the ones vector of bias gradients, the im2col workspace."""
+        return 0, 0
+
+    def bind(self, a_prev, m, shared):
+        """Views for a batch of m samples: a_prev is the previous layer's output; shared
+        holds the network's ones vector and workspace."""
         self.a_prev = a_prev
         self.m = m
+        self.shared = shared
 
     def params(self):
         """{name: device array} saved and loaded with the network."""
         return {}
 
-    def forward(self):
+    def forward(self, training=True):
         raise NotImplementedError
 
-    def backward(self, opt, ones, first, delta_in_z=False):
+    def backward(self, opt, first, delta_in_z=False):
         """On entry self.a holds dL/da (or self.z the delta, if delta_in_z); on exit
         a_prev holds dL/da_prev (unless first) and the parameters are updated."""
         raise NotImplementedError
@@ -81,7 +88,7 @@ class Dense(Layer):
 
     def build(self, backend, in_shape, rng):
         out = super().build(backend, in_shape, rng)
-        self.n_in = int(np.prod(in_shape))
+        self.n_in = self.fan_in(in_shape)
         # He for relu, Glorot otherwise; drawn on the host so every backend starts equal
         fan = self.n_in if self.activation == "relu" else (self.n_in + self.units) / 2
         limit = math.sqrt(3.0 / fan)
@@ -92,37 +99,48 @@ class Dense(Layer):
         self.vb = backend.zeros((self.units,), label=f"{self} vb")
         return out
 
+    def fan_in(self, in_shape):
+        return int(np.prod(in_shape))
+
     def allocate(self, capacity):
         self.free()
         self._z = self.backend.empty((self.units * capacity,), label=f"{self} z")
         self._a = self.backend.empty((self.units * capacity,), label=f"{self} a")
 
-    def bind(self, a_prev, m):
-        super().bind(self.backend.view(a_prev, (self.n_in, m)), m)
+    def shared_sizes(self, m):
+        return m, 0
+
+    def bind(self, a_prev, m, shared):
+        super().bind(self.backend.view(a_prev, (self.n_in, m)), m, shared)
         self.z = self.backend.view(self._z, (self.units, m))
         self.a = self.backend.view(self._a, (self.units, m))
+        self.ones = self.backend.view(shared.ones, (m,))
+        self.inputs = self.a_prev           # what w multiplies: a_prev here, im2col's cols in Conv2D
 
     def params(self):
         return {"w": self.w, "b": self.b}
 
-    def forward(self):
+    def forward(self, training=True):
         bk = self.backend
-        bk.gemm(1.0, self.w, self.a_prev, 0.0, self.z)          # z <- w a_prev
+        bk.gemm(1.0, self.w, self.inputs, 0.0, self.z)          # z <- w a_prev
         bk.bias_activation(self.activation, self.z, self.b, self.a)  # z <- z + b 1^T; a <- f(z)
 
-    def backward(self, opt, ones, first, delta_in_z=False):
+    def backward(self, opt, first, delta_in_z=False):
         bk, eta_m = self.backend, opt.lr / self.m
         if not delta_in_z:
             bk.activation_grad(self.activation, self.z, self.a)  # (1) dz <- f'(z) . da
         # (2) v <- mu v - eta/m dz a_prev^T: before a_prev is overwritten (the river crossing)
-        bk.gemm(-eta_m, self.z, self.a_prev, opt.momentum, self.v, trans_b=True)
+        bk.gemm(-eta_m, self.z, self.inputs, opt.momentum, self.v, trans_b=True)
         if opt.weight_decay:
             bk.axpy(-opt.lr * opt.weight_decay, self.w, self.v)  # ... - eta lambda w
         if not first:
-            bk.gemm(1.0, self.w, self.z, 0.0, self.a_prev, trans_a=True)  # (3) da_prev <- w^T dz
-        bk.gemv(-eta_m, self.z, ones, opt.momentum, self.vb)     # (4) vb <- mu vb - eta/m dz 1
+            self.input_grad()                                    # (3) da_prev <- w^T dz
+        bk.gemv(-eta_m, self.z, self.ones, opt.momentum, self.vb)  # (4) vb <- mu vb - eta/m dz 1
         bk.axpy(1.0, self.v, self.w)                             # (5) w <- w + v
         bk.axpy(1.0, self.vb, self.b)                            #     b <- b + vb
+
+    def input_grad(self):
+        self.backend.gemm(1.0, self.w, self.z, 0.0, self.a_prev, trans_a=True)
 
     def free(self):
         for x in (self._z, self._a):
@@ -131,24 +149,192 @@ class Dense(Layer):
         self._z = self._a = None
 
 
+class Conv2D(Dense):
+    """2-D convolution lowered to one GEMM over the whole batch: with images stored
+    (C, H, W, N), w (filters x C.k.k) . cols (C.k.k x Ho.Wo.N) is the output, already in
+    (filters, Ho, Wo, N) order. cols lives in the network's shared workspace; the update
+    is Dense's with cols in place of a_prev."""
+
+    def __init__(self, filters, kernel_size, stride=1, padding=0, activation="linear"):
+        super().__init__(filters, activation)
+        for name, value, low in (("kernel_size", kernel_size, 1), ("stride", stride, 1),
+                                 ("padding", padding, 0)):
+            if int(value) != value or value < low:
+                raise InputError(f"Conv2D: {name} must be an integer >= {low}, got {value!r}")
+        self.k, self.stride, self.pad = int(kernel_size), int(stride), int(padding)
+
+    def config(self):
+        return {"filters": self.units, "kernel_size": self.k, "stride": self.stride,
+                "padding": self.pad, "activation": self.activation}
+
+    def output_shape(self, in_shape):
+        if len(in_shape) != 3:
+            raise ShapeError(f"{self} takes images (C, H, W), got inputs of shape {in_shape}")
+        c, h, w = in_shape
+        ho, wo = conv_out(h, self.k, self.stride, self.pad), conv_out(w, self.k, self.stride, self.pad)
+        if ho < 1 or wo < 1:
+            raise ShapeError(f"{self}: a {self.k}x{self.k} kernel does not fit {h}x{w} images "
+                             f"with padding {self.pad}")
+        return (self.units, ho, wo)
+
+    def fan_in(self, in_shape):
+        return in_shape[0] * self.k * self.k
+
+    def build(self, backend, in_shape, rng):
+        out = super().build(backend, in_shape, rng)
+        self.n_out = int(np.prod(out))                 # outputs per sample
+        return out
+
+    def allocate(self, capacity):
+        self.free()
+        self._z = self.backend.empty((self.n_out * capacity,), label=f"{self} z")
+        self._a = self.backend.empty((self.n_out * capacity,), label=f"{self} a")
+
+    def shared_sizes(self, m):
+        positions = self.out_shape[1] * self.out_shape[2] * m
+        return positions, self.n_in * positions
+
+    def bind(self, a_prev, m, shared):
+        Layer.bind(self, self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
+        positions = self.out_shape[1] * self.out_shape[2] * m
+        self.z = self.backend.view(self._z, (self.units, positions))
+        self.a = self.backend.view(self._a, (self.units, positions))
+        self.ones = self.backend.view(shared.ones, (positions,))
+        self.inputs = self.backend.view(shared.workspace, (self.n_in, positions))
+
+    def forward(self, training=True):
+        self.backend.im2col(self.inputs, self.a_prev, self.k, self.stride, self.pad)
+        self.shared.workspace_holds = self
+        super().forward(training)
+
+    def backward(self, opt, first, delta_in_z=False):
+        if self.shared.workspace_holds is not self:     # a later conv layer used it since
+            self.backend.im2col(self.inputs, self.a_prev, self.k, self.stride, self.pad)
+        super().backward(opt, first, delta_in_z)
+        self.shared.workspace_holds = None
+
+    def input_grad(self):
+        bk = self.backend
+        bk.gemm(1.0, self.w, self.z, 0.0, self.inputs, trans_a=True)   # dcols <- w^T dz
+        bk.col2im(self.a_prev, self.inputs, self.k, self.stride, self.pad)  # da_prev <- col2im
+        self.shared.workspace_holds = None
+
+
+class MaxPool2D(Layer):
+    """Max pooling over pool x pool windows; keeps the argmax indices for the backward."""
+
+    def __init__(self, pool=2, stride=None):
+        self.pool = int(pool)
+        self.stride = int(stride or pool)
+        if self.pool < 1 or self.stride < 1:
+            raise InputError(f"MaxPool2D: pool and stride must be >= 1, got {pool}, {stride}")
+        self._a = self._idx = None
+
+    def config(self):
+        return {"pool": self.pool, "stride": self.stride}
+
+    def output_shape(self, in_shape):
+        if len(in_shape) != 3 or min(in_shape[1:]) < self.pool:
+            raise ShapeError(f"{self} takes images (C, H, W) of at least {self.pool}x{self.pool},"
+                             f" got inputs of shape {in_shape}")
+        c, h, w = in_shape
+        return (c, conv_out(h, self.pool, self.stride, 0), conv_out(w, self.pool, self.stride, 0))
+
+    def allocate(self, capacity):
+        self.free()
+        n = int(np.prod(self.out_shape)) * capacity
+        self._a = self.backend.empty((n,), label=f"{self} a")
+        self._idx = self.backend.empty((n,), np.int32, label=f"{self} indices")
+
+    def bind(self, a_prev, m, shared):
+        super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
+        self.a = self.backend.view(self._a, (*self.out_shape, m))
+        self.idx = self.backend.view(self._idx, (*self.out_shape, m))
+
+    def forward(self, training=True):
+        self.backend.maxpool(self.a, self.idx, self.a_prev, self.pool, self.stride)
+
+    def backward(self, opt, first, delta_in_z=False):
+        if not first:
+            self.backend.maxpool_grad(self.a_prev, self.a, self.idx, self.pool, self.stride)
+
+    def free(self):
+        for x in (self._a, self._idx):
+            if x is not None:
+                self.backend.free(x)
+        self._a = self._idx = None
+
+
+class Dropout(Layer):
+    """Zeroes each input with probability `rate` while training and scales the rest by
+    1 / (1 - rate); the identity in inference. The mask is not stored: a counter-based hash
+    of (seed, step, element) recomputes it for the backward, the same on every backend."""
+
+    def __init__(self, rate=0.5, seed=0):
+        if not 0 <= rate < 1:
+            raise InputError(f"Dropout: rate must be in [0, 1), got {rate}")
+        self.rate, self.seed = float(rate), int(seed)
+        self.step = 0
+        self._a = None
+
+    def config(self):
+        return {"rate": self.rate, "seed": self.seed}
+
+    def allocate(self, capacity):
+        self.free()
+        self._a = self.backend.empty((int(np.prod(self.in_shape)) * capacity,), label=f"{self} a")
+
+    def bind(self, a_prev, m, shared):
+        super().bind(a_prev, m, shared)
+        self.a = self.backend.view(self._a, a_prev.shape)
+
+    def forward(self, training=True):
+        if training:
+            self.step += 1
+            self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step))
+            self.backend.dropout(self.a, self.a_prev, self.key, self.rate)
+        else:
+            self.backend.copy(self.a_prev, self.a)
+
+    def backward(self, opt, first, delta_in_z=False):
+        if not first:
+            self.backend.dropout(self.a_prev, self.a, self.key, self.rate)
+
+    def free(self):
+        if self._a is not None:
+            self.backend.free(self._a)
+        self._a = None
+
+
+def mix32(h):
+    """lowbias32 on Python ints (the kernels' hash), for dropout keys."""
+    h &= 0xFFFFFFFF
+    h ^= h >> 16
+    h = (h * 0x7FEB352D) & 0xFFFFFFFF
+    h ^= h >> 15
+    h = (h * 0x846CA68B) & 0xFFFFFFFF
+    return h ^ (h >> 16)
+
+
 class Flatten(Layer):
     """(C, H, W) per sample -> (C.H.W,): with batch-innermost storage, a free view."""
 
     def output_shape(self, in_shape):
         return (int(np.prod(in_shape)),)
 
-    def bind(self, a_prev, m):
-        super().bind(a_prev, m)
+    def bind(self, a_prev, m, shared):
+        super().bind(a_prev, m, shared)
         self.a = self.backend.view(a_prev, (self.out_shape[0], m))
 
-    def forward(self):
+    def forward(self, training=True):
         pass
 
-    def backward(self, opt, ones, first, delta_in_z=False):
+    def backward(self, opt, first, delta_in_z=False):
         pass                                                     # the gradient is the same view
 
 
-LAYERS = {"Dense": Dense, "Flatten": Flatten}
+LAYERS = {"Dense": Dense, "Flatten": Flatten, "Conv2D": Conv2D, "MaxPool2D": MaxPool2D,
+          "Dropout": Dropout}
 
 
 def from_config(name, config):

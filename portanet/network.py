@@ -19,6 +19,15 @@ from .optim import SGD
 FORMAT = "portanet-model-1"
 
 
+class Shared:
+    """Buffers all layers of a network share: a ones vector (bias gradients by gemv) and
+    the im2col workspace, sized once for the largest layer; workspace_holds names the
+    conv layer whose cols it holds."""
+
+    def __init__(self, ones, workspace):
+        self.ones, self.workspace, self.workspace_holds = ones, workspace, None
+
+
 class History(dict):
     """Per-epoch lists: loss, accuracy, seconds (and val_loss, val_accuracy if asked)."""
 
@@ -92,8 +101,12 @@ class Sequential:
             self._x = bk.empty((self.n_in * m,), label="network input")
             target_dtype = np.int32 if self.loss.name == "softmax_cross_entropy" else bk.dtype
             self._y = bk.empty((self.n_out * m,), target_dtype, label="targets")
-            self._ones = bk.empty((m,), label="ones")
-            bk.fill(self._ones, 1.0)
+            sizes = [layer.shared_sizes(m) for layer in self.layers]
+            ones = max([m] + [n for n, _ in sizes])
+            self.shared = Shared(bk.empty((ones,), label="ones"),
+                                 bk.empty((max(1, max(w for _, w in sizes)),),
+                                          label="im2col workspace"))
+            bk.fill(self.shared.ones, 1.0)
             self._loss_buf = bk.empty((m,), label="per-sample loss")
             self._hit_buf = bk.empty((m,), label="per-sample hits")
             self._loss_sum = bk.empty((m,), label="loss accumulator")
@@ -104,19 +117,18 @@ class Sequential:
         self.x = bk.view(self._x, (self.n_in, m))
         self.y = bk.view(self._y, (m,) if self.loss.name == "softmax_cross_entropy"
                          else (self.n_out, m))
-        self.ones = bk.view(self._ones, (m,))
         self.loss_buf = bk.view(self._loss_buf, (m,))
         self.hit_buf = bk.view(self._hit_buf, (m,))
         a = self.x
         for layer in self.layers:
-            layer.bind(a, m)
+            layer.bind(a, m, self.shared)
             a = layer.a
 
     def _free_batch_buffers(self):
         if not self.capacity:
             return
-        for x in (self._x, self._y, self._ones, self._loss_buf, self._hit_buf,
-                  self._loss_sum, self._hit_sum):
+        for x in (self._x, self._y, self.shared.ones, self.shared.workspace, self._loss_buf,
+                  self._hit_buf, self._loss_sum, self._hit_sum):
             self.backend.free(x)
         for layer in self.layers:
             layer.free()
@@ -140,9 +152,9 @@ class Sequential:
         if yb is not None:
             self.backend.write(self.y, yb)
 
-    def _forward(self):
+    def _forward(self, training=False):
         for layer in self.layers:
-            layer.forward()
+            layer.forward(training)
 
     def _loss(self):
         """Loss kernel: the delta into the last layer, per-sample loss and hits summed."""
@@ -154,12 +166,11 @@ class Sequential:
     def _backward(self, opt):
         for i in reversed(range(len(self.layers))):
             last = i == len(self.layers) - 1
-            self.layers[i].backward(opt, self.ones, self._first[i],
-                                    delta_in_z=last and self.loss.fused)
+            self.layers[i].backward(opt, self._first[i], delta_in_z=last and self.loss.fused)
 
     def _step(self, opt):
         """Forward, loss, backward and update on the batch already on the device."""
-        self._forward()
+        self._forward(training=True)
         self._loss()
         self._backward(opt)
 

@@ -127,6 +127,29 @@ class Backend:
         """out[j] <- argmax_i a[i, j], int32."""
         raise NotImplementedError
 
+    # images are (C, H, W, N), batch innermost; the shapes of the arguments say the sizes
+
+    def im2col(self, cols, x, k, stride, pad):
+        """cols (C.k.k, Ho.Wo.N) <- the k x k patches of x (C, H, W, N), zero padded."""
+        raise NotImplementedError
+
+    def col2im(self, x, cols, k, stride, pad):
+        """x (C, H, W, N) <- the adjoint of im2col: each pixel sums the cols entries of it."""
+        raise NotImplementedError
+
+    def maxpool(self, a, idx, x, pool, stride):
+        """a (C, Ho, Wo, N) <- window maxima of x; idx (int32, like a) <- their flat index."""
+        raise NotImplementedError
+
+    def maxpool_grad(self, dx, da, idx, pool, stride):
+        """dx (C, H, W, N) <- da summed into the positions idx names."""
+        raise NotImplementedError
+
+    def dropout(self, out, x, key, rate):
+        """out <- x . mask / (1 - rate); mask from a counter-based hash of (key, index), the
+        same on every backend. The backward is the same call on the gradients."""
+        raise NotImplementedError
+
     # -- description ---------------------------------------------------------------------
 
     def info(self):
@@ -150,6 +173,11 @@ def check_gemm(a, b, c, trans_a, trans_b):
         raise ShapeError(f"gemm: op(a) {m}x{k} . op(b) {k2}x{n} does not fit c {c.shape} "
                          f"(a {a.shape} trans={trans_a}, b {b.shape} trans={trans_b})")
     return m, n, k
+
+
+def conv_out(size, k, stride, pad):
+    """Output size of a convolution or pooling window sliding over `size`."""
+    return (size + 2 * pad - k) // stride + 1
 
 
 def check_activation(kind):

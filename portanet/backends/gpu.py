@@ -4,7 +4,7 @@ parameter choice. Each backend supplies memory, `_launch` and its two GEMM paths
 import numpy as np
 
 from ..errors import ShapeError
-from .base import Backend, check_activation, check_gemm
+from .base import Backend, check_activation, check_gemm, conv_out
 
 ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4}
 
@@ -12,7 +12,8 @@ ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4}
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation", "bias_softmax",
                             "activation_grad"),
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
-            "blas": ("gemv", "gemv_t", "ger")}
+            "blas": ("gemv", "gemv_t", "ger"),
+            "conv": ("im2col", "col2im", "maxpool", "maxpool_grad", "dropout")}
 GEMV_THREADS = 256          # work-group size of the gemv kernel (blas.cl)
 
 
@@ -154,8 +155,37 @@ class KernelBackend(Backend):
     def argmax(self, out, a):
         self._run("argmax", (a.shape[1],), out, a, *a.shape)
 
+    def im2col(self, cols, x, k, stride, pad):
+        rows, n = cols.shape
+        self._run("im2col", (n, rows), cols, x, *_conv_sizes(x, k, stride, pad))
+
+    def col2im(self, x, cols, k, stride, pad):
+        self._run("col2im", (x.size,), x, cols, *_conv_sizes(x, k, stride, pad))
+
+    def maxpool(self, a, idx, x, pool, stride):
+        self._run("maxpool", (a.size,), a, idx, x, *_pool_sizes(x, pool, stride))
+
+    def maxpool_grad(self, dx, da, idx, pool, stride):
+        self._run("maxpool_grad", (dx.size,), dx, da, idx, *_pool_sizes(dx, pool, stride))
+
+    def dropout(self, out, x, key, rate):
+        key = (key & 0xFFFFFFFF) - (1 << 32 if key & 0x80000000 else 0)    # as int32 bits
+        self._run("dropout", (out.size,), out, x, key, float(rate), 1.0 / (1.0 - rate),
+                  out.size)
+
 
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1}
+
+
+def _conv_sizes(x, k, stride, pad):
+    """The size arguments of conv.cl's kernels for images x (C, H, W, N)."""
+    C, H, W, N = x.shape
+    return C, H, W, N, k, stride, pad, conv_out(H, k, stride, pad), conv_out(W, k, stride, pad)
+
+
+def _pool_sizes(x, pool, stride):
+    C, H, W, N, pool, stride, _, Ho, Wo = _conv_sizes(x, pool, stride, 0)
+    return C, H, W, N, pool, stride, Ho, Wo
 
 
 def gemm_params(is_gpu, max_threads, local_bytes, vector_local_loads=False):

@@ -3,7 +3,7 @@ import os
 
 import numpy as np
 
-from .base import Backend, check_activation, check_gemm
+from .base import Backend, check_activation, check_gemm, conv_out
 
 
 class NumpyBackend(Backend):
@@ -98,6 +98,47 @@ class NumpyBackend(Backend):
     def argmax(self, out, a):
         out[...] = np.argmax(a, axis=0)
 
+    def im2col(self, cols, x, k, stride, pad):
+        C, H, W, N = x.shape
+        Ho, Wo = conv_out(H, k, stride, pad), conv_out(W, k, stride, pad)
+        xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+        out = cols.reshape(C, k, k, Ho, Wo, N)
+        for ki in range(k):
+            for kj in range(k):
+                out[:, ki, kj] = xp[:, ki:ki + stride * Ho:stride, kj:kj + stride * Wo:stride]
+
+    def col2im(self, x, cols, k, stride, pad):
+        C, H, W, N = x.shape
+        Ho, Wo = conv_out(H, k, stride, pad), conv_out(W, k, stride, pad)
+        xp = np.zeros((C, H + 2 * pad, W + 2 * pad, N), x.dtype)
+        patches = cols.reshape(C, k, k, Ho, Wo, N)
+        for ki in range(k):
+            for kj in range(k):
+                xp[:, ki:ki + stride * Ho:stride, kj:kj + stride * Wo:stride] += patches[:, ki, kj]
+        x[...] = xp[:, pad:pad + H, pad:pad + W]
+
+    def maxpool(self, a, idx, x, pool, stride):
+        C, H, W, N = x.shape
+        _, Ho, Wo, _ = a.shape
+        flat = np.arange(x.size).reshape(x.shape)
+        a[...] = x[:, :stride * Ho:stride, :stride * Wo:stride]
+        idx[...] = flat[:, :stride * Ho:stride, :stride * Wo:stride]
+        for pi in range(pool):                      # scan order of the kernels: first max wins
+            for pj in range(pool):
+                window = (slice(None), slice(pi, pi + stride * Ho, stride),
+                          slice(pj, pj + stride * Wo, stride))
+                better = x[window] > a
+                a[better] = x[window][better]
+                idx[better] = flat[window][better]
+
+    def maxpool_grad(self, dx, da, idx, pool, stride):
+        flat = np.zeros(dx.size, dx.dtype)
+        np.add.at(flat, idx.ravel(), da.ravel())
+        dx[...] = flat.reshape(dx.shape)
+
+    def dropout(self, out, x, key, rate):
+        out[...] = x * dropout_mask(x.size, key, rate).reshape(x.shape).astype(x.dtype) / (1 - rate)
+
     def info(self):
         return {"name": "NumPy reference on the host CPU", "vendor": "numpy " + np.__version__,
                 "memory_bytes": _host_memory(), "compute_units": os.cpu_count()}
@@ -134,6 +175,23 @@ def activate_grad(kind, z):
         s = activate("sigmoid", z)
         return s * (1 - s)
     return 1 - np.tanh(z) ** 2
+
+
+def _mix32(h):
+    """lowbias32, the hash of kernels_cl/conv.cl, on uint32 arrays."""
+    h = h ^ (h >> 16)
+    h = h * np.uint32(0x7feb352d)
+    h = h ^ (h >> 15)
+    h = h * np.uint32(0x846ca68b)
+    return h ^ (h >> 16)
+
+
+def dropout_mask(n, key, rate):
+    """The kernels' mask: uniform(key, i) >= rate for i < n."""
+    with np.errstate(over="ignore"):
+        i = np.arange(n, dtype=np.uint32)
+        h = _mix32(i * np.uint32(0x9E3779B1) + np.uint32(key & 0xFFFFFFFF))
+    return (h >> 8).astype(np.float64) / 16777216.0 >= rate
 
 
 def _host_memory():

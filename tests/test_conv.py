@@ -1,0 +1,208 @@
+"""Convolution, pooling and dropout: kernels against the NumPy reference on odd shapes,
+the reference against a direct convolution, gradients against finite differences."""
+import numpy as np
+import pytest
+
+import portanet as pn
+from portanet.backends.base import conv_out
+from portanet.backends.numpy import NumpyBackend, dropout_mask
+from conftest import F32, F64_GRAD, rel_err
+
+REF = NumpyBackend("cpu", np.float64)
+# (C, H, W, N, k, stride, pad): odd images, channels not a multiple of 4
+CONV_SHAPES = [(3, 7, 9, 5, 3, 1, 0), (3, 7, 9, 5, 3, 2, 1), (5, 11, 6, 3, 2, 2, 0),
+               (1, 5, 5, 2, 5, 1, 2), (6, 8, 8, 1, 1, 1, 0)]
+
+
+def direct_conv(x, w, stride, pad):
+    """x (C, H, W, N), w (F, C, k, k) -> (F, Ho, Wo, N), by the definition."""
+    C, H, W, N = x.shape
+    F, _, k, _ = w.shape
+    xp = np.pad(x, ((0, 0), (pad, pad), (pad, pad), (0, 0)))
+    Ho, Wo = conv_out(H, k, stride, pad), conv_out(W, k, stride, pad)
+    out = np.zeros((F, Ho, Wo, N))
+    for oh in range(Ho):
+        for ow in range(Wo):
+            patch = xp[:, oh * stride:oh * stride + k, ow * stride:ow * stride + k, :]
+            out[:, oh, ow, :] = np.einsum("fcij,cijn->fn", w, patch)
+    return out
+
+
+@pytest.mark.parametrize("shape", CONV_SHAPES)
+def test_reference_im2col_gemm_is_convolution(rng, shape):
+    C, H, W, N, k, s, p = shape
+    Ho, Wo = conv_out(H, k, s, p), conv_out(W, k, s, p)
+    x, w = rng.standard_normal((C, H, W, N)), rng.standard_normal((4, C, k, k))
+    cols = np.empty((C * k * k, Ho * Wo * N))
+    REF.im2col(cols, x, k, s, p)
+    out = (w.reshape(4, -1) @ cols).reshape(4, Ho, Wo, N)
+    assert rel_err(out, direct_conv(x, w, s, p)) < 1e-12
+    # col2im is im2col's adjoint: <im2col(x), c> = <x, col2im(c)>
+    c = rng.standard_normal(cols.shape)
+    back = np.empty_like(x)
+    REF.col2im(back, c, k, s, p)
+    assert np.sum(cols * c) == pytest.approx(np.sum(x * back), rel=1e-12)
+
+
+@pytest.mark.parametrize("shape", CONV_SHAPES)
+def test_im2col_col2im(backend, rng, shape):
+    C, H, W, N, k, s, p = shape
+    Ho, Wo = conv_out(H, k, s, p), conv_out(W, k, s, p)
+    x = rng.standard_normal((C, H, W, N))
+    ref = np.empty((C * k * k, Ho * Wo * N))
+    REF.im2col(ref, x, k, s, p)
+    cols = backend.upload(np.full(ref.shape, np.nan))
+    backend.im2col(cols, backend.upload(x), k, s, p)
+    assert rel_err(backend.download(cols), ref) < F32
+    c = rng.standard_normal(ref.shape)
+    ref_x = np.empty_like(x)
+    REF.col2im(ref_x, c, k, s, p)
+    X = backend.upload(np.full(x.shape, np.nan))
+    backend.col2im(X, backend.upload(c), k, s, p)
+    assert rel_err(backend.download(X), ref_x) < F32
+
+
+@pytest.mark.parametrize("C,H,W,N,pool,stride", [(3, 7, 9, 5, 2, 2), (5, 8, 7, 3, 3, 2),
+                                                 (2, 6, 6, 4, 3, 3), (1, 5, 5, 1, 2, 1)])
+def test_maxpool(backend, rng, C, H, W, N, pool, stride):
+    x = rng.standard_normal((C, H, W, N))
+    Ho, Wo = conv_out(H, pool, stride, 0), conv_out(W, pool, stride, 0)
+    a_ref, idx_ref = np.empty((C, Ho, Wo, N)), np.empty((C, Ho, Wo, N), np.int32)
+    REF.maxpool(a_ref, idx_ref, x, pool, stride)
+    # by the definition
+    for oh in range(Ho):
+        for ow in range(Wo):
+            win = x[:, oh * stride:oh * stride + pool, ow * stride:ow * stride + pool]
+            assert np.array_equal(a_ref[:, oh, ow], win.max(axis=(1, 2)))
+    assert np.array_equal(x.ravel()[idx_ref], a_ref)
+    A, I = backend.upload(np.full(a_ref.shape, np.nan)), backend.empty(a_ref.shape, np.int32)
+    backend.maxpool(A, I, backend.upload(x), pool, stride)
+    assert rel_err(backend.download(A), a_ref) < F32
+    assert np.array_equal(backend.download(I), idx_ref)
+    da = rng.standard_normal(a_ref.shape)
+    dx_ref = np.empty_like(x)
+    REF.maxpool_grad(dx_ref, da, idx_ref, pool, stride)
+    DX = backend.upload(np.full(x.shape, np.nan))
+    backend.maxpool_grad(DX, backend.upload(da), backend.upload(idx_ref), pool, stride)
+    assert rel_err(backend.download(DX), dx_ref) < F32
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.3, 0.75])
+def test_dropout_same_mask_everywhere(backend, rng, rate):
+    n, key = 10007, 0xDEADBEEF
+    x = rng.standard_normal(n)
+    out = backend.upload(np.full(n, np.nan))
+    backend.dropout(out, backend.upload(x), key, rate)
+    mask = dropout_mask(n, key, rate)
+    assert rel_err(backend.download(out), x * mask / (1 - rate)) < F32
+    assert abs(mask.mean() - (1 - rate)) < 0.02
+    assert not np.array_equal(dropout_mask(n, key + 1, rate), mask) or rate == 0
+
+
+def small_cnn(dtype="float64", device="cpu", dropout=0.0):
+    layers = [pn.Conv2D(4, 3, stride=2, padding=1, activation="tanh"),
+              pn.MaxPool2D(3, stride=2),           # overlapping windows
+              pn.Conv2D(5, 2, activation="relu"),
+              pn.Flatten()]
+    if dropout:
+        layers.append(pn.Dropout(dropout, seed=3))
+    layers.append(pn.Dense(3, "softmax"))
+    return pn.Sequential(layers, (3, 11, 9), device=device, dtype=dtype, seed=2)
+
+
+def training_loss(net, x, y, dropout_step=None):
+    """The training-mode loss (dropout active with a fixed mask) of one batch."""
+    net._upload_batch(*net._check_data(x, y))
+    for layer in net.layers:
+        if isinstance(layer, pn.Dropout):
+            layer.step = dropout_step
+    net._reset_sums()
+    net._forward(training=True)
+    net._loss()
+    return net._read_sums(len(x))[0]
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.4])
+def test_cnn_gradients(rng, dropout):
+    net = small_cnn(dropout=dropout)
+    x, y = rng.standard_normal((4, 3, 11, 9)), rng.integers(0, 3, 4)
+    for layer in net.layers:
+        if layer.trainable:
+            layer.b[...] = rng.standard_normal(layer.b.shape) * 0.3
+    eps = 1e-6
+    numeric = []
+    for layer in filter(lambda l: l.trainable, net.layers):
+        grads = []
+        for param in (layer.w, layer.b):
+            g = np.zeros_like(param)
+            for i in np.ndindex(param.shape):
+                old = param[i]
+                param[i] = old + eps
+                up = training_loss(net, x, y, 0)
+                param[i] = old - eps
+                down = training_loss(net, x, y, 0)
+                param[i] = old
+                g[i] = (up - down) / (2 * eps)
+            grads.append(g)
+        numeric.append(grads)
+    training_loss(net, x, y, 0)         # forward with the same mask (step 0 -> 1 inside)
+    for layer in net.layers:
+        if isinstance(layer, pn.Dropout):
+            layer.step = 0
+    net._step(pn.SGD(lr=1.0))
+    for layer, (gw, gb) in zip(filter(lambda l: l.trainable, net.layers), numeric):
+        assert rel_err(-layer.v, gw) < F64_GRAD, f"{layer} dL/dw"
+        assert rel_err(-layer.vb, gb) < F64_GRAD, f"{layer} dL/db"
+
+
+def test_cnn_same_results_on_every_device(device_name, rng):
+    x = rng.standard_normal((37, 3, 11, 9)).astype(np.float32)
+    y = rng.integers(0, 3, 37)
+    nets = [small_cnn("float32", d, dropout=0.25) for d in ("cpu", device_name)]
+    for net in nets:
+        net.fit(x, y, epochs=2, batch_size=16, optimizer=pn.SGD(0.05, 0.9), seed=1)
+    assert np.abs(nets[0].predict(x) - nets[1].predict(x)).max() < 1e-4
+
+
+def test_dropout_is_identity_in_inference():
+    net = pn.from_description("dropout(0.5) dense(2, softmax)", (6,), device="cpu")
+    x = np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32)
+    assert np.array_equal(net.predict(x), net.predict(x))
+    w = net.layers[1].w
+    z = x @ w.T + net.layers[1].b
+    e = np.exp(z - z.max(1, keepdims=True))
+    assert np.allclose(net.predict(x), e / e.sum(1, keepdims=True), atol=1e-6)
+
+
+def test_lenet_shapes_and_description():
+    net = pn.lenet(device="cpu")
+    assert [l.out_shape for l in net.layers] == [(16, 26, 26), (32, 24, 24), (32, 12, 12),
+                                                 (4608,), (10,)]
+    same = pn.from_description("conv(16, 3, relu) conv(32, 3, relu) maxpool(2) flatten "
+                               "dense(10, softmax)", (1, 28, 28), device="cpu")
+    assert same.architecture() == net.architecture()
+    with pytest.raises(pn.InputError, match="unknown layer 'pool'"):
+        pn.from_description("pool(2)", (1, 28, 28))
+    with pytest.raises(pn.ShapeError, match="does not fit"):
+        pn.from_description("conv(4, 9) flatten dense(2, softmax)", (1, 5, 5))
+
+
+def test_cnn_training_allocates_nothing_after_the_first(device_name):
+    bk = pn.device(device_name)
+    net = small_cnn("float32", device_name, dropout=0.2)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((40, 3, 11, 9)).astype(np.float32), rng.integers(0, 3, 40)
+    net.train_batch(x[:16], y[:16])
+    count = bk.allocations
+    net.fit(x, y, epochs=2, batch_size=16)        # includes a last batch of 8
+    assert bk.allocations == count
+
+
+def test_cnn_save_load_across_devices(device_name, tmp_path):
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((20, 3, 11, 9)).astype(np.float32), rng.integers(0, 3, 20)
+    net = small_cnn("float32", device_name, dropout=0.3)
+    net.fit(x, y, epochs=1, batch_size=8)
+    net.save(tmp_path / "cnn.npz")
+    loaded = pn.load(tmp_path / "cnn.npz", device="cpu")
+    assert np.abs(loaded.predict(x) - net.predict(x)).max() < 1e-5
