@@ -2,7 +2,7 @@
 # One call on the GPU machine (device tool): install the kit, run the test suite on every
 # device there, train on cpu / cuda / NVIDIA OpenCL with the same seed, and benchmark
 # against PyTorch. Needs .gpu (../shared/device) and .data/fashion-mnist carried.
-# Usage: bash bench/gpu_run.sh [tests,train,bench]   (results under $OUT)
+# Usage: bash bench/gpu_run.sh [tests,train,lenet,bench]   (results under $OUT)
 set -o pipefail
 STEPS=${1:-tests,train,bench}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -18,6 +18,13 @@ if [[ $STEPS == *train* ]]; then
         timeout 200 python3 -m portanet.cli train --model mlp --dataset fashion-mnist \
             --epochs 5 --device $d --seed 0 --json 2>/dev/null | tee -a "$OUT/train.log" | tail -1
     done
+fi
+if [[ $STEPS == *lenet* ]]; then
+    for d in cuda opencl; do
+        timeout 250 python3 -m portanet.cli train --model lenet --dataset fashion-mnist \
+            --epochs 5 --device $d --seed 0 --json 2>/dev/null | tee -a "$OUT/train-lenet.log" | tail -1
+    done
+    timeout 300 python3 bench/lenet_compare.py --json "$OUT/lenet.json" 2>&1 | tee "$OUT/lenet.log"
 fi
 if [[ $STEPS == *bench* ]]; then
     timeout 400 python3 bench/gpu_compare.py ${TUNE:+--tune} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
