@@ -52,3 +52,24 @@ def test_train_bad_device_is_a_clean_error():
     result = run("train", "--dataset", "coordinates", "--device", "quantum")
     assert result.exit_code != 0
     assert "unknown device 'quantum'" in result.output and "Traceback" not in result.output
+
+
+def test_train_lenet_subset(device_name):
+    try:
+        pn.load_dataset("fashion-mnist")
+    except pn.DataError as e:
+        pytest.skip(str(e))
+    result = run("train", "--model", "lenet", "--limit", "1280", "--epochs", "1",
+                 "--device", device_name, "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    assert report["model"] == "lenet" and report["test_accuracy"] > 0.5
+
+
+def test_train_model_description():
+    result = run("train", "--dataset", "coordinates", "--epochs", "3", "--device", "cpu",
+                 "--model", "dense(16, tanh) dense(1, sigmoid)", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["test_accuracy"] > 0.6
+    bad = run("train", "--dataset", "coordinates", "--model", "dense(16, gelu)")
+    assert bad.exit_code != 0 and "unknown activation 'gelu'" in bad.output
