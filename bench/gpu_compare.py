@@ -19,7 +19,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import portanet as pn                                   # noqa: E402
-from timing import measure                               # noqa: E402
+from portanet.bench import measure                       # noqa: E402
 
 
 def gemm_portanet(spec, path, n=4096):
@@ -37,7 +37,7 @@ def gemm_portanet(spec, path, n=4096):
     for x in (a, b, c):
         bk.free(x)
     bk.gemm_path = saved
-    return {**t, "tflops": 2 * n ** 3 / t["median"] / 1e12, "rel_err": ref}
+    return {**t, "tflops": 2 * n ** 3 / t["median_s"] / 1e12, "rel_err": ref}
 
 
 GEMM_VARIANTS = [dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=0, PAD=1),
@@ -91,7 +91,7 @@ def gemm_torch(n=4096):
     a, b = (torch.randn(n, n, device="cuda") for _ in range(2))
     c = torch.empty(n, n, device="cuda")
     t = measure(lambda: torch.mm(a, b, out=c), torch.cuda.synchronize, repeats=10, inner=5)
-    return {**t, "tflops": 2 * n ** 3 / t["median"] / 1e12}
+    return {**t, "tflops": 2 * n ** 3 / t["median_s"] / 1e12}
 
 
 MLPS = {
@@ -190,14 +190,14 @@ def main():
     print(f"{'workload':10s} {'impl':22s} {'median ms':>10s} {'min':>8s} {'max':>8s} "
           f"{'TFLOP/s':>8s} {'vs torch':>9s}")
     for name, rows in results["workloads"].items():
-        ref = rows["torch"]["median"]
+        ref = rows["torch"]["median_s"]
         for impl, r in rows.items():
             if "error" in r:
                 print(f"{name:10s} {impl:22s} FAILED {r['error'][:60]}")
                 continue
-            ratio = r["median"] / ref
-            print(f"{name:10s} {impl:22s} {r['median'] * 1e3:10.3f} {r['min'] * 1e3:8.3f} "
-                  f"{r['max'] * 1e3:8.3f} {r.get('tflops', float('nan')):8.2f} "
+            ratio = r["median_s"] / ref
+            print(f"{name:10s} {impl:22s} {r['median_s'] * 1e3:10.3f} {r['min_s'] * 1e3:8.3f} "
+                  f"{r['max_s'] * 1e3:8.3f} {r.get('tflops', float('nan')):8.2f} "
                   f"{ratio:8.3f}x")
     if args.json:
         with open(args.json, "w") as f:
@@ -207,7 +207,7 @@ def main():
 def _short(r):
     if "error" in r:
         return r["error"]
-    return f"{r['median'] * 1e3:.3f} ms" + (f" {r['tflops']:.1f} TFLOP/s" if "tflops" in r else "")
+    return f"{r['median_s'] * 1e3:.3f} ms" + (f" {r['tflops']:.1f} TFLOP/s" if "tflops" in r else "")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,36 @@ def train(model, dataset, epochs, batch_size, lr, lr_decay, momentum, weight_dec
         raise click.ClickException(str(e)) from e
 
 
+@main.command()
+@click.option("--device", "devices", multiple=True,
+              help="a device string; repeat for several (default: every device found)")
+@click.option("--workload", "workloads", multiple=True,
+              help="a workload name; repeat for several (default: all, see --list)")
+@click.option("--list", "list_only", is_flag=True, help="list the workloads and exit")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="write every figure and the environment to this file")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="draw time per workload per device to this PNG (needs matplotlib)")
+@click.option("--no-torch", is_flag=True, help="skip the PyTorch peer column")
+def bench(devices, workloads, list_only, json_path, plot_path, no_torch):
+    """Time the same workloads on every device, beside PyTorch where it is importable."""
+    from . import bench as bench_module
+    if list_only:
+        for name, (_, description) in bench_module.WORKLOADS.items():
+            click.echo(f"{name:12s} {description}")
+        return
+    try:
+        report = bench_module.run(devices, workloads, peer=not no_torch,
+                                  progress=lambda line: click.echo(line, err=True))
+        if json_path:
+            bench_module.write_json(report, json_path)
+        if plot_path:
+            bench_module.plot(report, plot_path)
+    except PortanetError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(bench_module.table(report))
+
+
 def build_model(model, dataset, input_shape, device, seed):
     classes = CLASSES[dataset]
     if model == "mlp" and dataset == "coordinates":

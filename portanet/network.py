@@ -109,8 +109,8 @@ class Sequential:
             bk.fill(self.shared.ones, 1.0)
             self._loss_buf = bk.empty((m,), label="per-sample loss")
             self._hit_buf = bk.empty((m,), label="per-sample hits")
-            self._loss_sum = bk.empty((m,), label="loss accumulator")
-            self._hit_sum = bk.empty((m,), label="hit accumulator")
+            self._loss_sum = bk.zeros((m,), label="loss accumulator")
+            self._hit_sum = bk.zeros((m,), label="hit accumulator")
             for layer in self.layers:
                 layer.allocate(m)
         self.m = m
@@ -133,6 +133,15 @@ class Sequential:
         for layer in self.layers:
             layer.free()
         self.capacity, self.m = 0, None
+
+    def free(self):
+        """Give back every device buffer of the network (it cannot be used afterwards)."""
+        self._free_batch_buffers()
+        for layer in self.layers:
+            for name in ("w", "b", "v", "vb"):
+                if getattr(layer, name, None) is not None:
+                    self.backend.free(getattr(layer, name))
+                    setattr(layer, name, None)
 
     def _reset_sums(self):
         self.backend.fill(self._loss_sum, 0.0)

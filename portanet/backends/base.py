@@ -15,6 +15,7 @@ class Backend:
     """One device. Subclasses implement the methods below that raise NotImplementedError."""
 
     kind = "abstract"           # "cpu", "opencl", "cuda"
+    is_gpu = False
 
     def __init__(self, name, dtype=np.float32):
         self.name = name                     # the device string that selects it

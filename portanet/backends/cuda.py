@@ -52,6 +52,7 @@ def enumerate_devices():
 
 class CudaBackend(KernelBackend):
     kind = "cuda"
+    is_gpu = True
 
     def __init__(self, index=0, dtype=np.float32):
         count = _init()

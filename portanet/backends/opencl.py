@@ -80,7 +80,8 @@ class OpenCLBackend(KernelBackend):
         if self.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
             self.options.append("-cl-fp32-correctly-rounded-divide-sqrt")
         dev = self.device
-        self.gemm_params = gemm_params(bool(dev.type & cl.device_type.GPU),
+        self.is_gpu = bool(dev.type & cl.device_type.GPU)
+        self.gemm_params = gemm_params(self.is_gpu,
                                        dev.max_work_group_size, dev.local_mem_size)
         self._programs = {}
         self._kernels = {}

@@ -1,0 +1,432 @@
+"""`portanet bench`: the same workloads on every device, timed the same way, beside
+PyTorch where it is importable. The JSON it writes is documented in bench/README.md.
+
+Timing: warm-up calls excluded (program builds, first allocations); device completion
+awaited (CUDA: events on the backend's stream; elsewhere synchronize and the host clock);
+repeated samples, median with min and max. Slow devices get fewer samples (at least 3).
+"""
+import json
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from . import __version__, backends, models
+from .errors import PortanetError
+from .layers import Dense
+from .network import Sequential
+from .optim import SGD
+
+SCHEMA = "portanet-bench-1"
+
+
+# -- timing ------------------------------------------------------------------------------
+
+def measure(fn, sync, repeats=10, inner=1, warmup=2, budget_s=20.0, events=None):
+    """Seconds per call of fn: up to `repeats` samples of `inner` calls. A call slower than
+    budget_s / 20 gets one warm-up and samples of one call, and samples stop at 3 once the
+    rest would blow budget_s. events: a CUDA event timer (see _cuda_events)."""
+    sync()
+    start = time.perf_counter()
+    fn()                                    # the first warm-up: builds, first allocations
+    sync()
+    if time.perf_counter() - start > budget_s / 20:
+        warmup, inner = 1, 1
+    for _ in range(warmup - 1):
+        fn()
+    sync()
+    samples = []
+    while len(samples) < repeats:
+        if events:
+            seconds = events(fn, inner)
+        else:
+            sync()
+            start = time.perf_counter()
+            for _ in range(inner):
+                fn()
+            sync()
+            seconds = time.perf_counter() - start
+        samples.append(seconds / inner)
+        if len(samples) >= 3 and sum(samples) * inner * repeats / len(samples) > budget_s:
+            break
+    return {"median_s": statistics.median(samples), "min_s": min(samples),
+            "max_s": max(samples), "repeats": len(samples)}
+
+
+def _cuda_events(backend):
+    import pycuda.driver as drv
+    start, end = drv.Event(), drv.Event()
+
+    def timed(fn, inner):
+        start.record(backend.stream)
+        for _ in range(inner):
+            fn()
+        end.record(backend.stream)
+        end.synchronize()
+        return end.time_since(start) / 1000.0
+    return timed
+
+
+# -- workloads ---------------------------------------------------------------------------
+
+def _is_slow(bk):
+    """Devices that are not GPUs run the big workloads at a smaller size (see `case`)."""
+    return not bk.is_gpu
+
+
+def _mlp_flops(sizes, m):
+    """forward z = w a (2 m in out) + dW and, past the first layer, da_prev (2 m in out each)."""
+    flops = 0
+    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        flops += 2 * m * n_in * n_out * (2 if i == 0 else 3)
+    return flops
+
+
+MLPS = {"mlp-big": ([10000, 5000, 1000, 10], ["tanh", "sigmoid", "sigmoid"],
+                    "binary_cross_entropy", 10000),
+        "mlp-small": ([1000, 500, 100, 10], ["relu", "relu", "softmax"],
+                      "softmax_cross_entropy", 1000)}
+
+
+def _targets(loss, n_out, m, rng):
+    if loss == "softmax_cross_entropy":
+        return rng.integers(0, n_out, m)
+    return (rng.random((m, n_out)) > 0.5).astype(np.float32)
+
+
+def _step_timing(bk, net, x, y, opt, flops=None, repeats=10, inner=3):
+    net.train_batch(x, y, opt)            # sizes the buffers; the batch stays on the device
+    t = measure(lambda: net._step(opt), bk.synchronize, repeats=repeats, inner=inner,
+                events=_cuda_events(bk) if bk.kind == "cuda" else None)
+    if flops:
+        t["gflops"] = flops / t["median_s"] / 1e9
+    return t
+
+
+def wl_gemm(bk, rng):
+    sizes = [512, 1024, 2048] if _is_slow(bk) else [1024, 2048, 4096]
+    for n in sizes:
+        def run(n=n):
+            a, b = (bk.upload(rng.standard_normal((n, n), dtype=np.float32).astype(bk.dtype))
+                    for _ in range(2))
+            c = bk.empty((n, n))
+            try:
+                t = measure(lambda: bk.gemm(1.0, a, b, 0.0, c), bk.synchronize,
+                            repeats=10, inner=3,
+                            events=_cuda_events(bk) if bk.kind == "cuda" else None)
+            finally:
+                for x in (a, b, c):
+                    bk.free(x)
+            t["gflops"] = 2 * n ** 3 / t["median_s"] / 1e9
+            t["throughput"], t["throughput_unit"] = t["gflops"], "GFLOP/s"
+            return t
+        yield f"{n}^3", run
+
+
+def wl_mlp(name):
+    sizes, acts, loss, batch = MLPS[name]
+
+    def workload(bk, rng):
+        m = batch // 10 if (_is_slow(bk) and name == "mlp-big") else batch
+
+        def run():
+            net = Sequential([Dense(n, a) for n, a in zip(sizes[1:], acts)], sizes[0], loss,
+                             device=bk)
+            try:
+                x = rng.standard_normal((m, sizes[0]), dtype=np.float32)
+                t = _step_timing(bk, net, x, _targets(loss, sizes[-1], m, rng),
+                                 SGD(0.01, 0.9), _mlp_flops(sizes, m))
+            finally:
+                net.free()
+            t["throughput"], t["throughput_unit"] = m / t["median_s"], "samples/s"
+            return t
+        yield f"batch {m}", run
+    return workload
+
+
+def _lenet_flops(m):
+    # conv1 1x9 -> 16 at 26x26, conv2 144 -> 32 at 24x24, dense 4608 -> 10
+    conv1, conv2, dense = 2 * 16 * 9 * 676 * m, 2 * 32 * 144 * 576 * m, 2 * 10 * 4608 * m
+    return conv1 * 2 + conv2 * 3 + dense * 3
+
+
+def wl_lenet_step(bk, rng):
+    for m in (64, 256):
+        def run(m=m):
+            net = models.lenet(device=bk)
+            try:
+                x = rng.random((m, 1, 28, 28), dtype=np.float32)
+                t = _step_timing(bk, net, x, rng.integers(0, 10, m), SGD(0.02, 0.9),
+                                 _lenet_flops(m))
+            finally:
+                net.free()
+            t["throughput"], t["throughput_unit"] = m / t["median_s"], "images/s"
+            return t
+        yield f"batch {m}", run
+
+
+def wl_lenet_infer(bk, rng):
+    m = 1000 if _is_slow(bk) else 10000
+
+    def run():
+        net = models.lenet(device=bk)
+        try:
+            x = rng.random((m, 1, 28, 28), dtype=np.float32)
+            net.predict(x[:2], batch_size=m)           # warm-up sizes the buffers
+            t = measure(lambda: net.predict(x, batch_size=m), bk.synchronize, repeats=5)
+        finally:
+            net.free()
+        t["throughput"], t["throughput_unit"] = m / t["median_s"], "images/s"
+        return t
+    yield f"{m} images", run
+
+
+WORKLOADS = {
+    "gemm": (wl_gemm, "SGEMM n x n x n, several n (vendor or own GEMM as configured)"),
+    "mlp-big": (wl_mlp("mlp-big"), "training step, batch 10000 (1000 on CPUs), "
+                                   "10000-5000 tanh-1000 sigmoid-10 sigmoid, BCE"),
+    "mlp-small": (wl_mlp("mlp-small"), "training step, batch 1000, 1000-500 relu-100 relu-10 "
+                                       "softmax-CE"),
+    "lenet-step": (wl_lenet_step, "LeNet training step, batch 64 and 256"),
+    "lenet-infer": (wl_lenet_infer, "LeNet inference throughput, images/s (upload and "
+                                    "download included)"),
+}
+GEMM_BOUND = {"gemm", "mlp-big", "mlp-small", "lenet-step"}
+
+
+# -- PyTorch as the peer -----------------------------------------------------------------
+
+def _torch_device(bk):
+    """The torch device string matching a portanet backend, or (None, reason)."""
+    try:
+        import torch
+    except ImportError:
+        return None, "PyTorch is not installed"
+    if bk.kind == "cpu":
+        return "cpu", None
+    if bk.kind == "cuda":
+        if torch.cuda.is_available():
+            return f"cuda:{bk.name.split(':')[1]}", None
+        return None, "PyTorch has no CUDA here"
+    return None, "PyTorch has no OpenCL device"
+
+
+def torch_case(workload, case, device):
+    """Seconds of the same workload and case in PyTorch float32 eager, TF32 off."""
+    import torch
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    if workload == "gemm":
+        n = int(case.split("^")[0])
+        a, b = (torch.randn(n, n, device=device) for _ in range(2))
+        c = torch.empty(n, n, device=device)
+        return measure(lambda: torch.mm(a, b, out=c), sync, repeats=10, inner=3)
+    m = int(case.split()[1]) if case.startswith("batch") else int(case.split()[0])
+    if workload in MLPS:
+        sizes, acts, loss, _ = MLPS[workload]
+        layers = []
+        for i, a in enumerate(acts):
+            layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+            if i < len(acts) - 1:
+                layers.append({"tanh": torch.nn.Tanh, "sigmoid": torch.nn.Sigmoid,
+                               "relu": torch.nn.ReLU}[a]())
+        model = torch.nn.Sequential(*layers).to(device)
+        x = torch.randn(m, sizes[0], device=device)
+        if loss == "softmax_cross_entropy":
+            y, loss_fn = torch.randint(0, sizes[-1], (m,), device=device), torch.nn.CrossEntropyLoss()
+        else:
+            y = (torch.rand(m, sizes[-1], device=device) > 0.5).float()
+            loss_fn = torch.nn.BCEWithLogitsLoss()
+    else:
+        model = torch.nn.Sequential(
+            torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3),
+            torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+            torch.nn.Linear(4608, 10)).to(device)
+        x = torch.rand(m, 1, 28, 28, device=device)
+        y, loss_fn = torch.randint(0, 10, (m,), device=device), torch.nn.CrossEntropyLoss()
+    if workload == "lenet-infer":
+        host = x.cpu().numpy()
+
+        def infer():
+            with torch.no_grad():
+                model(torch.from_numpy(host).to(device)).softmax(1).cpu()
+        return measure(infer, sync, repeats=5)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+    def step():
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()
+    return measure(step, sync, repeats=10, inner=3)
+
+
+# -- the run -----------------------------------------------------------------------------
+
+def environment():
+    env = {"python": sys.version.split()[0], "platform": platform.platform(),
+           "numpy": np.__version__, "portanet": __version__}
+    for name in ("pyopencl", "pycuda", "pyclblast", "nvmath", "torch"):
+        try:
+            module = __import__(name)
+            env[name] = getattr(module, "__version__", getattr(module, "VERSION_TEXT", "?"))
+        except Exception:
+            env[name] = None
+    return env
+
+
+def run(devices=None, workloads=None, peer=True, progress=print):
+    """Every workload on every device; a failure is recorded with its error, never dropped."""
+    workloads = list(workloads or WORKLOADS)
+    for w in workloads:
+        if w not in WORKLOADS:
+            raise PortanetError(f"unknown workload {w!r}: see `portanet bench --list`")
+    if not devices:
+        devices = [spec for spec, _ in backends.list_devices()[0]]
+    report = {"schema": SCHEMA, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "environment": environment(), "devices": {}, "results": []}
+    for spec in devices:
+        try:
+            bk = backends.device(spec)
+            info = {k: v for k, v in bk.info().items() if k != "gemm_params"}
+            report["devices"][spec] = {**info, "gemm_path": bk.gemm_path, "status": "ok"}
+        except Exception as e:
+            report["devices"][spec] = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+            for w in workloads:
+                report["results"].append(_row(w, "-", spec, error=report["devices"][spec]["error"]))
+            progress(f"{spec}: failed: {e}")
+            continue
+        rng = np.random.default_rng(0)
+        torch_device, torch_reason = _torch_device(bk) if peer else (None, "not asked for")
+        for w in workloads:
+            try:
+                cases = list(WORKLOADS[w][0](bk, rng))
+            except Exception as e:
+                report["results"].append(_row(w, "-", spec, error=_error(e)))
+                continue
+            for case, fn in cases:
+                bk.synchronize()
+                baseline = bk.allocated_bytes
+                bk.peak_bytes = baseline
+                try:
+                    timing = fn()
+                    row = _row(w, case, spec, timing=timing, gemm_path=bk.gemm_path,
+                               peak_bytes=bk.peak_bytes - baseline)
+                except Exception as e:
+                    row = _row(w, case, spec, error=_error(e))
+                if torch_device and row["status"] == "ok":
+                    try:
+                        t = torch_case(w, case, torch_device)
+                        row["torch"] = {"status": "ok", "device": torch_device, **t}
+                        row["ratio_to_torch"] = row["median_s"] / t["median_s"]
+                    except Exception as e:
+                        row["torch"] = {"status": "failed", "error": _error(e)}
+                elif not torch_device:
+                    row["torch"] = {"status": "unavailable", "reason": torch_reason}
+                report["results"].append(row)
+                progress(_line(row))
+        peak = max((r.get("gflops") or 0 for r in report["results"]
+                    if r["device"] == spec and r["workload"] == "gemm"), default=0)
+        report["devices"][spec]["peak_gflops"] = peak or None
+        for r in report["results"]:
+            if r["device"] == spec and r["workload"] in GEMM_BOUND and r.get("gflops") and peak:
+                r["fraction_of_peak"] = r["gflops"] / peak
+    return report
+
+
+def _error(e):
+    return f"{type(e).__name__}: {e}".strip()[:2000]
+
+
+def _row(workload, case, device, timing=None, error=None, gemm_path=None, peak_bytes=None):
+    row = {"workload": workload, "case": case, "device": device,
+           "status": "failed" if error else "ok", "error": error, "median_s": None,
+           "min_s": None, "max_s": None, "repeats": 0, "throughput": None,
+           "throughput_unit": None, "gflops": None, "fraction_of_peak": None,
+           "peak_bytes": peak_bytes, "gemm_path": gemm_path, "torch": None,
+           "ratio_to_torch": None}
+    if timing:
+        row.update(timing)
+    return row
+
+
+def _line(r):
+    if r["status"] != "ok":
+        return f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} FAILED {r['error'][:80]}"
+    return (f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} "
+            f"{r['median_s'] * 1e3:10.3f} ms  {r['throughput']:12.1f} {r['throughput_unit']}")
+
+
+def table(report):
+    """The report as a text table."""
+    head = (f"{'device':12s} {'workload':12s} {'case':22s} {'gemm':9s} {'median ms':>10s} "
+            f"{'min':>9s} {'max':>9s} {'throughput':>18s} {'%peak':>6s} {'peak MiB':>9s} "
+            f"{'torch ms':>9s} {'ratio':>6s}")
+    lines = [head, "-" * len(head)]
+    for r in report["results"]:
+        if r["status"] != "ok":
+            lines.append(f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} FAILED: "
+                         f"{(r['error'] or '').splitlines()[0][:90]}")
+            continue
+        torch = r.get("torch") or {}
+        torch_ms = f"{torch['median_s'] * 1e3:9.3f}" if torch.get("status") == "ok" else \
+            f"{'n/a':>9s}"
+        ratio = f"{r['ratio_to_torch']:6.2f}" if r.get("ratio_to_torch") else f"{'-':>6s}"
+        frac = f"{100 * r['fraction_of_peak']:5.0f}%" if r.get("fraction_of_peak") else f"{'-':>6s}"
+        thr = f"{r['throughput']:.4g} {r['throughput_unit']}"
+        lines.append(f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} "
+                     f"{r['gemm_path'] or '-':9s} {r['median_s'] * 1e3:10.3f} "
+                     f"{r['min_s'] * 1e3:9.3f} {r['max_s'] * 1e3:9.3f} {thr:>18s} {frac} "
+                     f"{(r['peak_bytes'] or 0) / 2**20:9.1f} {torch_ms} {ratio}")
+    notes = {r["device"]: r["torch"].get("reason") for r in report["results"]
+             if (r.get("torch") or {}).get("status") == "unavailable"}
+    for device, reason in notes.items():
+        lines.append(f"torch column for {device}: {reason}")
+    return "\n".join(lines)
+
+
+def plot(report, path):
+    """A bar chart of median time per workload case, one bar per device (log scale)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        raise PortanetError("--plot needs matplotlib: pip install 'portanet[plot]'") from e
+    ok = [r for r in report["results"] if r["status"] == "ok"]
+    cases = list(dict.fromkeys(f"{r['workload']}\n{r['case']}" for r in ok))
+    series = list(dict.fromkeys(r["device"] for r in ok))
+    if any(r.get("torch", {}) and r["torch"].get("status") == "ok" for r in ok):
+        series += [f"torch ({d})" for d in dict.fromkeys(
+            r["device"] for r in ok if (r.get("torch") or {}).get("status") == "ok")]
+    fig, ax = plt.subplots(figsize=(max(8, 1.2 * len(cases)), 5))
+    width = 0.8 / max(1, len(series))
+    for i, s in enumerate(series):
+        values = []
+        for case in cases:
+            w, c = case.split("\n")
+            if s.startswith("torch ("):
+                d = s[7:-1]
+                r = next((r for r in ok if r["device"] == d and r["workload"] == w
+                          and r["case"] == c and (r.get("torch") or {}).get("status") == "ok"), None)
+                values.append(r["torch"]["median_s"] * 1e3 if r else np.nan)
+            else:
+                r = next((r for r in ok if r["device"] == s and r["workload"] == w
+                          and r["case"] == c), None)
+                values.append(r["median_s"] * 1e3 if r else np.nan)
+        ax.bar(np.arange(len(cases)) + i * width, values, width, label=s)
+    ax.set_xticks(np.arange(len(cases)) + 0.4 - width / 2, cases, fontsize=7)
+    ax.set_yscale("log")
+    ax.set_ylabel("median time per call (ms)")
+    ax.set_title(f"portanet bench, {report['date']}")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def write_json(report, path):
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1, default=float)
+

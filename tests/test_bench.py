@@ -1,0 +1,68 @@
+"""`portanet bench`: the JSON has the schema bench/README.md documents, and a device that
+fails is reported with its error, not dropped. (Timings are never asserted.)"""
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from portanet import bench
+from portanet.cli import main
+
+ROW_KEYS = {"workload": str, "case": str, "device": str, "status": str,
+            "error": (str, type(None)), "median_s": (float, type(None)),
+            "min_s": (float, type(None)), "max_s": (float, type(None)), "repeats": int,
+            "throughput": (float, type(None)), "throughput_unit": (str, type(None)),
+            "gflops": (float, type(None)), "fraction_of_peak": (float, type(None)),
+            "peak_bytes": (int, type(None)), "gemm_path": (str, type(None)),
+            "torch": (dict, type(None)), "ratio_to_torch": (float, type(None))}
+
+
+def test_list_names_every_workload():
+    result = CliRunner().invoke(main, ["bench", "--list"])
+    assert result.exit_code == 0
+    for name in ("gemm", "mlp-big", "mlp-small", "lenet-step", "lenet-infer"):
+        assert name in result.output
+
+
+def test_json_schema_and_failed_devices(tmp_path, monkeypatch):
+    out = tmp_path / "out.json"
+    result = CliRunner().invoke(main, ["bench", "--device", "cpu", "--device", "cuda:7",
+                                       "--workload", "gemm", "--workload", "mlp-small",
+                                       "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    assert report["schema"] == bench.SCHEMA
+    assert {"python", "numpy", "portanet", "platform"} <= set(report["environment"])
+    assert report["devices"]["cpu"]["status"] == "ok"
+    assert report["devices"]["cpu"]["peak_gflops"] > 0
+    assert report["devices"]["cuda:7"]["status"] == "failed"
+    for row in report["results"]:
+        for key, kind in ROW_KEYS.items():
+            assert isinstance(row[key], kind), (key, row[key])
+    cpu = [r for r in report["results"] if r["device"] == "cpu"]
+    assert {r["workload"] for r in cpu} == {"gemm", "mlp-small"}
+    assert all(r["status"] == "ok" and r["median_s"] > 0 and r["min_s"] <= r["median_s"]
+               <= r["max_s"] and r["peak_bytes"] > 0 for r in cpu)
+    assert len([r for r in cpu if r["workload"] == "gemm"]) == 3          # several sizes
+    failed = [r for r in report["results"] if r["device"] == "cuda:7"]
+    assert {r["workload"] for r in failed} == {"gemm", "mlp-small"}
+    assert all(r["status"] == "failed" and "cuda" in r["error"] for r in failed)
+    assert "FAILED" in result.output
+
+
+def test_a_workload_that_fails_is_reported(monkeypatch):
+    def broken(bk, rng):
+        def run():
+            raise RuntimeError("kernel exploded")
+        yield "case", run
+    monkeypatch.setitem(bench.WORKLOADS, "broken", (broken, "always fails"))
+    report = bench.run(["cpu"], ["broken"], peer=False, progress=lambda line: None)
+    (row,) = report["results"]
+    assert row["status"] == "failed" and "kernel exploded" in row["error"]
+
+
+def test_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    report = bench.run(["cpu"], ["mlp-small"], peer=False, progress=lambda line: None)
+    bench.plot(report, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000
