@@ -2,7 +2,7 @@
 # One call on the GPU machine (device tool): install the kit, run the test suite on every
 # device there, train on cpu / cuda / NVIDIA OpenCL with the same seed, and benchmark
 # against PyTorch. Needs .gpu (../shared/device) and .data/fashion-mnist carried.
-# Usage: bash bench/gpu_run.sh [tests,train,lenet,bench]   (results under $OUT)
+# Usage: bash bench/gpu_run.sh [tests,train,lenet,lenet-own,bench,portanet-bench]   (results under $OUT)
 set -o pipefail
 STEPS=${1:-tests,train,bench}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -26,6 +26,13 @@ if [[ $STEPS == *lenet* ]]; then
     done
     timeout 300 python3 bench/lenet_compare.py --json "$OUT/lenet.json" 2>&1 | tee "$OUT/lenet.log"
 fi
-if [[ $STEPS == *bench* ]]; then
+if [[ $STEPS == *portanet-bench* ]]; then
+    timeout 400 python3 -m portanet.cli bench --device cuda --device opencl:0:0 \
+        --json "$OUT/bench-h100.json" --plot "$OUT/bench-h100.png" 2>&1 | tee "$OUT/portanet-bench.log"
+fi
+if [[ $STEPS == *lenet-own* ]]; then
+    PORTANET_GEMM=own timeout 200 python3 bench/lenet_compare.py --devices opencl,cuda --epochs 1 2>&1 | tail -5
+fi
+if [[ $STEPS == *,bench* || $STEPS == bench* ]]; then
     timeout 400 python3 bench/gpu_compare.py ${TUNE:+--tune} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 fi
