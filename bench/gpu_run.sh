@@ -5,34 +5,35 @@
 # Usage: bash bench/gpu_run.sh [tests,train,lenet,lenet-own,bench,portanet-bench]   (results under $OUT)
 set -o pipefail
 STEPS=${1:-tests,train,bench}
+has() { [[ ",$STEPS," == *",$1,"* ]]; }
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source .gpu/gpu-env.sh || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PORTANET_DATA=$PWD/.data PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
 python3 -m portanet.cli devices
-if [[ $STEPS == *tests* ]]; then
+if has tests; then
     timeout 300 python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
-if [[ $STEPS == *train* ]]; then
+if has train; then
     for d in cuda opencl cpu; do
         timeout 200 python3 -m portanet.cli train --model mlp --dataset fashion-mnist \
             --epochs 5 --device $d --seed 0 --json 2>/dev/null | tee -a "$OUT/train.log" | tail -1
     done
 fi
-if [[ $STEPS == *lenet* ]]; then
+if has lenet; then
     for d in cuda opencl; do
         timeout 250 python3 -m portanet.cli train --model lenet --dataset fashion-mnist \
             --epochs 5 --device $d --seed 0 --json 2>/dev/null | tee -a "$OUT/train-lenet.log" | tail -1
     done
     timeout 300 python3 bench/lenet_compare.py --json "$OUT/lenet.json" 2>&1 | tee "$OUT/lenet.log"
 fi
-if [[ $STEPS == *portanet-bench* ]]; then
+if has portanet-bench; then
     timeout 400 python3 -m portanet.cli bench --device cuda --device opencl:0:0 \
         --json "$OUT/bench-h100.json" --plot "$OUT/bench-h100.png" 2>&1 | tee "$OUT/portanet-bench.log"
 fi
-if [[ $STEPS == *lenet-own* ]]; then
+if has lenet-own; then
     PORTANET_GEMM=own timeout 200 python3 bench/lenet_compare.py --devices opencl,cuda --epochs 1 2>&1 | tail -5
 fi
-if [[ $STEPS == *,bench* || $STEPS == bench* ]]; then
+if has bench; then
     timeout 400 python3 bench/gpu_compare.py ${TUNE:+--tune} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 fi
