@@ -15,6 +15,7 @@ from .errors import InputError, ShapeError
 
 class Layer:
     trainable = False
+    batch_buffers = ()          # attributes holding the layer's own batch buffers
 
     def config(self):
         """The constructor arguments, for save files."""
@@ -58,7 +59,11 @@ class Layer:
         raise NotImplementedError
 
     def free(self):
-        pass
+        """Give back the batch buffers (allocate makes them again)."""
+        for name in self.batch_buffers:
+            if getattr(self, name, None) is not None:
+                self.backend.free(getattr(self, name))
+            setattr(self, name, None)
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
@@ -69,6 +74,7 @@ class Dense(Layer):
     """Fully connected: z = w a_prev + b, a = f(z). Inputs of any per-sample shape are
     taken flattened, (prod(in_shape), batch), which is a free view."""
     trainable = True
+    batch_buffers = ("_z", "_a")
 
     def __init__(self, units, activation="linear"):
         if int(units) != units or units < 1:
@@ -141,12 +147,6 @@ class Dense(Layer):
 
     def input_grad(self):
         self.backend.gemm(1.0, self.w, self.z, 0.0, self.a_prev, trans_a=True)
-
-    def free(self):
-        for x in (self._z, self._a):
-            if x is not None:
-                self.backend.free(x)
-        self._z = self._a = None
 
 
 class Conv2D(Dense):
@@ -222,6 +222,7 @@ class Conv2D(Dense):
 
 class MaxPool2D(Layer):
     """Max pooling over pool x pool windows; keeps the argmax indices for the backward."""
+    batch_buffers = ("_a", "_idx")
 
     def __init__(self, pool=2, stride=None):
         self.pool = int(pool)
@@ -258,17 +259,13 @@ class MaxPool2D(Layer):
         if not first:
             self.backend.maxpool_grad(self.a_prev, self.a, self.idx, self.pool, self.stride)
 
-    def free(self):
-        for x in (self._a, self._idx):
-            if x is not None:
-                self.backend.free(x)
-        self._a = self._idx = None
 
 
 class Dropout(Layer):
     """Zeroes each input with probability `rate` while training and scales the rest by
     1 / (1 - rate); the identity in inference. The mask is not stored: a counter-based hash
     of (seed, step, element) recomputes it for the backward, the same on every backend."""
+    batch_buffers = ("_a",)
 
     def __init__(self, rate=0.5, seed=0):
         if not 0 <= rate < 1:
@@ -300,10 +297,6 @@ class Dropout(Layer):
         if not first:
             self.backend.dropout(self.a_prev, self.a, self.key, self.rate)
 
-    def free(self):
-        if self._a is not None:
-            self.backend.free(self._a)
-        self._a = None
 
 
 def mix32(h):

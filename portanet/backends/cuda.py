@@ -9,7 +9,7 @@ import numpy as np
 from .. import config
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
-from .gpu import FAMILIES, DeviceArray, KernelBackend, gemm_options, gemm_params
+from .gpu import DeviceArray, KernelBackend, gemm_params
 
 try:
     import pycuda.driver as drv
@@ -76,17 +76,16 @@ class CudaBackend(KernelBackend):
                                        attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],
                                        vector_local_loads=True)
         self._modules = {}
-        self._kernels = {}
         self._prepared = {}
-        for family, names in FAMILIES.items():
-            module = self._module(family)
-            for name in names:
-                self._kernels[name] = module.get_function(name)
+        self._load_kernels()
         self.gemm_path = "vendor" if config.gemm_path() == "vendor" and cublas else "own"
         if cublas is not None:
             self._cublas = cublas.create()
             cublas.set_stream(self._cublas, self.stream.handle)
             self._scalars = np.zeros(2, self.dtype)        # alpha, beta (host pointer mode)
+
+    def _kernel(self, family, name, options=()):
+        return self._module(family, options).get_function(name)
 
     def _module(self, family, extra=()):
         key = (family, tuple(extra))
@@ -142,23 +141,14 @@ class CudaBackend(KernelBackend):
         self.stream.synchronize()
         return host
 
-    def free(self, x):
-        if x.owner:
-            x.buf.free()
-            x.owner = False
-            self._release(x.nbytes)
+    @staticmethod
+    def _free_buffer(buf):
+        buf.free()
 
     def synchronize(self):
         self.stream.synchronize()
 
     # -- GEMM ----------------------------------------------------------------------------
-
-    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
-        key = ("gemm", trans_a, trans_b)
-        if key not in self._kernels:
-            options = gemm_options(trans_a, trans_b, self.gemm_params)
-            self._kernels[key] = self._module("gemm", options).get_function("gemm")
-        self._gemm_launch(self._kernels[key], alpha, a, b, beta, c, m, n, k)
 
     def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """cuBLAS is column-major: row-major c = op(a) op(b) is column-major

@@ -38,9 +38,14 @@ class DeviceArray:
 
 
 class KernelBackend(Backend):
-    """A backend that runs portanet's kernels. Subclasses implement empty, write,
-    download, free, _launch(kernel, global_size, local_size, args), _pointer(array),
-    _gemm_own and _gemm_vendor, and fill self._kernels by name."""
+    """A backend that runs portanet's kernels. Subclasses implement empty, write, download,
+    _free_buffer(buf), _kernel(family, name, options) (build once, cached),
+    _launch(kernel, global_size, local_size, args), _pointer(array) and _gemm_vendor,
+    and call _load_kernels() once their context is ready."""
+
+    def _load_kernels(self):
+        self._kernels = {name: self._kernel(family, name)
+                         for family, names in FAMILIES.items() for name in names}
 
     def _run(self, kernel, global_size, *args, local=None):
         """Launch with arguments packed: a DeviceArray as (pointer, offset), a Python or
@@ -78,6 +83,12 @@ class KernelBackend(Backend):
             raise ShapeError(f"write: host array of {host.shape} into device array {dst.shape}")
         return host
 
+    def free(self, x):
+        if x.owner:
+            self._free_buffer(x.buf)
+            x.owner = False
+            self._release(x.nbytes)
+
     def fill(self, x, value):
         self._run("fill", (x.size,), x, float(value), x.size)
 
@@ -93,8 +104,13 @@ class KernelBackend(Backend):
         else:
             self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
 
-    def _gemm_launch(self, kernel, alpha, a, b, beta, c, m, n, k):
+    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile."""
+        key = ("gemm", trans_a, trans_b)
+        if key not in self._kernels:
+            self._kernels[key] = self._kernel(
+                "gemm", "gemm", gemm_options(trans_a, trans_b, self.gemm_params))
+        kernel = self._kernels[key]
         p = self.gemm_params
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         global_size = (-(-n // p["TSN"]) * rtsn, -(-m // p["TSM"]) * rtsm)

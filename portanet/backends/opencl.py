@@ -6,7 +6,7 @@ import numpy as np
 from .. import config
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
-from .gpu import FAMILIES, DeviceArray, KernelBackend, gemm_options, gemm_params
+from .gpu import DeviceArray, KernelBackend, gemm_params
 
 try:
     import pyopencl as cl
@@ -84,14 +84,13 @@ class OpenCLBackend(KernelBackend):
         self.gemm_params = gemm_params(self.is_gpu,
                                        dev.max_work_group_size, dev.local_mem_size)
         self._programs = {}
-        self._kernels = {}
-        for family, names in FAMILIES.items():
-            program = self._program(family)
-            for name in names:
-                self._kernels[name] = cl.Kernel(program, name)
+        self._load_kernels()
         self.gemm_path = "vendor" if config.gemm_path() == "vendor" and pyclblast else "own"
 
     # -- programs ------------------------------------------------------------------------
+
+    def _kernel(self, family, name, options=()):
+        return cl.Kernel(self._program(family, options), name)
 
     def _program(self, family, extra=()):
         """Build once per context and options; pyopencl caches binaries on disk keyed by
@@ -159,23 +158,14 @@ class OpenCLBackend(KernelBackend):
         cl.enqueue_copy(self.queue, host, x.buf, src_offset=x.offset * x.dtype.itemsize)
         return host
 
-    def free(self, x):
-        if x.owner:
-            x.buf.release()
-            x.owner = False
-            self._release(x.nbytes)
+    @staticmethod
+    def _free_buffer(buf):
+        buf.release()
 
     def synchronize(self):
         self.queue.finish()
 
     # -- GEMM ----------------------------------------------------------------------------
-
-    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
-        key = ("gemm", trans_a, trans_b)
-        if key not in self._kernels:
-            options = gemm_options(trans_a, trans_b, self.gemm_params)
-            self._kernels[key] = cl.Kernel(self._program("gemm", options), "gemm")
-        self._gemm_launch(self._kernels[key], alpha, a, b, beta, c, m, n, k)
 
     def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """CLBlast, row-major, on the same queue."""
