@@ -2,7 +2,7 @@
 # One call on the GPU machine (device tool): install the kit, run the test suite on every
 # device there, train on cpu / cuda / NVIDIA OpenCL with the same seed, and benchmark
 # against PyTorch. Needs .gpu (../shared/device) and .data/fashion-mnist carried.
-# Usage: bash bench/gpu_run.sh [tests,train,lenet,lenet-own,bench,portanet-bench]   (results under $OUT)
+# Usage: bash bench/gpu_run.sh [tests,train,lenet,lenet-own,bench,portanet-bench,own-bench]   (results under $OUT)
 set -o pipefail
 STEPS=${1:-tests,train,bench}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
@@ -33,6 +33,11 @@ if has portanet-bench; then
 fi
 if has lenet-own; then
     PORTANET_GEMM=own timeout 200 python3 bench/lenet_compare.py --devices opencl,cuda --epochs 1 2>&1 | tail -5
+fi
+if has own-bench; then
+    PORTANET_GEMM=own timeout 300 python3 -m portanet.cli bench --device cuda --device opencl:0:0 \
+        --workload gemm --workload mlp-big --workload mlp-small --workload lenet-step \
+        --json "$OUT/bench-own-h100.json" 2>&1 | tee "$OUT/portanet-bench-own.log" | tail -20
 fi
 if has bench; then
     timeout 400 python3 bench/gpu_compare.py ${TUNE:+--tune} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"

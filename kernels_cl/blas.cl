@@ -42,3 +42,14 @@ KERNEL void ger(GLOBAL real* a, const int a_off, const GLOBAL real* x, const int
     const int i = GLOBAL_ID(1);
     if (i < rows && j < cols) a[a_off + i * cols + j] += alpha * x[x_off + i] * y[y_off + j];
 }
+
+/* c <- alpha sum_p parts[p] + beta c, the parts of a split-K gemm (n = M N each) */
+KERNEL void gemm_split_sum(GLOBAL real* c, const int c_off, const GLOBAL real* parts,
+                           const int parts_off, const real alpha, const real beta, const int n,
+                           const int count) {
+    const int i = GLOBAL_ID(0);
+    if (i >= n) return;
+    real sum = 0;
+    for (int p = 0; p < count; ++p) sum += parts[parts_off + p * n + i];
+    c[c_off + i] = alpha * sum + (beta == (real)0 ? (real)0 : beta * c[c_off + i]);
+}

@@ -10,6 +10,10 @@
    reads them from local memory as 4-wide vectors: a third of the local-memory traffic of
    the strided layout. PAD must then keep the local rows 16-byte aligned (a multiple of 4).
 
+   Split K: work-groups along dimension 2 each take k_chunk of the K sum, from
+   k_chunk . GROUP_ID(2), and write their partial product to c + GROUP_ID(2) . M . N
+   (gemm_split_sum in blas.cl adds the parts). Without a split, k_chunk = K and one group.
+
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
    MICRO, PAD. */
 #include "prelude.h"
@@ -78,12 +82,16 @@
 
 KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const int a_off,
                  const GLOBAL real* RESTRICT b, const int b_off, const real alpha, const real beta,
-                 const int M, const int N, const int K, const int lda, const int ldb) {
+                 const int M, const int N, const int K, const int lda, const int ldb,
+                 const int k_chunk) {
     LOCAL real as[TSK][TSM + PAD];
     LOCAL real bs[TSK][TSN + PAD];
     const int tn = LOCAL_ID(0), tm = LOCAL_ID(1);
     const int tid = tm * RTSN + tn;
     const int m0 = GROUP_ID(1) * TSM, n0 = GROUP_ID(0) * TSN;
+    const int k_begin = GROUP_ID(2) * k_chunk;
+    const int k_end = min(K, k_begin + k_chunk);
+    c += GROUP_ID(2) * M * N;
 
     real acc[WPTM][WPTN];
 #pragma unroll
@@ -97,15 +105,15 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
 #pragma unroll
     for (int l = 0; l < A_LOADS; ++l) {
         A_SLAB(tid + l * THREADS, i, k);
-        a_next[l] = (m0 + i < M && k < K) ? A_AT(m0 + i, k) : (real)0;
+        a_next[l] = (m0 + i < M && k_begin + k < k_end) ? A_AT(m0 + i, k_begin + k) : (real)0;
     }
 #pragma unroll
     for (int l = 0; l < B_LOADS; ++l) {
         B_SLAB(tid + l * THREADS, k, j);
-        b_next[l] = (k < K && n0 + j < N) ? B_AT(k, n0 + j) : (real)0;
+        b_next[l] = (k_begin + k < k_end && n0 + j < N) ? B_AT(k_begin + k, n0 + j) : (real)0;
     }
 
-    for (int k0 = 0; k0 < K; k0 += TSK) {
+    for (int k0 = k_begin; k0 < k_end; k0 += TSK) {
 #pragma unroll
         for (int l = 0; l < A_LOADS; ++l) {
             A_SLAB(tid + l * THREADS, i, k);
@@ -118,16 +126,16 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
         }
         BARRIER();
         const int k1 = k0 + TSK;                 /* zero padding past the edges */
-        if (k1 < K) {
+        if (k1 < k_end) {
 #pragma unroll
             for (int l = 0; l < A_LOADS; ++l) {
                 A_SLAB(tid + l * THREADS, i, k);
-                a_next[l] = (m0 + i < M && k1 + k < K) ? A_AT(m0 + i, k1 + k) : (real)0;
+                a_next[l] = (m0 + i < M && k1 + k < k_end) ? A_AT(m0 + i, k1 + k) : (real)0;
             }
 #pragma unroll
             for (int l = 0; l < B_LOADS; ++l) {
                 B_SLAB(tid + l * THREADS, k, j);
-                b_next[l] = (k1 + k < K && n0 + j < N) ? B_AT(k1 + k, n0 + j) : (real)0;
+                b_next[l] = (k1 + k < k_end && n0 + j < N) ? B_AT(k1 + k, n0 + j) : (real)0;
             }
         }
 #pragma unroll

@@ -21,9 +21,10 @@ typedef float4 real4;
 #define LOCAL_PTR                     /* the address space of a pointer into LOCAL memory */
 #define BARRIER() __syncthreads()
 #define GLOBAL_ID(d) ((int)((d) == 0 ? blockIdx.x * blockDim.x + threadIdx.x \
-                                     : blockIdx.y * blockDim.y + threadIdx.y))
-#define LOCAL_ID(d) ((int)((d) == 0 ? threadIdx.x : threadIdx.y))
-#define GROUP_ID(d) ((int)((d) == 0 ? blockIdx.x : blockIdx.y))
+                           : (d) == 1 ? blockIdx.y * blockDim.y + threadIdx.y \
+                                      : blockIdx.z * blockDim.z + threadIdx.z))
+#define LOCAL_ID(d) ((int)((d) == 0 ? threadIdx.x : (d) == 1 ? threadIdx.y : threadIdx.z))
+#define GROUP_ID(d) ((int)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
 #define RESTRICT __restrict__
 #define DEVICE static __device__  /* a helper function called by kernels */
 

@@ -217,3 +217,26 @@ def test_own_gemm_tilings(backend, rng, tiling):
     finally:
         backend.set_gemm_params(saved_params)
         backend.gemm_path = saved_path
+
+
+@pytest.mark.parametrize("m,n,k", [(5, 7, 3001), (32, 144, 4099), (1, 1, 1000)])
+def test_own_gemm_split_k(backend, rng, m, n, k):
+    """Few output tiles and a long K: the sum is split over work-groups and added up."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has no GEMM kernel")
+    from portanet.backends.gpu import split_k
+    saved_units, saved_path = backend.compute_units, backend.gemm_path
+    backend.compute_units, backend.gemm_path = 64, "own"
+    try:
+        assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
+        for trans_a in (False, True):
+            for trans_b in (False, True):
+                a = rng.standard_normal((k, m) if trans_a else (m, k))
+                b = rng.standard_normal((n, k) if trans_b else (k, n))
+                c = rng.standard_normal((m, n))
+                C = backend.upload(c)
+                backend.gemm(0.5, backend.upload(a), backend.upload(b), -1.0, C, trans_a, trans_b)
+                ref = 0.5 * (a.T if trans_a else a) @ (b.T if trans_b else b) - c
+                assert rel_err(backend.download(C), ref) < F32
+    finally:
+        backend.compute_units, backend.gemm_path = saved_units, saved_path

@@ -72,6 +72,7 @@ class CudaBackend(KernelBackend):
         real = "double" if self.dtype == np.float64 else "float"
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
         attrs = self.device.get_attributes()
+        self.compute_units = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self.gemm_params = gemm_params(True, attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK],
                                        attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],
                                        vector_local_loads=True)
@@ -111,7 +112,7 @@ class CudaBackend(KernelBackend):
         if id(kernel) not in self._prepared:     # kept alive there, so ids are not reused
             kernel.prepare("".join(_ARG_CODES[type(a)] for a in args))
             self._prepared[id(kernel)] = kernel
-        kernel.prepared_async_call(grid[:2], block, self.stream, *args)
+        kernel.prepared_async_call(grid, block, self.stream, *args)
 
     @staticmethod
     def _pointer(x):

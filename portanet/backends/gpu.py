@@ -12,7 +12,7 @@ ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4}
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation", "bias_softmax",
                             "activation_grad"),
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
-            "blas": ("gemv", "gemv_t", "ger"),
+            "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum"),
             "conv": ("im2col", "col2im", "maxpool", "maxpool_grad", "dropout")}
 GEMV_THREADS = 256          # work-group size of the gemv kernel (blas.cl)
 
@@ -105,17 +105,33 @@ class KernelBackend(Backend):
             self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
 
     def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
-        """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile."""
+        """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
+        along dimension 2 the parts of a split K where the tiles alone cannot fill the device
+        (a conv layer's weight gradient: 32 x 144 outputs, K = 36864)."""
         key = ("gemm", trans_a, trans_b)
         if key not in self._kernels:
             self._kernels[key] = self._kernel(
                 "gemm", "gemm", gemm_options(trans_a, trans_b, self.gemm_params))
-        kernel = self._kernels[key]
         p = self.gemm_params
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
-        global_size = (-(-n // p["TSN"]) * rtsn, -(-m // p["TSM"]) * rtsm)
-        self._run(kernel, global_size, c, a, b, float(alpha), float(beta), m, n, k, a.shape[1],
-                  b.shape[1], local=(rtsn, rtsm))
+        tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
+        parts, k_chunk = split_k(tiles_m * tiles_n, k, p["TSK"], self.compute_units)
+        out, a_, b_ = c, float(alpha), float(beta)
+        if parts > 1:                   # partial products into the workspace, then summed
+            out, a_, b_ = self._split_workspace(parts * m * n), 1.0, 0.0
+        self._run(self._kernels[key], (tiles_n * rtsn, tiles_m * rtsm, parts), out, a, b, a_, b_,
+                  m, n, k, a.shape[1], b.shape[1], k_chunk, local=(rtsn, rtsm, 1))
+        if parts > 1:
+            self._run("gemm_split_sum", (m * n,), c, out, float(alpha), float(beta), m * n, parts)
+
+    def _split_workspace(self, size):
+        """A view of `size` elements of the split-K workspace, grown when too small."""
+        ws = getattr(self, "_split_ws", None)
+        if ws is None or ws.size < size:
+            if ws is not None:
+                self.free(ws)
+            ws = self._split_ws = self.empty((size,), label="split-K workspace")
+        return self.view(ws, (size,))
 
     def set_gemm_params(self, params):
         """Use other tile sizes for our GEMM kernel (benchmarks and tuning)."""
@@ -223,6 +239,17 @@ def gemm_params(is_gpu, max_threads, local_bytes, vector_local_loads=False):
             return dict(p)
     raise RuntimeError(f"no GEMM tiling fits a device with {max_threads} work-items per "
                        f"group and {local_bytes} bytes of local memory")
+
+
+def split_k(tiles, k, tsk, compute_units):
+    """(parts, k_chunk): split the K sum when the output tiles are fewer than the device's
+    compute units, so that about two work-groups per unit run; each part at least 8 slabs."""
+    if tiles >= compute_units or k < 16 * tsk:
+        return 1, k
+    parts = min(-(-2 * compute_units // tiles), k // (8 * tsk), 64)
+    k_chunk = -(-k // parts)
+    k_chunk = -(-k_chunk // tsk) * tsk              # whole slabs
+    return -(-k // k_chunk), k_chunk
 
 
 def gemm_options(trans_a, trans_b, params):

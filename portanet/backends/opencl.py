@@ -81,6 +81,7 @@ class OpenCLBackend(KernelBackend):
             self.options.append("-cl-fp32-correctly-rounded-divide-sqrt")
         dev = self.device
         self.is_gpu = bool(dev.type & cl.device_type.GPU)
+        self.compute_units = dev.max_compute_units
         self.gemm_params = gemm_params(self.is_gpu,
                                        dev.max_work_group_size, dev.local_mem_size)
         self._programs = {}
