@@ -10,12 +10,13 @@
    reads them from local memory as 4-wide vectors: a third of the local-memory traffic of
    the strided layout. PAD must then keep the local rows 16-byte aligned (a multiple of 4).
 
-   Split K: work-groups along dimension 2 each take k_chunk of the K sum, from
+   With SPLIT_K=1, work-groups along dimension 2 each take k_chunk of the K sum, from
    k_chunk . GROUP_ID(2), and write their partial product to c + GROUP_ID(2) . M . N
-   (gemm_split_sum in blas.cl adds the parts). Without a split, k_chunk = K and one group.
+   (gemm_split_sum in blas.cl adds the parts). A variant of its own: the bounds cost a
+   register, and one more than 128 halves the work-groups per SM of CUDA's default tiling.
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
-   MICRO, PAD. */
+   MICRO, PAD, SPLIT_K. */
 #include "prelude.h"
 
 #ifndef TSM
@@ -38,6 +39,9 @@
 #endif
 #ifndef PAD
 #define PAD 1
+#endif
+#ifndef SPLIT_K
+#define SPLIT_K 0
 #endif
 #define RTSM (TSM / WPTM)            /* work-items along M */
 #define RTSN (TSN / WPTN)            /* work-items along N */
@@ -89,9 +93,15 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
     const int tn = LOCAL_ID(0), tm = LOCAL_ID(1);
     const int tid = tm * RTSN + tn;
     const int m0 = GROUP_ID(1) * TSM, n0 = GROUP_ID(0) * TSN;
+#if SPLIT_K
     const int k_begin = GROUP_ID(2) * k_chunk;
     const int k_end = min(K, k_begin + k_chunk);
-    c += GROUP_ID(2) * M * N;
+    const int c_part = GROUP_ID(2) * M * N;
+#else
+#define k_begin 0
+#define k_end K
+#define c_part 0
+#endif
 
     real acc[WPTM][WPTN];
 #pragma unroll
@@ -173,7 +183,7 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
         for (int wn = 0; wn < WPTN; ++wn) {
             const int j = n0 + COL(tn, wn);
             if (i < M && j < N) {
-                GLOBAL real* cij = &c[c_off + i * N + j];
+                GLOBAL real* cij = &c[c_off + c_part + i * N + j];
                 *cij = alpha * acc[wm][wn] + (beta == (real)0 ? (real)0 : beta * *cij);
             }
         }

@@ -108,14 +108,14 @@ class KernelBackend(Backend):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
         along dimension 2 the parts of a split K where the tiles alone cannot fill the device
         (a conv layer's weight gradient: 32 x 144 outputs, K = 36864)."""
-        key = ("gemm", trans_a, trans_b)
-        if key not in self._kernels:
-            self._kernels[key] = self._kernel(
-                "gemm", "gemm", gemm_options(trans_a, trans_b, self.gemm_params))
         p = self.gemm_params
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
         parts, k_chunk = split_k(tiles_m * tiles_n, k, p["TSK"], self.compute_units)
+        key = ("gemm", trans_a, trans_b, parts > 1)
+        if key not in self._kernels:
+            self._kernels[key] = self._kernel("gemm", "gemm", gemm_options(
+                trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))))
         out, a_, b_ = c, float(alpha), float(beta)
         if parts > 1:                   # partial products into the workspace, then summed
             out, a_, b_ = self._split_workspace(parts * m * n), 1.0, 0.0
