@@ -109,71 +109,63 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
 #pragma unroll
         for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] = 0;
 
-    /* the next slabs travel through registers while the current ones are multiplied
-       (prefetching: global latency hides behind the arithmetic) */
+    /* slab k0 travels from global memory into registers while slab k0 - TSK is multiplied
+       from local memory (prefetching: the global latency hides behind the arithmetic) */
     real a_next[A_LOADS], b_next[B_LOADS];
-#pragma unroll
-    for (int l = 0; l < A_LOADS; ++l) {
-        A_SLAB(tid + l * THREADS, i, k);
-        a_next[l] = (m0 + i < M && k_begin + k < k_end) ? A_AT(m0 + i, k_begin + k) : (real)0;
-    }
-#pragma unroll
-    for (int l = 0; l < B_LOADS; ++l) {
-        B_SLAB(tid + l * THREADS, k, j);
-        b_next[l] = (k_begin + k < k_end && n0 + j < N) ? B_AT(k_begin + k, n0 + j) : (real)0;
-    }
-
-    for (int k0 = k_begin; k0 < k_end; k0 += TSK) {
-#pragma unroll
-        for (int l = 0; l < A_LOADS; ++l) {
-            A_SLAB(tid + l * THREADS, i, k);
-            as[k][i] = a_next[l];
-        }
-#pragma unroll
-        for (int l = 0; l < B_LOADS; ++l) {
-            B_SLAB(tid + l * THREADS, k, j);
-            bs[k][j] = b_next[l];
-        }
-        BARRIER();
-        const int k1 = k0 + TSK;                 /* zero padding past the edges */
-        if (k1 < k_end) {
+    for (int k0 = k_begin; k0 < k_end + TSK; k0 += TSK) {
+        if (k0 < k_end) {                        /* zero padding past the edges */
 #pragma unroll
             for (int l = 0; l < A_LOADS; ++l) {
                 A_SLAB(tid + l * THREADS, i, k);
-                a_next[l] = (m0 + i < M && k1 + k < k_end) ? A_AT(m0 + i, k1 + k) : (real)0;
+                a_next[l] = (m0 + i < M && k0 + k < k_end) ? A_AT(m0 + i, k0 + k) : (real)0;
             }
 #pragma unroll
             for (int l = 0; l < B_LOADS; ++l) {
                 B_SLAB(tid + l * THREADS, k, j);
-                b_next[l] = (k1 + k < k_end && n0 + j < N) ? B_AT(k1 + k, n0 + j) : (real)0;
+                b_next[l] = (k0 + k < k_end && n0 + j < N) ? B_AT(k0 + k, n0 + j) : (real)0;
             }
         }
+        if (k0 > k_begin) {
 #pragma unroll
-        for (int k = 0; k < TSK; ++k) {
-            real ar[WPTM], br[WPTN];
+            for (int k = 0; k < TSK; ++k) {
+                real ar[WPTM], br[WPTN];
 #if MICRO
 #pragma unroll
-            for (int v = 0; v < WPTM; v += 4) {
-                const real4 x = *(const LOCAL_PTR real4*)&as[k][ROW(tm, v)];
-                ar[v] = x.x; ar[v + 1] = x.y; ar[v + 2] = x.z; ar[v + 3] = x.w;
-            }
+                for (int v = 0; v < WPTM; v += 4) {
+                    const real4 x = *(const LOCAL_PTR real4*)&as[k][ROW(tm, v)];
+                    ar[v] = x.x; ar[v + 1] = x.y; ar[v + 2] = x.z; ar[v + 3] = x.w;
+                }
 #pragma unroll
-            for (int v = 0; v < WPTN; v += 4) {
-                const real4 x = *(const LOCAL_PTR real4*)&bs[k][COL(tn, v)];
-                br[v] = x.x; br[v + 1] = x.y; br[v + 2] = x.z; br[v + 3] = x.w;
-            }
+                for (int v = 0; v < WPTN; v += 4) {
+                    const real4 x = *(const LOCAL_PTR real4*)&bs[k][COL(tn, v)];
+                    br[v] = x.x; br[v + 1] = x.y; br[v + 2] = x.z; br[v + 3] = x.w;
+                }
 #else
 #pragma unroll
-            for (int wm = 0; wm < WPTM; ++wm) ar[wm] = as[k][ROW(tm, wm)];
+                for (int wm = 0; wm < WPTM; ++wm) ar[wm] = as[k][ROW(tm, wm)];
 #pragma unroll
-            for (int wn = 0; wn < WPTN; ++wn) br[wn] = bs[k][COL(tn, wn)];
+                for (int wn = 0; wn < WPTN; ++wn) br[wn] = bs[k][COL(tn, wn)];
 #endif
 #pragma unroll
-            for (int wm = 0; wm < WPTM; ++wm)
+                for (int wm = 0; wm < WPTM; ++wm)
 #pragma unroll
-                for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] += ar[wm] * br[wn];
+                    for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] += ar[wm] * br[wn];
+            }
+            BARRIER();
         }
-        BARRIER();
+        if (k0 < k_end) {
+#pragma unroll
+            for (int l = 0; l < A_LOADS; ++l) {
+                A_SLAB(tid + l * THREADS, i, k);
+                as[k][i] = a_next[l];
+            }
+#pragma unroll
+            for (int l = 0; l < B_LOADS; ++l) {
+                B_SLAB(tid + l * THREADS, k, j);
+                bs[k][j] = b_next[l];
+            }
+            BARRIER();
+        }
     }
 
 #pragma unroll
