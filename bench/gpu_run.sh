@@ -32,7 +32,8 @@ if has portanet-bench; then
         --json "$OUT/bench-h100.json" --plot "$OUT/bench-h100.png" 2>&1 | tee "$OUT/portanet-bench.log"
 fi
 if has lenet-own; then
-    PORTANET_GEMM=own timeout 200 python3 bench/lenet_compare.py --devices opencl,cuda --epochs 1 2>&1 | tail -5
+    PORTANET_GEMM=own timeout 200 python3 bench/lenet_compare.py --devices opencl,cuda --epochs 1 \
+        --json "$OUT/lenet-own.json" 2>&1 | tee "$OUT/lenet-own.log" | tail -5
 fi
 if has own-bench; then
     PORTANET_GEMM=own timeout 300 python3 -m portanet.cli bench --device cuda --device opencl:0:0 \
