@@ -43,9 +43,15 @@ def rng(request):
     return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
 
 
-def rel_err(x, ref):
-    """Relative error of x against a float64 reference (Frobenius norm)."""
+def rel_err(x, ref, scale=None):
+    """Relative error of x against a float64 reference (Frobenius norm), relative to the
+    reference or, where terms may cancel (alpha a b + beta c), to the size of the terms."""
     ref = np.asarray(ref, np.float64)
     x = np.asarray(x, np.float64)
     assert np.all(np.isfinite(x)), "result has NaN or inf"
-    return np.linalg.norm(x - ref) / max(np.linalg.norm(ref), 1e-30)
+    return np.linalg.norm(x - ref) / max(np.linalg.norm(ref) if scale is None else scale, 1e-30)
+
+
+def gemm_scale(alpha, a, b, beta, c):
+    """|| |alpha| |a| |b| + |beta| |c| ||: what rounding in alpha a b + beta c is relative to."""
+    return np.linalg.norm(abs(alpha) * np.abs(a) @ np.abs(b) + abs(beta) * np.abs(c))

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from portanet.backends.numpy import activate, activate_grad
-from conftest import F32, rel_err
+from conftest import F32, gemm_scale, rel_err
 
 GEMM_SHAPES = [(1, 1, 1), (7, 129, 1000), (129, 7, 1), (1000, 1, 7), (33, 65, 17),
                (130, 257, 129)]
@@ -34,7 +34,9 @@ def test_gemm(backend, rng, m, n, k, trans_a, trans_b):
     b = rng.standard_normal((n, k) if trans_b else (k, n))
     c = rng.standard_normal((m, n))
     for alpha, beta in ((1.0, 0.0), (-0.7, 0.3)):
-        ref = alpha * (a.T if trans_a else a) @ (b.T if trans_b else b) + beta * c
+        op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
+        ref = alpha * op_a @ op_b + beta * c
+        scale = gemm_scale(alpha, op_a, op_b, beta, c)
         saved = backend.gemm_path
         for path in gemm_paths(backend):
             backend.gemm_path = path
@@ -42,7 +44,7 @@ def test_gemm(backend, rng, m, n, k, trans_a, trans_b):
                 C = backend.upload(c) if beta else poisoned(backend, (m, n))
                 backend.gemm(alpha, backend.upload(a), backend.upload(b), beta, C,
                              trans_a, trans_b)
-                assert rel_err(backend.download(C), ref) < F32, path
+                assert rel_err(backend.download(C), ref, scale) < F32, path
             finally:
                 backend.gemm_path = saved
 
@@ -75,7 +77,9 @@ def test_gemv(backend, rng, rows, cols, trans):
     y = rng.standard_normal(cols if trans else rows)
     Y = backend.upload(y)
     backend.gemv(0.6, backend.upload(a), backend.upload(x), -1.5, Y, trans)
-    assert rel_err(backend.download(Y), 0.6 * (a.T if trans else a) @ x - 1.5 * y) < F32
+    op_a = a.T if trans else a
+    assert rel_err(backend.download(Y), 0.6 * op_a @ x - 1.5 * y,
+                   gemm_scale(0.6, op_a, x, -1.5, y)) < F32
     Y = poisoned(backend, y.shape)
     backend.gemv(1.0, backend.upload(a), backend.upload(x), 0.0, Y, trans)
     assert rel_err(backend.download(Y), (a.T if trans else a) @ x) < F32
@@ -236,7 +240,8 @@ def test_own_gemm_split_k(backend, rng, m, n, k):
                 c = rng.standard_normal((m, n))
                 C = backend.upload(c)
                 backend.gemm(0.5, backend.upload(a), backend.upload(b), -1.0, C, trans_a, trans_b)
-                ref = 0.5 * (a.T if trans_a else a) @ (b.T if trans_b else b) - c
-                assert rel_err(backend.download(C), ref) < F32
+                op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
+                ref = 0.5 * op_a @ op_b - c
+                assert rel_err(backend.download(C), ref, gemm_scale(0.5, op_a, op_b, -1, c)) < F32
     finally:
         backend.compute_units, backend.gemm_path = saved_units, saved_path
