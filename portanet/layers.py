@@ -103,6 +103,7 @@ class Dense(Layer):
         self.b = backend.zeros((self.units,), label=f"{self} b")
         self.v = backend.zeros((self.units, self.n_in), label=f"{self} v")
         self.vb = backend.zeros((self.units,), label=f"{self} vb")
+        self.n_out = int(np.prod(out))        # outputs per sample
         return out
 
     def fan_in(self, in_shape):
@@ -110,8 +111,8 @@ class Dense(Layer):
 
     def allocate(self, capacity):
         self.free()
-        self._z = self.backend.empty((self.units * capacity,), label=f"{self} z")
-        self._a = self.backend.empty((self.units * capacity,), label=f"{self} a")
+        self._z = self.backend.empty((self.n_out * capacity,), label=f"{self} z")
+        self._a = self.backend.empty((self.n_out * capacity,), label=f"{self} a")
 
     def shared_sizes(self, m):
         return m, 0
@@ -179,16 +180,6 @@ class Conv2D(Dense):
 
     def fan_in(self, in_shape):
         return in_shape[0] * self.k * self.k
-
-    def build(self, backend, in_shape, rng):
-        out = super().build(backend, in_shape, rng)
-        self.n_out = int(np.prod(out))                 # outputs per sample
-        return out
-
-    def allocate(self, capacity):
-        self.free()
-        self._z = self.backend.empty((self.n_out * capacity,), label=f"{self} z")
-        self._a = self.backend.empty((self.n_out * capacity,), label=f"{self} a")
 
     def shared_sizes(self, m):
         positions = self.out_shape[1] * self.out_shape[2] * m
