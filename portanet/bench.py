@@ -293,7 +293,7 @@ def run(devices=None, workloads=None, peer=True, progress=print):
             info = {k: v for k, v in bk.info().items() if k != "gemm_params"}
             report["devices"][spec] = {**info, "gemm_path": bk.gemm_path, "status": "ok"}
         except Exception as e:
-            report["devices"][spec] = {"status": "failed", "error": f"{type(e).__name__}: {e}"}
+            report["devices"][spec] = {"status": "failed", "error": _error(e)}
             for w in workloads:
                 report["results"].append(_row(w, "-", spec, error=report["devices"][spec]["error"]))
             progress(f"{spec}: failed: {e}")
