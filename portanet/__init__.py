@@ -11,5 +11,6 @@ from .optim import SGD
 __version__ = "0.1.0"
 
 __all__ = ["device", "list_devices", "load_dataset", "Sequential", "load", "SGD", "Dense",
-           "Flatten", "Conv2D", "MaxPool2D", "Dropout", "mlp", "lenet", "from_description", "PortanetError", "DeviceError", "OutOfMemoryError", "ShapeError",
-           "InputError", "DataError", "ModelFileError"]
+           "Flatten", "Conv2D", "MaxPool2D", "Dropout", "mlp", "lenet", "from_description",
+           "PortanetError", "DeviceError", "OutOfMemoryError", "ShapeError", "InputError",
+           "DataError", "ModelFileError"]

@@ -11,6 +11,7 @@ import numpy as np
 
 from .backends.base import ACTIVATIONS, conv_out
 from .errors import InputError, ShapeError
+from .rng import mix32
 
 
 class Layer:
@@ -289,15 +290,6 @@ class Dropout(Layer):
             self.backend.dropout(self.a_prev, self.a, self.key, self.rate)
 
 
-
-def mix32(h):
-    """lowbias32 on Python ints (the kernels' hash), for dropout keys."""
-    h &= 0xFFFFFFFF
-    h ^= h >> 16
-    h = (h * 0x7FEB352D) & 0xFFFFFFFF
-    h ^= h >> 15
-    h = (h * 0x846CA68B) & 0xFFFFFFFF
-    return h ^ (h >> 16)
 
 
 class Flatten(Layer):

@@ -5,7 +5,8 @@ import pytest
 
 import portanet as pn
 from portanet.backends.base import conv_out
-from portanet.backends.numpy import NumpyBackend, dropout_mask
+from portanet.backends.numpy import NumpyBackend
+from portanet.rng import dropout_mask
 from conftest import F32, F64_GRAD, rel_err
 
 REF = NumpyBackend("cpu", np.float64)

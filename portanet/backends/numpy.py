@@ -3,6 +3,7 @@ import os
 
 import numpy as np
 
+from ..rng import dropout_mask
 from .base import Backend, check_activation, check_gemm, conv_out
 
 
@@ -118,7 +119,6 @@ class NumpyBackend(Backend):
         x[...] = xp[:, pad:pad + H, pad:pad + W]
 
     def maxpool(self, a, idx, x, pool, stride):
-        C, H, W, N = x.shape
         _, Ho, Wo, _ = a.shape
         flat = np.arange(x.size).reshape(x.shape)
         a[...] = x[:, :stride * Ho:stride, :stride * Wo:stride]
@@ -175,23 +175,6 @@ def activate_grad(kind, z):
         s = activate("sigmoid", z)
         return s * (1 - s)
     return 1 - np.tanh(z) ** 2
-
-
-def _mix32(h):
-    """lowbias32, the hash of kernels_cl/conv.cl, on uint32 arrays."""
-    h = h ^ (h >> 16)
-    h = h * np.uint32(0x7feb352d)
-    h = h ^ (h >> 15)
-    h = h * np.uint32(0x846ca68b)
-    return h ^ (h >> 16)
-
-
-def dropout_mask(n, key, rate):
-    """The kernels' mask: uniform(key, i) >= rate for i < n."""
-    with np.errstate(over="ignore"):
-        i = np.arange(n, dtype=np.uint32)
-        h = _mix32(i * np.uint32(0x9E3779B1) + np.uint32(key & 0xFFFFFFFF))
-    return (h >> 8).astype(np.float64) / 16777216.0 >= rate
 
 
 def _host_memory():
