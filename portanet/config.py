@@ -1,6 +1,7 @@
 """Every environment variable portanet reads, in one place (documented in the README).
 
-PORTANET_DEVICE  default device string: cpu, opencl, opencl:P:D, cuda, cuda:N (default cpu)
+PORTANET_DEVICE  default device string: cpu, opencl, opencl:P, opencl:P:D, cuda, cuda:N
+                 (unset or empty: cpu)
 PORTANET_GEMM    GEMM path on GPU backends: vendor (CLBlast / cuBLAS, default when
                  installed) or own (portanet's tiled kernels)
 PORTANET_DATA    first folder searched for dataset files
@@ -10,7 +11,13 @@ from pathlib import Path
 
 
 def device_string():
-    return os.environ.get("PORTANET_DEVICE", "").strip() or "cpu"
+    return device_variable() or "cpu"
+
+
+def device_variable():
+    """PORTANET_DEVICE as set, or None where it is unset or blank."""
+    value = os.environ.get("PORTANET_DEVICE", "")
+    return value if value.strip() else None
 
 
 def gemm_path():

@@ -2,10 +2,17 @@
 
     cpu            the NumPy reference
     opencl         the first OpenCL GPU (else the first OpenCL device)
+    opencl:P       OpenCL platform P's first GPU (else its first device)
     opencl:P:D     OpenCL platform P, device D, as `portanet devices` numbers them
     cuda, cuda:N   CUDA device N (default 0)
+
+device(None) takes PORTANET_DEVICE, else cpu; an explicit empty string is an error, not a
+quiet cpu. Strings naming the same device (opencl, opencl:0, opencl:0:0) give the same
+backend, so layers built on either share its context. Backends are safe to share
+between threads (Backend.serialised), and so is this registry.
 """
 import re
+import threading
 
 import numpy as np
 
@@ -15,44 +22,75 @@ from .base import Backend
 
 __all__ = ["Backend", "device", "list_devices"]
 
-_instances = {}
-_SPEC = re.compile(r"^(cpu|opencl(?::(\d+):(\d+))?|cuda(?::(\d+))?)$")
+FORMS = "cpu, opencl, opencl:P, opencl:P:D, cuda or cuda:N"
+_instances = {}                 # (device string, dtype) -> Backend, for the string as
+                                # asked for and for the canonical one (cpu, opencl:P:D, cuda:N)
+_lock = threading.Lock()        # two threads asking at once must not make two contexts
+_SPEC = re.compile(r"^(cpu|opencl(?::(\d+)(?::(\d+))?)?|cuda(?::(\d+))?)$")
 
 
 def device(spec=None, dtype=np.float32):
-    """The Backend for `spec` (default: PORTANET_DEVICE, else cpu); one instance per
-    device and dtype, so layers built on the same string share a context."""
+    """The Backend for `spec` (None: PORTANET_DEVICE, else cpu); one instance per device
+    and dtype, so layers built on the same device share a context."""
     if isinstance(spec, Backend):
         return spec
-    spec = (spec or config.device_string()).strip().lower()
-    dtype = np.dtype(dtype)
-    match = _SPEC.match(spec)
+    origin = None                   # names the variable when the string came from it
+    if spec is None:
+        spec = config.device_variable()
+        if spec is None:
+            spec = "cpu"
+        else:
+            origin = f"PORTANET_DEVICE={spec!r}"
+    if not isinstance(spec, str) or not spec.strip():
+        raise DeviceError(f"device {spec!r} is not a device string: use {FORMS}, or None "
+                          f"for PORTANET_DEVICE (else cpu). {_available_text()}")
+    name = spec.strip().lower()
+    match = _SPEC.match(name)
     if not match:
-        raise DeviceError(f"unknown device {spec!r}. {_available_text()}")
-    key = (spec, dtype)
-    if key not in _instances:
-        try:
-            _instances[key] = _create(spec, match, dtype)
-        except DeviceError as e:
-            if "Available devices" in str(e):
-                raise
-            raise DeviceError(f"{e}. {_available_text()}") from e
-    return _instances[key]
+        what = f"{origin} is not a device string" if origin else f"unknown device {spec!r}"
+        raise DeviceError(f"{what}: use {FORMS}. {_available_text()}")
+    dtype = np.dtype(dtype)
+    with _lock:
+        if (name, dtype) not in _instances:
+            try:
+                _instances[name, dtype] = _get(_canonical(name, match), dtype)
+            except DeviceError as e:
+                text = f"{origin or f'device {spec!r}'} is not available: {e}"
+                raise DeviceError(f"{text}. {_available_text(text)}") from e
+        return _instances[name, dtype]
 
 
-def _create(spec, match, dtype):
-    if spec == "cpu":
+def _canonical(name, match):
+    """The one string of the device `name` names: cpu, opencl:P:D or cuda:N."""
+    if name.startswith("opencl"):
+        p, d = match.group(2), match.group(3)
+        if d is None:
+            from . import opencl
+            p, d = opencl.default_device(None if p is None else int(p))
+        return f"opencl:{int(p)}:{int(d)}"
+    if name.startswith("cuda"):
+        return f"cuda:{int(match.group(4) or 0)}"
+    return "cpu"
+
+
+def _get(name, dtype):
+    """The backend of a canonical device string, made on first use."""
+    if (name, dtype) not in _instances:
+        _instances[name, dtype] = _create(name, dtype)
+    return _instances[name, dtype]
+
+
+def _create(name, dtype):
+    kind, _, numbers = name.partition(":")
+    if kind == "cpu":
         from .numpy import NumpyBackend
         return NumpyBackend("cpu", dtype)
-    if spec.startswith("opencl"):
+    if kind == "opencl":
         from . import opencl
-        if match.group(2) is None:
-            p, d = opencl.default_device()
-        else:
-            p, d = int(match.group(2)), int(match.group(3))
+        p, d = map(int, numbers.split(":"))
         return opencl.OpenCLBackend(p, d, dtype)
     from . import cuda
-    return cuda.CudaBackend(int(match.group(4) or 0), dtype)
+    return cuda.CudaBackend(int(numbers), dtype)
 
 
 def list_devices():
@@ -69,14 +107,13 @@ def list_devices():
     return found, missing
 
 
-def _available_text():
+def _available_text(said=""):
+    """'Available devices: ...', with why each other backend cannot be used, except the
+    reasons the message already gives (`said`)."""
     found, missing = list_devices()
     text = "Available devices: " + ", ".join(s for s, _ in found) + "."
     for name, reason in missing:
-        text += f" ({name}: {reason})"
+        if reason not in said:
+            text += f" ({name}: {reason})"
     return text
 
-
-def unavailable(spec, detail):
-    """The error for a well-formed device string that names no device here."""
-    return DeviceError(f"device {spec!r} is not available: {detail}. {_available_text()}")

@@ -3,7 +3,16 @@
 Layers are written once against this class. Device arrays are row-major and
 activations are stored (features, batch): a column per sample. Every operation works in
 place on arrays the caller allocated, so a training step allocates nothing.
+
+One Backend serves every network built on its device string, from any thread; see
+`Backend.serialised` for how its operations are kept apart, and `_track` for how its
+memory accounting follows the lifetime of the arrays it hands out.
 """
+import inspect
+import threading
+import weakref
+from functools import wraps
+
 import numpy as np
 
 from ..errors import InputError, ShapeError
@@ -16,6 +25,13 @@ class Backend:
 
     kind = "abstract"           # "cpu", "opencl", "cuda"
     is_gpu = False
+    # True: every public method runs holding the backend's re-entrant lock, so operations
+    # from several threads follow one another whole. A device backend needs it: its
+    # operations share kernel objects (arguments are set, then the kernel is enqueued), a
+    # split-K workspace (written by one launch, summed by the next), a queue or stream and
+    # the vendor BLAS handle. The NumPy backend shares nothing but its accounting.
+    serialised = False
+    max_alloc_bytes = None      # the largest single buffer, where the device has a limit
 
     def __init__(self, name, dtype=np.float32):
         self.name = name                     # the device string that selects it
@@ -26,16 +42,56 @@ class Backend:
         self.allocated_bytes = 0             # live bytes now
         self.peak_bytes = 0
         self.gemm_path = "reference"         # "own" or "vendor" on GPU backends
+        self._lock = threading.RLock()       # see `serialised`; always guards accounting
+        self._owned = {}                     # id(array) -> its weakref.finalize, see _track
+
+    def __init_subclass__(cls, **kwargs):
+        """Wrap every public method of a serialised backend, its inherited ones included,
+        in the lock: one place that every operation passes through."""
+        super().__init_subclass__(**kwargs)
+        if not cls.serialised:
+            return
+        for name in dir(cls):
+            method = inspect.getattr_static(cls, name)     # staticmethods, properties: not
+            if (not name.startswith("_") and inspect.isfunction(method)
+                    and not getattr(method, "serialised", False)):
+                setattr(cls, name, _serialised(method))
 
     # -- accounting, shared by every backend ---------------------------------------------
 
-    def _account(self, nbytes):
-        self.allocations += 1
-        self.allocated_bytes += nbytes
-        self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
+    def _track(self, array, nbytes, buf=None):
+        """Count `nbytes` as allocated until `array` (which owns its memory) is freed or
+        garbage-collected, whichever comes first; then free `buf`, its device buffer.
+        A network dropped without free() gives its memory back when it is collected."""
+        with self._lock:
+            self.allocations += 1
+            self.allocated_bytes += nbytes
+            self.peak_bytes = max(self.peak_bytes, self.allocated_bytes)
+            finalizer = weakref.finalize(array, self._reclaim, id(array), nbytes, buf)
+            finalizer.atexit = False         # at exit the driver frees everything anyway
+            self._owned[id(array)] = finalizer
+        return array
 
-    def _release(self, nbytes):
-        self.allocated_bytes -= nbytes
+    def _untrack(self, array):
+        """Release `array` now if the backend made it and it is not released yet (a view,
+        a second free: nothing); its finalizer then does nothing when it is collected."""
+        with self._lock:
+            finalizer = self._owned.pop(id(array), None)
+            if finalizer is not None:
+                finalizer()
+
+    def _reclaim(self, key, nbytes, buf):
+        """The finalizer of a tracked array: it runs once, from free() or from the garbage
+        collector in whatever thread dropped the array, so it takes the lock (which also
+        makes a CUDA context current for _free_buffer)."""
+        with self._lock:
+            self._owned.pop(key, None)
+            if buf is not None:
+                self._free_buffer(buf)
+            self.allocated_bytes -= nbytes
+
+    def _free_buffer(self, buf):
+        """Give a device buffer back to the driver (device backends)."""
 
     # -- memory --------------------------------------------------------------------------
 
@@ -73,10 +129,17 @@ class Backend:
         raise NotImplementedError
 
     def free(self, x):
-        raise NotImplementedError
+        """Give back the memory of `x` now. A view, or an array freed already: nothing.
+        Arrays that are simply dropped give theirs back when they are collected."""
+        self._untrack(x)
 
     def synchronize(self):
         pass
+
+    def memory_info(self):
+        """(free_bytes, total_bytes) of the device's memory now; `max_alloc_bytes` is the
+        largest single buffer where the device limits it (OpenCL), else None."""
+        raise NotImplementedError
 
     # -- BLAS-like, in place -------------------------------------------------------------
 
@@ -159,6 +222,16 @@ class Backend:
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name} {self.dtype}>"
+
+
+def _serialised(method):
+    """`method`, run holding its backend's lock (see Backend.serialised)."""
+    @wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    locked.serialised = True
+    return locked
 
 
 def _device_dtype(host_dtype, real_dtype):

@@ -3,6 +3,11 @@ the GPU's own architecture (pycuda caches the binaries on disk, keyed by source,
 and architecture), launched on one stream. GEMM goes to cuBLAS through nvmath-python
 where installed, else to our own tiled kernel; PORTANET_GEMM=own|vendor chooses."""
 import atexit
+import ctypes
+import ctypes.util
+import functools
+import os
+import threading
 
 import numpy as np
 
@@ -29,6 +34,9 @@ _ARG_CODES = {np.uintp: "P", np.int32: "i", np.float32: "f", np.float64: "d"}
 def _init():
     global _initialised
     if drv is None:
+        if not _nvidia_driver_present():
+            raise DeviceError("no NVIDIA GPU/driver found on this machine (CUDA needs one; "
+                              "the OpenCL and cpu devices work without)")
         raise DeviceError("the CUDA backend needs pycuda: pip install 'portanet[cuda]'")
     if not _initialised:
         try:
@@ -38,6 +46,19 @@ def _init():
                               f"installed and a GPU visible?") from e
         _initialised = True
     return drv.Device.count()
+
+
+@functools.cache
+def _nvidia_driver_present():
+    """Whether this machine has NVIDIA's driver: its kernel module or its CUDA library
+    (asked once: find_library runs ldconfig)."""
+    if os.path.exists("/proc/driver/nvidia"):
+        return True
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return ctypes.util.find_library("cuda") is not None
 
 
 def enumerate_devices():
@@ -57,15 +78,18 @@ class CudaBackend(KernelBackend):
     def __init__(self, index=0, dtype=np.float32):
         count = _init()
         if not 0 <= index < count:
-            from . import unavailable
-            raise unavailable(f"cuda:{index}", f"this machine has {count} CUDA device(s)")
+            raise DeviceError(f"this machine has {count} CUDA device(s)")
         super().__init__(f"cuda:{index}", dtype)
         self.device = drv.Device(index)
-        # the device's primary context, current for the life of the process (one context
-        # per process, shared with other libraries such as PyTorch)
+        # the device's primary context (one context per process, shared with other
+        # libraries such as PyTorch), made current in each thread by the backend's lock
         self.context = self.device.retain_primary_context()
-        self.context.push()
-        atexit.register(_pop, self.context)
+        self._lock = _ContextLock(self.context)
+        with self._lock:
+            self._setup()
+
+    def _setup(self):
+        """What needs the context current: stream, kernels, cuBLAS handle."""
         self.stream = drv.Stream()
         cc = self.device.compute_capability()
         self.arch = f"sm_{cc[0]}{cc[1]}"
@@ -129,8 +153,7 @@ class CudaBackend(KernelBackend):
         except drv.MemoryError as e:
             free, total = drv.mem_get_info()
             raise OutOfMemoryError(self._oom_text(label, shape, nbytes, free, total)) from e
-        self._account(nbytes)
-        return DeviceArray(buf, 0, shape, dtype, owner=True)
+        return self._track(DeviceArray(buf, 0, shape, dtype), nbytes, buf)
 
     def write(self, dst, host):
         host = self._check_write(dst, host)
@@ -148,6 +171,9 @@ class CudaBackend(KernelBackend):
 
     def synchronize(self):
         self.stream.synchronize()
+
+    def memory_info(self):
+        return drv.mem_get_info()           # the driver's numbers: other processes count
 
     # -- GEMM ----------------------------------------------------------------------------
 
@@ -176,6 +202,49 @@ class CudaBackend(KernelBackend):
                 "compute_units": d.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT),
                 "memory_bytes": total, "memory_free_bytes": free, "gemm": self.gemm_path,
                 "gemm_params": self.gemm_params}
+
+
+class _ContextLock:
+    """A CudaBackend's lock (Backend.serialised), which also makes the context current in
+    the thread that holds it: pycuda's current context is per thread. The main thread
+    pushes it once and keeps it until exit, as the creating thread always did. Any other
+    thread pushes it when it takes the lock and pops it when it lets go, because a thread
+    that ends with a context on pycuda's stack aborts the process ("PyCUDA ERROR: The
+    context stack was not empty upon module cleanup"), and the lock cannot know when a
+    thread of the user's ends."""
+
+    def __init__(self, context):
+        self._lock = threading.RLock()
+        self._context = context
+        self._main = threading.main_thread().ident
+        self._main_has_it = False
+        self._depth = 0             # nesting in the holding thread (only it changes these)
+        self._pushed = False        # whether the holding thread pushed at depth 0
+
+    def __enter__(self):
+        self._lock.acquire()
+        if self._depth == 0 and (threading.get_ident() != self._main or not self._main_has_it):
+            try:
+                self._context.push()
+            except BaseException:
+                self._lock.release()
+                raise
+            if threading.get_ident() == self._main:
+                atexit.register(_pop, self._context)
+                self._main_has_it = True
+            else:
+                self._pushed = True
+        self._depth += 1
+        return self
+
+    def __exit__(self, *exc):
+        self._depth -= 1
+        try:
+            if self._depth == 0 and self._pushed:
+                self._pushed = False
+                drv.Context.pop()
+        finally:
+            self._lock.release()
 
 
 def _pop(context):

@@ -1,10 +1,15 @@
 """What the OpenCL and CUDA backends share: device arrays (buffer + offset + shape), the
 argument packing and dispatch of the kernel twins in kernels_cl/ and kernels_cu/, and GEMM
 parameter choice. Each backend supplies memory, `_launch` and its two GEMM paths."""
+import logging
+import time
+
 import numpy as np
 
 from ..errors import ShapeError
 from .base import Backend, check_activation, check_gemm, conv_out
+
+log = logging.getLogger("portanet")
 
 ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4}
 
@@ -18,12 +23,14 @@ GEMV_THREADS = 256          # work-group size of the gemv kernel (blas.cl)
 
 
 class DeviceArray:
-    """A device buffer, an offset in elements and a row-major shape. Views share `buf`."""
-    __slots__ = ("buf", "offset", "shape", "dtype", "owner")
+    """A device buffer, an offset in elements and a row-major shape. An array made by
+    `empty` owns its buffer (base None); a view shares `buf` and keeps its owner alive in
+    `base`, so that the buffer stays allocated, and counted, as long as any view uses it."""
+    __slots__ = ("buf", "offset", "shape", "dtype", "base", "__weakref__")
 
-    def __init__(self, buf, offset, shape, dtype, owner):
-        self.buf, self.offset, self.shape, self.dtype, self.owner = (
-            buf, offset, tuple(shape), np.dtype(dtype), owner)
+    def __init__(self, buf, offset, shape, dtype, base=None):
+        self.buf, self.offset, self.shape, self.dtype, self.base = (
+            buf, offset, tuple(shape), np.dtype(dtype), base)
 
     @property
     def size(self):
@@ -38,14 +45,23 @@ class DeviceArray:
 
 
 class KernelBackend(Backend):
-    """A backend that runs portanet's kernels. Subclasses implement empty, write, download,
-    _free_buffer(buf), _kernel(family, name, options) (build once, cached),
-    _launch(kernel, global_size, local_size, args), _pointer(array) and _gemm_vendor,
-    and call _load_kernels() once their context is ready."""
+    """A backend that runs portanet's kernels. Subclasses implement empty (which returns
+    `self._track(DeviceArray(buf, ...), nbytes, buf)`), write, download, _free_buffer(buf),
+    _kernel(family, name, options) (build once, cached), _launch(kernel, global_size,
+    local_size, args), _pointer(array), _gemm_vendor and memory_info, and call
+    _load_kernels() once their context is ready."""
+
+    serialised = True           # see Backend.serialised
 
     def _load_kernels(self):
+        # Said before, not after: a first build on PoCL took 267 s without a word (18 s
+        # once the driver's cache had it). The CLI shows portanet's log on stderr.
+        log.info("building portanet's kernels for %s (%s); the first time on a device can "
+                 "take minutes, later runs use the driver's cache", self.name, self.info()["name"])
+        start = time.perf_counter()
         self._kernels = {name: self._kernel(family, name)
                          for family, names in FAMILIES.items() for name in names}
+        log.info("kernels for %s ready in %.1f s", self.name, time.perf_counter() - start)
 
     def _run(self, kernel, global_size, *args, local=None):
         """Launch with arguments packed: a DeviceArray as (pointer, offset), a Python or
@@ -75,19 +91,14 @@ class KernelBackend(Backend):
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
         if offset + int(np.prod(shape)) > x.size:
             raise ShapeError(f"view {shape} at {offset} does not fit in {x}")
-        return DeviceArray(x.buf, x.offset + offset, shape, x.dtype, owner=False)
+        return DeviceArray(x.buf, x.offset + offset, shape, x.dtype,
+                           base=x if x.base is None else x.base)
 
     def _check_write(self, dst, host):
         host = np.ascontiguousarray(host, dtype=dst.dtype)
         if host.size != dst.size:
             raise ShapeError(f"write: host array of {host.shape} into device array {dst.shape}")
         return host
-
-    def free(self, x):
-        if x.owner:
-            self._free_buffer(x.buf)
-            x.owner = False
-            self._release(x.nbytes)
 
     def fill(self, x, value):
         self._run("fill", (x.size,), x, float(value), x.size)

@@ -1,10 +1,21 @@
 """The NumPy reference backend: plain, obviously right, and the oracle of every test."""
+import functools
 import os
 
 import numpy as np
 
 from ..rng import dropout_mask
 from .base import Backend, check_activation, check_gemm, conv_out
+
+
+def _quiet(method):
+    """Arithmetic as a GPU does it: overflow gives inf, inf - inf NaN, without NumPy's
+    warnings; a diverged run is reported once, by fit's DivergedError."""
+    @functools.wraps(method)
+    def quiet(*args, **kwargs):
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            return method(*args, **kwargs)
+    return quiet
 
 
 class NumpyBackend(Backend):
@@ -17,8 +28,7 @@ class NumpyBackend(Backend):
 
     def empty(self, shape, dtype=None, label="buffer"):
         x = np.empty(shape, dtype=dtype or self.dtype)
-        self._account(x.nbytes)
-        return x
+        return self._track(x, x.nbytes)
 
     def write(self, dst, host):
         dst[...] = np.asarray(host).reshape(dst.shape)
@@ -36,42 +46,51 @@ class NumpyBackend(Backend):
     def copy(self, src, dst):
         dst[...] = src.reshape(dst.shape)
 
-    def free(self, x):
-        if x.base is None:
-            self._release(x.nbytes)
+    def memory_info(self):
+        """The host's available memory (what can be allocated without swapping) and its
+        total."""
+        return _host_memory()
 
     # -- BLAS ----------------------------------------------------------------------------
 
+    @_quiet
     def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):
         check_gemm(a, b, c, trans_a, trans_b)
         product = (a.T if trans_a else a) @ (b.T if trans_b else b)
         _scale(beta, c)
         c += alpha * product
 
+    @_quiet
     def gemv(self, alpha, a, x, beta, y, trans_a=False):
         _scale(beta, y)
         y += alpha * ((a.T if trans_a else a) @ x)
 
+    @_quiet
     def ger(self, alpha, x, y, a):
         a += alpha * np.outer(x, y)
 
+    @_quiet
     def axpy(self, alpha, x, y):
         y += alpha * x
 
+    @_quiet
     def scal(self, alpha, x):
         x *= alpha
 
     # -- NN ------------------------------------------------------------------------------
 
+    @_quiet
     def bias_activation(self, kind, z, b, a):
         check_activation(kind)
         z += b[:, None]
         a[...] = activate(kind, z)
 
+    @_quiet
     def activation_grad(self, kind, z, da):
         check_activation(kind)
         z[...] = activate_grad(kind, z) * da
 
+    @_quiet
     def softmax_xent(self, delta, loss, hit, a, labels):
         m = a.shape[1]
         cols = np.arange(m)
@@ -80,6 +99,7 @@ class NumpyBackend(Backend):
         loss[...] = -np.log(np.maximum(a[labels, cols], np.finfo(a.dtype).tiny))
         hit[...] = np.argmax(a, axis=0) == labels
 
+    @_quiet
     def sigmoid_bce(self, delta, loss, hit, a, y):
         tiny = np.finfo(a.dtype).tiny
         delta[...] = a - y
@@ -87,6 +107,7 @@ class NumpyBackend(Backend):
                             + (1 - y) * np.log(np.maximum(1 - a, tiny)), axis=0)
         hit[...] = np.all((a > 0.5) == (y > 0.5), axis=0)
 
+    @_quiet
     def mse(self, delta, loss, hit, a, y):
         n = a.shape[0]                       # delta may alias a: read a first
         loss[...] = np.mean((a - y) ** 2, axis=0)
@@ -136,12 +157,13 @@ class NumpyBackend(Backend):
         np.add.at(flat, idx.ravel(), da.ravel())
         dx[...] = flat.reshape(dx.shape)
 
+    @_quiet
     def dropout(self, out, x, key, rate):
         out[...] = x * dropout_mask(x.size, key, rate).reshape(x.shape).astype(x.dtype) / (1 - rate)
 
     def info(self):
         return {"name": "NumPy reference on the host CPU", "vendor": "numpy " + np.__version__,
-                "memory_bytes": _host_memory(), "compute_units": os.cpu_count()}
+                "memory_bytes": _host_memory()[1], "compute_units": os.cpu_count()}
 
 
 def _scale(beta, c):
@@ -178,7 +200,22 @@ def activate_grad(kind, z):
 
 
 def _host_memory():
+    """(available, total) bytes of host memory. Linux's MemAvailable counts the page cache
+    the kernel would give up, sysconf's free pages do not: they are the fallback (macOS
+    has neither; then all of it is taken as available and NumPy's MemoryError decides)."""
+    total = _sysconf_bytes("SC_PHYS_PAGES")
     try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, total        # given in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return _sysconf_bytes("SC_AVPHYS_PAGES") or total, total
+
+
+def _sysconf_bytes(pages):
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf(pages)
+    except (ValueError, OSError, AttributeError):       # unknown name, or not POSIX
         return 0

@@ -1,6 +1,8 @@
 """The OpenCL backend (pyopencl): one set of kernels, kernels_cl/, for AMD, Intel, NVIDIA
 GPUs and CPUs (PoCL). GEMM goes to CLBlast (pyclblast) where installed, else to our own
 tiled kernel; PORTANET_GEMM=own|vendor chooses."""
+import gc
+
 import numpy as np
 
 from .. import config
@@ -52,9 +54,14 @@ def enumerate_devices():
             for p, d, platform, dev in _devices()]
 
 
-def default_device():
-    """(platform, device) of the first GPU, else of the first device."""
+def default_device(platform=None):
+    """(platform, device) of the first GPU, else of the first device; of all platforms,
+    or of `platform` alone (the device string opencl:P)."""
     found = _devices()
+    if platform is not None:
+        found = [f for f in found if f[0] == platform]
+        if not found:
+            raise DeviceError(f"there is no OpenCL platform {platform} with a device here")
     for p, d, _, dev in found:
         if dev.type & cl.device_type.GPU:
             return p, d
@@ -67,8 +74,7 @@ class OpenCLBackend(KernelBackend):
     def __init__(self, platform, device, dtype=np.float32):
         found = {(p, d): (pl, dev) for p, d, pl, dev in _devices()}
         if (platform, device) not in found:
-            from . import unavailable
-            raise unavailable(f"opencl:{platform}:{device}", "no such OpenCL platform/device")
+            raise DeviceError(f"there is no OpenCL platform {platform} with a device {device}")
         super().__init__(f"opencl:{platform}:{device}", dtype)
         self.platform, self.device = found[(platform, device)]
         if self.dtype == np.float64 and not self.device.double_fp_config:
@@ -134,6 +140,8 @@ class OpenCLBackend(KernelBackend):
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
         nbytes = int(np.prod(shape)) * dtype.itemsize
         dev = self.device
+        if self.allocated_bytes + nbytes > dev.global_mem_size:
+            gc.collect()    # arrays dropped in reference cycles: as pyopencl does on failure
         if (nbytes > dev.max_mem_alloc_size
                 or self.allocated_bytes + nbytes > dev.global_mem_size):
             raise OutOfMemoryError(self._oom_text(label, shape, nbytes))
@@ -141,8 +149,7 @@ class OpenCLBackend(KernelBackend):
             buf = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, max(nbytes, dtype.itemsize))
         except (cl.MemoryError, cl.RuntimeError) as e:
             raise OutOfMemoryError(self._oom_text(label, shape, nbytes) + f" ({e})") from e
-        self._account(nbytes)
-        return DeviceArray(buf, 0, shape, dtype, owner=True)
+        return self._track(DeviceArray(buf, 0, shape, dtype), nbytes, buf)
 
     def _oom_text(self, label, shape, nbytes):
         dev = self.device
@@ -165,6 +172,16 @@ class OpenCLBackend(KernelBackend):
 
     def synchronize(self):
         self.queue.finish()
+
+    def memory_info(self):
+        """OpenCL cannot say how much memory is free: the device's size less what this
+        backend has allocated (other programs and backends are not seen)."""
+        total = self.device.global_mem_size
+        return total - self.allocated_bytes, total
+
+    @property
+    def max_alloc_bytes(self):
+        return self.device.max_mem_alloc_size
 
     # -- GEMM ----------------------------------------------------------------------------
 
