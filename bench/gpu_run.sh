@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
 # One call on the GPU machine (device tool): install the kit, run the test suite on every
 # device there, train on cpu / cuda / NVIDIA OpenCL with the same seed, and benchmark
-# against PyTorch. Needs .gpu (../shared/device) and .data/fashion-mnist carried.
+# against PyTorch. Needs .gpu (../shared/device), .whl (the safetensors wheel: pip download
+# safetensors --no-deps --python-version 3.12 --only-binary=:all: -d .whl) and
+# .data/fashion-mnist carried.
 # Usage: bash bench/gpu_run.sh [tests,train,lenet,lenet-own,bench,portanet-bench,own-bench]   (results under $OUT)
 set -o pipefail
 STEPS=${1:-tests,train,bench}
 has() { [[ ",$STEPS," == *",$1,"* ]]; }
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source .gpu/gpu-env.sh || exit 1
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=$PWD:$PYTHONPATH PORTANET_DATA=$PWD/.data PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv
 python3 -m portanet.cli devices
 if has tests; then
-    timeout 300 python3 -m pytest -q -rs tests 2>&1 | tee "$OUT/pytest.log" | tail -25
+    timeout 540 python3 -m pytest -q -rs -p no:cacheprovider tests 2>&1 | tee "$OUT/pytest.log" | tail -25
 fi
 if has train; then
     for d in cuda opencl cpu; do

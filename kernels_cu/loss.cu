@@ -4,6 +4,10 @@
    delta, so delta may alias a. */
 #include "prelude.h"
 
+/* log p, with p kept off 0 but a NaN kept NaN (fmax(NaN, x) is x, which hid divergence):
+   NumPy's maximum, which the reference uses, propagates NaN the same way */
+DEVICE real log_clamped(const real p) { return log(p < REAL_MIN ? REAL_MIN : p); }
+
 /* delta <- a - onehot(label); loss <- -log a[label]; hit <- argmax a == label */
 KERNEL void softmax_xent(GLOBAL real* delta, const int delta_off, GLOBAL real* loss,
                          const int loss_off, GLOBAL real* hit, const int hit_off,
@@ -17,7 +21,7 @@ KERNEL void softmax_xent(GLOBAL real* delta, const int delta_off, GLOBAL real* l
     for (int i = 0; i < rows; ++i) {
         const real aij = a[a_off + i * cols + j];
         if (aij > best_a) { best_a = aij; best = i; }
-        if (i == label) loss[loss_off + j] = -log(fmax(aij, REAL_MIN));
+        if (i == label) loss[loss_off + j] = -log_clamped(aij);
         delta[delta_off + i * cols + j] = aij - (i == label ? (real)1 : (real)0);
     }
     hit[hit_off + j] = best == label ? (real)1 : (real)0;
@@ -35,7 +39,7 @@ KERNEL void sigmoid_bce(GLOBAL real* delta, const int delta_off, GLOBAL real* lo
     for (int i = 0; i < rows; ++i) {
         const real aij = a[a_off + i * cols + j];
         const real yij = y[y_off + i * cols + j];
-        sum -= yij * log(fmax(aij, REAL_MIN)) + ((real)1 - yij) * log(fmax((real)1 - aij, REAL_MIN));
+        sum -= yij * log_clamped(aij) + ((real)1 - yij) * log_clamped((real)1 - aij);
         right = right && ((aij > (real)0.5) == (yij > (real)0.5));
         delta[delta_off + i * cols + j] = aij - yij;
     }

@@ -362,7 +362,7 @@ def _line(r):
 def table(report):
     """The report as a text table."""
     head = (f"{'device':12s} {'workload':12s} {'case':22s} {'gemm':9s} {'median ms':>10s} "
-            f"{'min':>9s} {'max':>9s} {'throughput':>18s} {'%peak':>6s} {'peak MiB':>9s} "
+            f"{'min':>9s} {'max':>9s} {'throughput':>18s} {'%best':>6s} {'peak MiB':>9s} "
             f"{'torch ms':>9s} {'ratio':>6s}")
     lines = [head, "-" * len(head)]
     for r in report["results"]:
@@ -384,6 +384,8 @@ def table(report):
              if (r.get("torch") or {}).get("status") == "unavailable"}
     for device, reason in notes.items():
         lines.append(f"torch column for {device}: {reason}")
+    lines.append("%best: GFLOP/s as a share of the fastest GEMM measured on the same device in "
+                 "this run (not the hardware's peak); peak MiB: device memory at the case's peak")
     return "\n".join(lines)
 
 

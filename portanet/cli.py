@@ -1,10 +1,11 @@
 """The `portanet` command: devices, train."""
 import json
+import logging
 import sys
 
 import click
 
-from . import backends, data, models
+from . import backends, checkpoint, data, models, schedules
 from .errors import PortanetError
 from .optim import SGD
 
@@ -15,6 +16,18 @@ CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
 @click.version_option(package_name="portanet")
 def main():
     """portanet: one layer protocol on CUDA, OpenCL and NumPy."""
+    # the library's progress notes (kernel builds that can take minutes) on stderr
+    log = logging.getLogger("portanet")
+    if not any(isinstance(h, _Stderr) for h in log.handlers):
+        log.addHandler(_Stderr())
+        log.setLevel(logging.INFO)
+
+
+class _Stderr(logging.Handler):
+    """Log records as plain lines on whatever stderr is when they come."""
+
+    def emit(self, record):
+        click.echo(record.getMessage(), err=True)
 
 
 @main.command()
@@ -35,46 +48,53 @@ def devices():
               show_default=True)
 @click.option("--epochs", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True)
-@click.option("--lr", type=float, default=0.02, show_default=True, help="learning rate eta")
-@click.option("--lr-decay", type=click.FloatRange(0, 1, min_open=True), default=0.6,
-              show_default=True, help="multiply the learning rate by this after each epoch")
+@click.option("--lr", type=float, default=0.02, show_default=True,
+              help="learning rate eta (of the first epoch, under a schedule)")
+@click.option("--schedule", default="constant", show_default=True,
+              help="learning rate per epoch, as portanet.schedules: constant, "
+                   "'exponential(0.6)', 'step(10, 0.1)', 'cosine(30)', 'warmup(2, cosine(30))'")
 @click.option("--momentum", type=float, default=0.9, show_default=True)
 @click.option("--weight-decay", type=float, default=0.0, show_default=True)
-@click.option("--device", default=None, help="cpu, opencl, opencl:P:D, cuda, cuda:N "
+@click.option("--device", default=None, help="cpu, opencl, opencl:P, opencl:P:D, cuda, cuda:N "
               "(default: $PORTANET_DEVICE, else cpu)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(1), default=None,
               help="train on the first N training samples only (quick runs)")
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
-              help="write the trained network to this file")
+              help="write the trained network to this file (checked before training)")
+@click.option("--plan", is_flag=True,
+              help="print the memory plan of the network at this batch size and exit")
 @click.option("--download", is_flag=True, help="download the dataset if it is missing")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line of results")
-def train(model, dataset, epochs, batch_size, lr, lr_decay, momentum, weight_decay, device, seed,
-          limit, save, download, as_json):
+def train(model, dataset, epochs, batch_size, lr, schedule, momentum, weight_decay, device, seed,
+          limit, save, plan, download, as_json):
     """Train a network and report test accuracy."""
     try:
+        if save:
+            checkpoint.check_destination(save)      # before the training, not after it
+        optimizer = SGD(lr, momentum, weight_decay)
+        lr_schedule = schedules.parse(schedule)
         (x, y), (x_test, y_test) = data.load_dataset(dataset, download=download) \
             if dataset != "coordinates" else data.coordinates(seed=seed)
         if limit:
             x, y = x[:limit], y[:limit]
         net = build_model(model, dataset, x.shape[1:], device, seed)
+        if plan:
+            click.echo(net.memory_plan(min(batch_size, len(x))))
+            return
         click.echo(net.summary(), err=True)
-        seconds = []
+        bar = Progress(epochs)
 
         def on_epoch(epoch, logs):
-            seconds.append(logs["seconds"])
+            bar.clear()
             click.echo(f"epoch {epoch + 1}/{epochs}  loss {logs['loss']:.4f}  "
-                       f"accuracy {logs['accuracy']:.4f}  {logs['seconds']:.2f} s")
+                       f"accuracy {logs['accuracy']:.4f}  lr {logs['lr']:.3g}  "
+                       f"{logs['seconds']:.2f} s")
+            bar.epoch = epoch + 1
 
-        history = {"loss": []}
-        for epoch in range(epochs):
-            with click.progressbar(length=-(-len(x) // batch_size), file=sys.stderr,
-                                   label=f"epoch {epoch + 1}/{epochs}") as bar:
-                opt = SGD(lr * lr_decay ** epoch, momentum, weight_decay)
-                h = net.fit(x, y, epochs=1, batch_size=batch_size, optimizer=opt,
-                            seed=seed + epoch, progress=lambda done, total: bar.update(1),
-                            on_epoch=lambda _, logs: on_epoch(epoch, logs))
-            history["loss"] += h["loss"]
+        history = net.fit(x, y, epochs=epochs, batch_size=batch_size, optimizer=optimizer,
+                          schedule=lr_schedule, seed=seed, progress=bar.update,
+                          on_epoch=on_epoch)
         test_loss, test_acc = net.evaluate(x_test, y_test)
         click.echo(f"test loss {test_loss:.4f}  test accuracy {test_acc:.4f}")
         if save:
@@ -84,13 +104,35 @@ def train(model, dataset, epochs, batch_size, lr, lr_decay, momentum, weight_dec
             click.echo(json.dumps({
                 "device": net.backend.name, "device_name": net.backend.info()["name"],
                 "gemm": net.backend.gemm_path, "model": model, "dataset": dataset,
-                "epochs": epochs, "batch_size": batch_size, "lr": lr, "lr_decay": lr_decay,
-                "momentum": momentum,
+                "epochs": epochs, "batch_size": batch_size, "lr": lr, "schedule": schedule,
+                "lrs": history["lr"], "momentum": momentum,
                 "seed": seed, "train_samples": len(x), "test_accuracy": test_acc,
                 "test_loss": test_loss, "final_loss": history["loss"][-1],
-                "epoch_seconds": seconds}))
+                "epoch_seconds": history["seconds"]}))
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
+
+
+class Progress:
+    """A progress line on stderr while an epoch runs, only where stderr is a terminal
+    (piped or logged, it would be noise); cleared before the epoch's summary is printed."""
+
+    def __init__(self, epochs, stream=None):
+        self.stream = stream or sys.stderr
+        self.live = self.stream.isatty()
+        self.epochs, self.epoch = epochs, 0
+
+    def update(self, done, total):
+        if self.live:
+            n = 30 * done // total
+            self.stream.write(f"\repoch {self.epoch + 1}/{self.epochs} "
+                              f"[{'#' * n}{'.' * (30 - n)}] {done}/{total}")
+            self.stream.flush()
+
+    def clear(self):
+        if self.live:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
 
 
 @main.command()

@@ -1,4 +1,5 @@
 """One exception family: every message names what is wrong and how to fix it."""
+import numbers
 
 
 class PortanetError(Exception):
@@ -31,3 +32,22 @@ class ModelFileError(PortanetError):
 
 class KernelBuildError(DeviceError):
     """A device kernel failed to compile; the message carries the build log."""
+
+
+class DivergedError(PortanetError):
+    """Training produced a loss that is NaN or infinite. Carries the epoch (from 0), the
+    loss, the learning rate and the history of the epochs before."""
+
+    def __init__(self, message, epoch=None, loss=None, lr=None, history=None):
+        super().__init__(message)
+        self.epoch, self.loss, self.lr, self.history = epoch, loss, lr, history
+
+
+def check_count(what, value, low=1):
+    """value as an int >= low, else an InputError naming `what`; bools, strings and
+    fractions are refused (3.0 is taken as 3)."""
+    whole = isinstance(value, numbers.Integral) or (
+        isinstance(value, float) and value.is_integer())
+    if isinstance(value, bool) or not whole or value < low:
+        raise InputError(f"{what} must be a whole number >= {low}, got {value!r}")
+    return int(value)

@@ -10,20 +10,22 @@ import math
 import numpy as np
 
 from .backends.base import ACTIVATIONS, conv_out
-from .errors import InputError, ShapeError
+from .errors import InputError, ShapeError, check_count
+from .memory import elements
 from .rng import mix32
 
 
 class Layer:
     trainable = False
-    batch_buffers = ()          # attributes holding the layer's own batch buffers
 
     def config(self):
         """The constructor arguments, for save files."""
         return {}
 
-    def build(self, backend, in_shape, rng):
-        """Allocate parameters for inputs of per-sample shape `in_shape`; return the output's."""
+    def configure(self, backend, in_shape):
+        """Shapes for inputs of per-sample shape `in_shape`; returns the output's. Nothing
+        is allocated: the network plans memory from what the layer declares (parameters,
+        state, batch_buffers, shared_sizes) and then allocates it."""
         self.backend = backend
         self.in_shape = tuple(in_shape)
         self.out_shape = self.output_shape(self.in_shape)
@@ -32,8 +34,22 @@ class Layer:
     def output_shape(self, in_shape):
         return in_shape
 
-    def allocate(self, capacity):
-        """Batch buffers for up to `capacity` samples (called when the batch grows)."""
+    def parameters(self):
+        """{name: shape} of the parameters, saved and loaded with the network."""
+        return {}
+
+    def state(self):
+        """{name: shape} of the optimizer's state (SGD: the momentum buffers)."""
+        return {}
+
+    def initial(self, rng):
+        """{name: host array} of initial parameter values (missing names start at zero)."""
+        return {}
+
+    def batch_buffers(self, m):
+        """{attribute: (elements, dtype or None for the real type)}: the layer's own batch
+        buffers for up to m samples."""
+        return {}
 
     def shared_sizes(self, m):
         """(ones, workspace) elements this layer needs from the network's shared buffers
@@ -49,7 +65,7 @@ class Layer:
 
     def params(self):
         """{name: device array} saved and loaded with the network."""
-        return {}
+        return {name: getattr(self, name) for name in self.parameters()}
 
     def forward(self, training=True):
         raise NotImplementedError
@@ -59,33 +75,30 @@ class Layer:
         a_prev holds dL/da_prev (unless first) and the parameters are updated."""
         raise NotImplementedError
 
-    def free(self):
-        """Give back the batch buffers (allocate makes them again)."""
-        for name in self.batch_buffers:
-            if getattr(self, name, None) is not None:
-                self.backend.free(getattr(self, name))
-            setattr(self, name, None)
-
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({args})"
+
+
+def _count(name, value, low, layer):
+    """An integer argument of a layer; an activation given in its place gets a hint."""
+    if isinstance(value, str) and value in ACTIVATIONS:
+        raise InputError(f"{layer}: {name} must be a whole number, got {value!r}: an "
+                         f"activation is passed as activation={value!r}")
+    return check_count(f"{layer}: {name}", value, low)
 
 
 class Dense(Layer):
     """Fully connected: z = w a_prev + b, a = f(z). Inputs of any per-sample shape are
     taken flattened, (prod(in_shape), batch), which is a free view."""
     trainable = True
-    batch_buffers = ("_z", "_a")
 
     def __init__(self, units, activation="linear"):
-        if int(units) != units or units < 1:
-            raise InputError(f"Dense: units must be a positive integer, got {units!r}")
+        self.units = _count("units", units, 1, type(self).__name__)
         if activation not in ACTIVATIONS:
-            raise InputError(f"Dense: unknown activation {activation!r}; use one of "
-                             f"{', '.join(ACTIVATIONS)}")
-        self.units = int(units)
+            raise InputError(f"{type(self).__name__}: unknown activation {activation!r}; use "
+                             f"one of {', '.join(ACTIVATIONS)}")
         self.activation = activation
-        self._z = self._a = None
 
     def config(self):
         return {"units": self.units, "activation": self.activation}
@@ -93,27 +106,29 @@ class Dense(Layer):
     def output_shape(self, in_shape):
         return (self.units,)
 
-    def build(self, backend, in_shape, rng):
-        out = super().build(backend, in_shape, rng)
+    def configure(self, backend, in_shape):
+        out = super().configure(backend, in_shape)
         self.n_in = self.fan_in(in_shape)
+        self.n_out = elements(out)           # outputs per sample
+        return out
+
+    def parameters(self):
+        return {"w": (self.units, self.n_in), "b": (self.units,)}
+
+    def state(self):
+        return {"v": (self.units, self.n_in), "vb": (self.units,)}
+
+    def initial(self, rng):
         # He for relu, Glorot otherwise; drawn on the host so every backend starts equal
         fan = self.n_in if self.activation == "relu" else (self.n_in + self.units) / 2
         limit = math.sqrt(3.0 / fan)
-        w = rng.uniform(-limit, limit, (self.units, self.n_in))
-        self.w = backend.upload(w.astype(backend.dtype), label=f"{self} w")
-        self.b = backend.zeros((self.units,), label=f"{self} b")
-        self.v = backend.zeros((self.units, self.n_in), label=f"{self} v")
-        self.vb = backend.zeros((self.units,), label=f"{self} vb")
-        self.n_out = int(np.prod(out))        # outputs per sample
-        return out
+        return {"w": rng.uniform(-limit, limit, (self.units, self.n_in))}
 
     def fan_in(self, in_shape):
-        return int(np.prod(in_shape))
+        return elements(in_shape)
 
-    def allocate(self, capacity):
-        self.free()
-        self._z = self.backend.empty((self.n_out * capacity,), label=f"{self} z")
-        self._a = self.backend.empty((self.n_out * capacity,), label=f"{self} a")
+    def batch_buffers(self, m):
+        return {"_z": (self.n_out * m, None), "_a": (self.n_out * m, None)}
 
     def shared_sizes(self, m):
         return m, 0
@@ -124,9 +139,6 @@ class Dense(Layer):
         self.a = self.backend.view(self._a, (self.units, m))
         self.ones = self.backend.view(shared.ones, (m,))
         self.inputs = self.a_prev           # what w multiplies: a_prev here, im2col's cols in Conv2D
-
-    def params(self):
-        return {"w": self.w, "b": self.b}
 
     def forward(self, training=True):
         bk = self.backend
@@ -158,12 +170,10 @@ class Conv2D(Dense):
     is Dense's with cols in place of a_prev."""
 
     def __init__(self, filters, kernel_size, stride=1, padding=0, activation="linear"):
-        super().__init__(filters, activation)
-        for name, value, low in (("kernel_size", kernel_size, 1), ("stride", stride, 1),
-                                 ("padding", padding, 0)):
-            if int(value) != value or value < low:
-                raise InputError(f"Conv2D: {name} must be an integer >= {low}, got {value!r}")
-        self.k, self.stride, self.pad = int(kernel_size), int(stride), int(padding)
+        super().__init__(_count("filters", filters, 1, "Conv2D"), activation)
+        self.k = _count("kernel_size", kernel_size, 1, "Conv2D")
+        self.stride = _count("stride", stride, 1, "Conv2D")
+        self.pad = _count("padding", padding, 0, "Conv2D")
 
     def config(self):
         return {"filters": self.units, "kernel_size": self.k, "stride": self.stride,
@@ -196,11 +206,11 @@ class Conv2D(Dense):
 
     def forward(self, training=True):
         self.backend.im2col(self.inputs, self.a_prev, self.k, self.stride, self.pad)
-        self.shared.workspace_holds = self
+        self.shared.workspace_holds = id(self)
         super().forward(training)
 
     def backward(self, opt, first, delta_in_z=False):
-        if self.shared.workspace_holds is not self:     # a later conv layer used it since
+        if self.shared.workspace_holds != id(self):     # a later conv layer used it since
             self.backend.im2col(self.inputs, self.a_prev, self.k, self.stride, self.pad)
         super().backward(opt, first, delta_in_z)
         self.shared.workspace_holds = None
@@ -214,14 +224,9 @@ class Conv2D(Dense):
 
 class MaxPool2D(Layer):
     """Max pooling over pool x pool windows; keeps the argmax indices for the backward."""
-    batch_buffers = ("_a", "_idx")
-
     def __init__(self, pool=2, stride=None):
-        self.pool = int(pool)
-        self.stride = int(stride or pool)
-        if self.pool < 1 or self.stride < 1:
-            raise InputError(f"MaxPool2D: pool and stride must be >= 1, got {pool}, {stride}")
-        self._a = self._idx = None
+        self.pool = _count("pool", pool, 1, "MaxPool2D")
+        self.stride = _count("stride", pool if stride is None else stride, 1, "MaxPool2D")
 
     def config(self):
         return {"pool": self.pool, "stride": self.stride}
@@ -233,11 +238,9 @@ class MaxPool2D(Layer):
         c, h, w = in_shape
         return (c, conv_out(h, self.pool, self.stride, 0), conv_out(w, self.pool, self.stride, 0))
 
-    def allocate(self, capacity):
-        self.free()
-        n = int(np.prod(self.out_shape)) * capacity
-        self._a = self.backend.empty((n,), label=f"{self} a")
-        self._idx = self.backend.empty((n,), np.int32, label=f"{self} indices")
+    def batch_buffers(self, m):
+        n = elements(self.out_shape) * m
+        return {"_a": (n, None), "_idx": (n, np.int32)}
 
     def bind(self, a_prev, m, shared):
         super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
@@ -257,21 +260,17 @@ class Dropout(Layer):
     """Zeroes each input with probability `rate` while training and scales the rest by
     1 / (1 - rate); the identity in inference. The mask is not stored: a counter-based hash
     of (seed, step, element) recomputes it for the backward, the same on every backend."""
-    batch_buffers = ("_a",)
-
     def __init__(self, rate=0.5, seed=0):
-        if not 0 <= rate < 1:
-            raise InputError(f"Dropout: rate must be in [0, 1), got {rate}")
-        self.rate, self.seed = float(rate), int(seed)
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            raise InputError(f"Dropout: rate must be a number in [0, 1), got {rate!r}")
+        self.rate, self.seed = float(rate), _count("seed", seed, 0, "Dropout")
         self.step = 0
-        self._a = None
 
     def config(self):
         return {"rate": self.rate, "seed": self.seed}
 
-    def allocate(self, capacity):
-        self.free()
-        self._a = self.backend.empty((int(np.prod(self.in_shape)) * capacity,), label=f"{self} a")
+    def batch_buffers(self, m):
+        return {"_a": (elements(self.in_shape) * m, None)}
 
     def bind(self, a_prev, m, shared):
         super().bind(a_prev, m, shared)
@@ -296,7 +295,7 @@ class Flatten(Layer):
     """(C, H, W) per sample -> (C.H.W,): with batch-innermost storage, a free view."""
 
     def output_shape(self, in_shape):
-        return (int(np.prod(in_shape)),)
+        return (elements(in_shape),)
 
     def bind(self, a_prev, m, shared):
         super().bind(a_prev, m, shared)
@@ -314,6 +313,14 @@ LAYERS = {"Dense": Dense, "Flatten": Flatten, "Conv2D": Conv2D, "MaxPool2D": Max
 
 
 def from_config(name, config):
+    """The layer saved as (name, config), or an InputError saying what is wrong."""
     if name not in LAYERS:
-        raise ShapeError(f"unknown layer type {name!r} in the model description")
-    return LAYERS[name](**config)
+        raise InputError(f"unknown layer type {name!r}; portanet has {', '.join(LAYERS)}")
+    if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
+        raise InputError(f"{name}: its configuration must be a mapping of argument names, "
+                         f"got {config!r}")
+    try:
+        return LAYERS[name](**config)
+    except TypeError as e:           # a missing or unknown argument
+        raise InputError(f"{name}({', '.join(config)}): {e}") from e
+

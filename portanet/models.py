@@ -22,45 +22,61 @@ from .network import Sequential
 LAYER_NAMES = {"dense": Dense, "conv": Conv2D, "maxpool": MaxPool2D, "dropout": Dropout,
                "flatten": Flatten}
 LOSS_FOR = {"softmax": "softmax_cross_entropy", "sigmoid": "binary_cross_entropy"}
-_TOKEN = re.compile(r"\s*(\w+)\s*(?:\(([^)]*)\))?\s*(?:,|->|;)?")
+_NAME = re.compile(r"\s*(\w+)\s*")
+_SEPARATOR = re.compile(r"\s*(?:,|->|;)?\s*")
 
 LENET = "conv(16, 3, relu) conv(32, 3, relu) maxpool(2) flatten dense({classes}, {output})"
 
 
 def parse(description):
     """[layer objects] from a description."""
+    if not isinstance(description, str):
+        raise InputError(f"a model description is text such as 'dense(10, softmax)', got "
+                         f"{description!r}")
     layers, pos = [], 0
     text = description.strip()
     while pos < len(text):
-        match = _TOKEN.match(text, pos)
-        if not match or match.end() == pos:
+        match = _NAME.match(text, pos)
+        if not match:
             raise InputError(f"cannot read the model description at {text[pos:]!r}; write "
                              f"layers as name(arguments), e.g. 'dense(10, softmax)'")
-        name, args = match.group(1).lower(), match.group(2)
-        pos = match.end()
-        if name == "conv2d":
-            name = "conv"
-        if name not in LAYER_NAMES:
-            raise InputError(f"unknown layer {name!r} in the model description; use one of "
-                             f"{', '.join(LAYER_NAMES)}")
-        positional, keywords = [], {}
-        for arg in filter(None, (a.strip() for a in (args or "").split(","))):
-            key, _, value = arg.rpartition("=")
-            value = _value(value.strip())
-            if key:
-                keywords[key.strip()] = value
-            else:
-                positional.append(value)
-        cls = LAYER_NAMES[name]
-        if cls is Conv2D and len(positional) > 2 and isinstance(positional[2], str):
-            keywords["activation"] = positional.pop(2)
-        try:
-            layers.append(cls(*positional, **keywords))
-        except TypeError as e:
-            raise InputError(f"{name}({args}): {e}") from e
+        start, name, pos = pos, match.group(1).lower(), match.end()
+        args = None
+        if text.startswith("(", pos):
+            close = text.find(")", pos)
+            if close < 0 or "(" in text[pos + 1:close]:
+                raise InputError(f"missing ')' in the model description after "
+                                 f"{text[start:close if close >= 0 else None]!r}")
+            args, pos = text[pos + 1:close], close + 1
+        pos = _SEPARATOR.match(text, pos).end()
+        layers.append(_layer(name, args))
     if not layers:
         raise InputError("the model description is empty")
     return layers
+
+
+def _layer(name, args):
+    """The layer for name(args), args being the text between the parentheses."""
+    name = "conv" if name == "conv2d" else name
+    if name not in LAYER_NAMES:
+        raise InputError(f"unknown layer {name!r} in the model description; use one of "
+                         f"{', '.join(LAYER_NAMES)} (or a ready-made model: "
+                         f"{', '.join(MODELS)})")
+    positional, keywords = [], {}
+    for arg in filter(None, (a.strip() for a in (args or "").split(","))):
+        key, _, value = arg.rpartition("=")
+        value = _value(value.strip())
+        if key:
+            keywords[key.strip()] = value
+        else:
+            positional.append(value)
+    cls = LAYER_NAMES[name]
+    if cls is Conv2D and len(positional) > 2 and isinstance(positional[2], str):
+        keywords["activation"] = positional.pop(2)
+    try:
+        return cls(*positional, **keywords)
+    except (InputError, TypeError) as e:
+        raise InputError(f"{name}({args or ''}): {e}") from e
 
 
 def _value(text):

@@ -5,31 +5,31 @@ transposed once on upload to the device layout (features, batch) and predictions
 on download. Batch buffers are sized for the largest batch seen and viewed for smaller
 ones, so after the first step of a size training allocates nothing.
 """
-import io
-import json
+import dataclasses
+import math
 import time
-import zipfile
 
 import numpy as np
 
-from . import backends, layers as layer_module, losses
-from .errors import InputError, ModelFileError, ShapeError
+from . import backends, layers as layer_module, losses, saving, schedules
+from .errors import (DivergedError, InputError, ModelFileError, OutOfMemoryError, ShapeError,
+                     check_count)
+from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refuse,
+                     size_text as _size)
 from .optim import SGD
-
-FORMAT = "portanet-model-1"
-
 
 class Shared:
     """Buffers all layers of a network share: a ones vector (bias gradients by gemv) and
-    the im2col workspace, sized once for the largest layer; workspace_holds names the
-    conv layer whose cols it holds."""
+    the im2col workspace, sized once for the largest layer; workspace_holds is the id of
+    the conv layer whose cols it holds (an id, not the layer: no reference cycle, so a
+    dropped network is freed at once, not at the next cycle collection)."""
 
     def __init__(self, ones, workspace):
         self.ones, self.workspace, self.workspace_holds = ones, workspace, None
 
 
 class History(dict):
-    """Per-epoch lists: loss, accuracy, seconds (and val_loss, val_accuracy if asked)."""
+    """Per-epoch lists: loss, accuracy, lr, seconds (and val_loss, val_accuracy if asked)."""
 
 
 class Sequential:
@@ -37,21 +37,28 @@ class Sequential:
 
     >>> net = Sequential([Dense(30, "relu"), Dense(1, "sigmoid")], input_shape=2,
     ...                  loss="binary_cross_entropy", device="cpu")
+
+    Memory is planned before it is allocated (`memory_plan`): a network or a batch that
+    does not fit is refused with the numbers, and a failed call leaves the network as it
+    was.
     """
 
     def __init__(self, layers, input_shape, loss="softmax_cross_entropy", device=None,
                  dtype="float32", seed=0):
-        self.backend = backends.device(device, dtype)
-        self.layers = list(layers)
-        self.loss = losses.get(loss)
-        self.input_shape = (input_shape,) if np.isscalar(input_shape) else tuple(input_shape)
-        self.seed = seed
+        self.layers = list(layers) if isinstance(layers, (list, tuple)) else None
         if not self.layers:
-            raise ShapeError("Sequential needs at least one layer")
-        rng = np.random.default_rng(seed)
+            raise ShapeError(f"Sequential needs a non-empty list of layers, got {layers!r}")
+        for layer in self.layers:
+            if not isinstance(layer, layer_module.Layer):
+                raise InputError(f"Sequential: {layer!r} is not a layer; give layer objects "
+                                 f"such as pn.Dense(10, 'softmax')")
+        self.input_shape = _input_shape(input_shape)
+        self.loss = losses.get(loss)
+        self.seed = check_count("seed", seed, 0)
+        self.backend = backends.device(device, dtype)
         shape = self.input_shape
         for layer in self.layers:
-            shape = layer.build(self.backend, shape, rng)
+            shape = layer.configure(self.backend, shape)
         self.output_shape = shape
         self._check_output()
         # first[i]: layer i reads the network input directly, so it skips da_prev
@@ -60,8 +67,10 @@ class Sequential:
         for layer in self.layers:
             self._first.append(not seen_trainable)
             seen_trainable = seen_trainable or layer.trainable
-        self.capacity = 0
-        self.m = None
+        self.capacity, self.m = 0, None
+        self._batch = []                # (owner, Buffer, device array) of the batch buffers
+        self._params = []               # the same for parameters and optimizer state
+        self._allocate_parameters(np.random.default_rng(self.seed))
 
     def _check_output(self):
         last = self.layers[-1]
@@ -80,39 +89,82 @@ class Sequential:
             raise ShapeError(f"the network's output has shape {self.output_shape} per sample; "
                              f"end with Flatten/Dense so it is a vector")
 
-    # -- batch buffers -------------------------------------------------------------------
-
     @property
     def n_in(self):
-        return int(np.prod(self.input_shape))
+        return elements(self.input_shape)
 
     @property
     def n_out(self):
         return self.output_shape[0]
 
+    # -- memory: planned, then allocated all or nothing ----------------------------------
+
+    def _parameter_buffers(self):
+        """[(layer, Buffer)] of parameters and optimizer state."""
+        out = []
+        for layer in self.layers:
+            for kind, shapes in (("parameters", layer.parameters()),
+                                 ("optimizer state", layer.state())):
+                out += [(layer, Buffer(repr(layer), name, kind, shape, self.backend.dtype))
+                        for name, shape in shapes.items()]
+        return out
+
+    def _batch_buffers(self, m):
+        """[(owner, Buffer)] of everything sized by the batch, for up to m samples."""
+        real = self.backend.dtype
+        target = np.dtype(np.int32) if self.loss.name == "softmax_cross_entropy" else real
+        sizes = [layer.shared_sizes(m) for layer in self.layers]
+        own = [("_x", "batch", self.n_in * m, real), ("_y", "batch", self.n_out * m, target),
+               ("_loss_buf", "batch", m, real), ("_hit_buf", "batch", m, real),
+               ("_loss_sum", "batch", m, real), ("_hit_sum", "batch", m, real),
+               ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
+               ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
+        out = [(self, Buffer("network", name, kind, (n,), dtype)) for name, kind, n, dtype in own]
+        for layer in self.layers:
+            out += [(layer, Buffer(repr(layer), name, "batch", (n,), dtype or real))
+                    for name, (n, dtype) in layer.batch_buffers(m).items()]
+        return out
+
+    def memory_plan(self, batch_size):
+        """Every buffer the network holds when it runs batches of `batch_size` (0: the
+        parameters and optimizer state alone), with their bytes, the total and the room
+        on the device (free memory plus what the network holds already)."""
+        m = check_count("batch_size", batch_size, 0)
+        buffers = [b for _, b in self._parameter_buffers()]
+        if m:
+            buffers += [b for _, b in self._batch_buffers(m)]
+        free, _ = self.backend.memory_info()
+        held = sum(b.nbytes for _, b, _ in self._params + self._batch)
+        return MemoryPlan(buffers, m, self.backend.name, free + held,
+                          getattr(self.backend, "max_alloc_bytes", None))
+
+    def _largest_batch(self, limit):
+        return largest_batch(self.memory_plan, limit)
+
+    def _allocate_parameters(self, rng):
+        plan = self.memory_plan(0)
+        if not plan.fits:
+            raise refuse(plan, f"the network {self._describe()}")
+        owners, buffers = zip(*self._parameter_buffers())
+        arrays = allocate(self.backend, buffers)
+        self._params = list(zip(owners, buffers, arrays))
+        for layer, buf, x in self._params:
+            setattr(layer, buf.name, x)
+        for layer in self.layers:       # drawn on the host, layer by layer, after the plan
+            values = layer.initial(rng)
+            for name in list(layer.parameters()) + list(layer.state()):
+                if name in values:
+                    self.backend.write(getattr(layer, name), values[name].astype(self.backend.dtype))
+                else:
+                    self.backend.fill(getattr(layer, name), 0.0)
+
     def _bind(self, m):
         """Make every layer's buffers views for a batch of m samples."""
         if m == self.m:
             return
-        bk = self.backend
         if m > self.capacity:
-            self._free_batch_buffers()
-            self.capacity = m
-            self._x = bk.empty((self.n_in * m,), label="network input")
-            target_dtype = np.int32 if self.loss.name == "softmax_cross_entropy" else bk.dtype
-            self._y = bk.empty((self.n_out * m,), target_dtype, label="targets")
-            sizes = [layer.shared_sizes(m) for layer in self.layers]
-            ones = max([m] + [n for n, _ in sizes])
-            self.shared = Shared(bk.empty((ones,), label="ones"),
-                                 bk.empty((max(1, max(w for _, w in sizes)),),
-                                          label="im2col workspace"))
-            bk.fill(self.shared.ones, 1.0)
-            self._loss_buf = bk.empty((m,), label="per-sample loss")
-            self._hit_buf = bk.empty((m,), label="per-sample hits")
-            self._loss_sum = bk.zeros((m,), label="loss accumulator")
-            self._hit_sum = bk.zeros((m,), label="hit accumulator")
-            for layer in self.layers:
-                layer.allocate(m)
+            self._grow(m)
+        bk = self.backend
         self.m = m
         self.x = bk.view(self._x, (self.n_in, m))
         self.y = bk.view(self._y, (m,) if self.loss.name == "softmax_cross_entropy"
@@ -124,24 +176,45 @@ class Sequential:
             layer.bind(a, m, self.shared)
             a = layer.a
 
+    def _grow(self, m):
+        """Batch buffers for m samples in place of the smaller ones; refused by the plan
+        when they do not fit, and put back as they were when an allocation fails."""
+        plan = self.memory_plan(m)
+        if not plan.fits:
+            raise refuse(plan, f"a batch of {m} samples", self._largest_batch(m))
+        old = self.capacity
+        self._free_batch_buffers()
+        try:
+            self._allocate_batch(m)
+        except OutOfMemoryError:
+            if old:
+                self._allocate_batch(old)
+            raise
+
+    def _allocate_batch(self, m):
+        owners, buffers = zip(*self._batch_buffers(m))
+        self._batch = list(zip(owners, buffers, allocate(self.backend, buffers)))
+        for owner, buf, x in self._batch:
+            setattr(owner, buf.name, x)
+        self.shared = Shared(self._ones, self._workspace)
+        self.backend.fill(self._ones, 1.0)
+        self.capacity, self.m = m, None
+
     def _free_batch_buffers(self):
-        if not self.capacity:
-            return
-        for x in (self._x, self._y, self.shared.ones, self.shared.workspace, self._loss_buf,
-                  self._hit_buf, self._loss_sum, self._hit_sum):
+        for owner, buf, x in self._batch:
             self.backend.free(x)
-        for layer in self.layers:
-            layer.free()
+            setattr(owner, buf.name, None)
+        self._batch = []
         self.capacity, self.m = 0, None
 
     def free(self):
-        """Give back every device buffer of the network (it cannot be used afterwards)."""
+        """Give back every device buffer of the network now (it cannot be used afterwards;
+        a network that is simply dropped gives its memory back when it is collected)."""
         self._free_batch_buffers()
-        for layer in self.layers:
-            for name in ("w", "b", "v", "vb"):
-                if getattr(layer, name, None) is not None:
-                    self.backend.free(getattr(layer, name))
-                    setattr(layer, name, None)
+        for layer, buf, x in self._params:
+            self.backend.free(x)
+            setattr(layer, buf.name, None)
+        self._params = []
 
     def _reset_sums(self):
         self.backend.fill(self._loss_sum, 0.0)
@@ -185,6 +258,7 @@ class Sequential:
 
     def train_batch(self, x, y, optimizer=SGD()):
         """One forward, loss and backward step on one batch (no host synchronisation)."""
+        _check_optimizer(optimizer)
         x, t = self._check_data(x, y)
         self._upload_batch(x, t)
         self._step(optimizer)
@@ -192,32 +266,48 @@ class Sequential:
     # -- the user's API ------------------------------------------------------------------
 
     def fit(self, x, y, epochs=1, batch_size=32, optimizer=SGD(0.01, 0.9), seed=None,
-            shuffle=True, validation_data=None, progress=None, on_epoch=None):
-        """Train; returns a History of per-epoch loss, accuracy and seconds.
+            shuffle=True, validation_data=None, progress=None, on_epoch=None, schedule=None):
+        """Train; returns a History of per-epoch loss, accuracy, lr and seconds.
 
+        schedule (portanet.schedules, or its text such as "exponential(0.6)") sets each
+        epoch's learning rate from optimizer.lr; without one the rate is constant.
         progress(done, total) is called after each batch; on_epoch(epoch, logs) after each
-        epoch. The last batch of an epoch may be smaller than batch_size.
+        epoch. The last batch of an epoch may be smaller than batch_size. A loss that
+        becomes NaN or infinite ends training with a DivergedError.
         """
+        _check_optimizer(optimizer)
+        schedule = schedules.get(schedule)
+        epochs = check_count("epochs", epochs, 1)
+        batch_size = check_count("batch_size", batch_size, 1)
         x, t = self._check_data(x, y)
-        if int(batch_size) != batch_size or batch_size < 1:
-            raise InputError(f"batch_size must be a positive integer, got {batch_size!r}")
         n = len(x)
-        rng = np.random.default_rng(self.seed if seed is None else seed)
-        history = History(loss=[], accuracy=[], seconds=[])
+        rng = np.random.default_rng(self.seed if seed is None else
+                                    check_count("seed", seed, 0))
+        history = History(loss=[], accuracy=[], lr=[], seconds=[])
         batches = -(-n // batch_size)
+        self._bind(min(batch_size, n))              # refused here, before any step, if too big
         for epoch in range(epochs):
             start = time.perf_counter()
+            lr = schedule(epoch, optimizer.lr)
+            opt = dataclasses.replace(optimizer, lr=lr)
             order = rng.permutation(n) if shuffle else np.arange(n)
             self._bind(min(batch_size, n))
             self._reset_sums()
             for i in range(batches):
                 idx = order[i * batch_size:(i + 1) * batch_size]
                 self._upload_batch(x[idx], t[..., idx])
-                self._step(optimizer)
+                self._step(opt)
                 if progress:
                     progress(i + 1, batches)
             loss, acc = self._read_sums(n)      # the one host read of the epoch
-            logs = {"loss": loss, "accuracy": acc, "seconds": time.perf_counter() - start}
+            logs = {"loss": loss, "accuracy": acc, "lr": lr,
+                    "seconds": time.perf_counter() - start}
+            if not math.isfinite(loss):
+                raise DivergedError(
+                    f"training diverged in epoch {epoch + 1}: the loss is {loss} at learning "
+                    f"rate {lr:g}; lower the learning rate (e.g. {lr / 10:g}), scale the "
+                    f"inputs, or add a schedule with warmup", epoch=epoch, loss=loss, lr=lr,
+                    history=history)
             if validation_data is not None:
                 logs["val_loss"], logs["val_accuracy"] = self.evaluate(*validation_data)
             for k, v in logs.items():
@@ -254,9 +344,14 @@ class Sequential:
         return (p[:, 0] > 0.5).astype(np.int64) if self.n_out == 1 else p.argmax(axis=1)
 
     def _inference_batch(self, batch_size, n):
-        if batch_size is None:
-            batch_size = max(self.capacity, 1000)
-        return max(1, min(int(batch_size), n))
+        """The chunk size of evaluate and predict: as asked, or by default the batch
+        buffers already there (at least 1000 samples), cut to what the memory plan allows."""
+        if batch_size is not None:
+            return min(check_count("batch_size", batch_size, 1), n)
+        chunk = min(max(self.capacity, 1000), n)
+        if chunk <= self.capacity or self.memory_plan(chunk).fits:
+            return chunk
+        return max(self._largest_batch(chunk), 1)      # 0: _bind raises with the numbers
 
     # -- input checks --------------------------------------------------------------------
 
@@ -271,16 +366,20 @@ class Sequential:
             raise ShapeError(f"input has shape {x.shape}: give at least one sample, "
                              f"shaped (N, {', '.join(map(str, self.input_shape))})")
         sample = x.shape[1:]
-        flat_ok = len(self.input_shape) == 1 and int(np.prod(sample)) == self.n_in
+        flat_ok = len(self.input_shape) == 1 and elements(sample) == self.n_in
         if sample != self.input_shape and not flat_ok:
             raise ShapeError(f"input has samples of shape {sample} but the network's first "
                              f"layer {self.layers[0]} expects {self.input_shape}: give x of "
                              f"shape (N, {', '.join(map(str, self.input_shape))})")
-        if not np.all(np.isfinite(x)):
-            bad = int(np.argwhere(~np.isfinite(x.reshape(len(x), -1)))[0][0])
-            raise InputError(f"input contains NaN or inf (first at sample {bad}); clean or "
-                             f"impute the data before training")
-        return x.astype(self.backend.dtype, copy=False)
+        with np.errstate(over="ignore"):
+            cast = x.astype(self.backend.dtype, copy=False)
+        if not np.all(np.isfinite(cast)):       # checked after the cast: 1e39 is inf in float32
+            bad = int(np.argwhere(~np.isfinite(cast.reshape(len(cast), -1)))[0][0])
+            what = "NaN or inf" if not np.all(np.isfinite(x)) else \
+                f"values too large for {self.backend.dtype} (they become inf)"
+            raise InputError(f"input contains {what} (first at sample {bad}); clean, impute "
+                             f"or rescale the data before training")
+        return cast
 
     def _check_data(self, x, y):
         x = self._check_x(x)
@@ -290,81 +389,59 @@ class Sequential:
                              f"{len(y) if y.ndim else 'no'} : give one target per sample")
         t = self.loss.host_targets(y, self.n_out)
         if t.dtype != np.int32:
-            t = t.astype(self.backend.dtype)
+            with np.errstate(over="ignore"):
+                t = t.astype(self.backend.dtype)
+            if not np.all(np.isfinite(t)):
+                raise InputError(f"{self.loss.name}: targets too large for "
+                                 f"{self.backend.dtype} (they become inf); rescale them")
         return x, t
 
-    # -- save and load -------------------------------------------------------------------
+    # -- save and load (portanet/saving.py) ------------------------------------------------
 
     def architecture(self):
-        return {"format": FORMAT, "input_shape": list(self.input_shape),
-                "loss": self.loss.name,
-                "layers": [[type(l).__name__, l.config()] for l in self.layers]}
+        return saving.architecture(self)
 
     def save(self, path):
-        """One backend-neutral file (.npz): the architecture as JSON and float arrays."""
-        arrays = {"architecture": np.frombuffer(json.dumps(self.architecture()).encode(),
-                                                dtype=np.uint8)}
-        for i, layer in enumerate(self.layers):
-            for name, x in layer.params().items():
-                arrays[f"{i}.{name}"] = self.backend.download(x)
-        with open(path, "wb") as f:
-            np.savez(f, **arrays)
+        """Write the network to one backend-neutral file (safetensors: the architecture in
+        its metadata, float tensors), atomically: a failed save leaves an earlier file
+        at `path` as it was."""
+        saving.save(self, path)
 
     def load_weights(self, path):
-        """Parameters from a file saved by a network of the same architecture."""
-        arch, arrays = _read_model_file(path)
-        mine = self.architecture()
-        if arch["layers"] != mine["layers"] or arch["input_shape"] != mine["input_shape"]:
-            raise ModelFileError(f"{path} holds a different architecture: "
-                                 f"{_describe(arch)} vs this network's {_describe(mine)}; "
-                                 f"use portanet.load({str(path)!r}) to rebuild it")
-        for i, layer in enumerate(self.layers):
-            for name, x in layer.params().items():
-                value = arrays.get(f"{i}.{name}")
-                if value is None or value.shape != x.shape:
-                    raise ModelFileError(f"{path}: parameter {i}.{name} of {layer} is missing "
-                                         f"or has the wrong shape")
-                self.backend.write(x, value.astype(self.backend.dtype))
+        """Parameters from a file saved by a network of the same architecture; checked
+        whole before any is written, so a bad file leaves the network as it was."""
+        saving.load_weights(self, path)
 
     def summary(self):
+        """The layers, their output shapes and parameters, and the bytes they hold."""
         lines = [f"Sequential on {self.backend.name} ({self.backend.dtype}), "
                  f"input {self.input_shape}, loss {self.loss.name}"]
+        total = 0
         for layer in self.layers:
-            n = sum(int(np.prod(x.shape)) for x in layer.params().values())
-            lines.append(f"  {layer!r:40s} -> {layer.out_shape}  {n} parameters")
+            n = sum(elements(shape) for shape in layer.parameters().values())
+            total += n
+            lines.append(f"  {layer!r:48s} -> {str(layer.out_shape):16s} {n:>10,d} parameters")
+        plan = self.memory_plan(self.capacity)
+        kinds = ", ".join(f"{kind} {_size(nbytes)}" for kind, nbytes in plan.by_kind().items())
+        lines.append(f"  {total:,d} parameters; {_size(plan.total)} on the device "
+                     f"({kinds}{'' if self.capacity else '; batch buffers come with the first batch'})")
         return "\n".join(lines)
 
-
-def load(path, device=None, dtype="float32"):
-    """A network rebuilt from a file written by Sequential.save, on any device."""
-    arch, _ = _read_model_file(path)
-    try:
-        layers = [layer_module.from_config(name, cfg) for name, cfg in arch["layers"]]
-        net = Sequential(layers, arch["input_shape"], arch["loss"], device, dtype)
-    except (KeyError, TypeError, ValueError) as e:
-        raise ModelFileError(f"{path}: the architecture in the file is not valid ({e})") from e
-    net.load_weights(path)
-    return net
+    def _describe(self):
+        return saving.describe(self.architecture())
 
 
-def _read_model_file(path):
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}
-        arch = json.loads(arrays.pop("architecture").tobytes().decode())
-    except FileNotFoundError:
-        raise
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile, UnicodeDecodeError,
-            EOFError, io.UnsupportedOperation) as e:
-        raise ModelFileError(f"{path} is not a portanet model file ({e}); save one with "
-                             f"net.save(path)") from e
-    if not isinstance(arch, dict) or arch.get("format") != FORMAT:
-        raise ModelFileError(f"{path}: unknown model format {arch.get('format')!r}, "
-                             f"expected {FORMAT!r}")
-    return arch, arrays
+def _input_shape(shape):
+    """The per-sample input shape as a tuple of whole numbers >= 1."""
+    dims = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
+    if not dims:
+        raise ShapeError(f"input_shape must be a number of features or a tuple such as "
+                         f"(1, 28, 28), got {shape!r}")
+    return tuple(check_count("input_shape entries", d, 1) for d in dims)
 
 
-def _describe(arch):
-    layers = " -> ".join(f"{n}({', '.join(f'{v}' for v in c.values())})"
-                         for n, c in arch["layers"])
-    return f"input {tuple(arch['input_shape'])} -> {layers}"
+def _check_optimizer(optimizer):
+    if not isinstance(optimizer, SGD):
+        raise InputError(f"optimizer must be an optimizer object such as "
+                         f"pn.SGD(lr=0.01, momentum=0.9), got {optimizer!r}")
+

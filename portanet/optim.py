@@ -8,6 +8,8 @@ The update is not a separate pass: each layer's backward does it with BLAS calls
 
 so the optimizer only carries the numbers.
 """
+import math
+import numbers
 from dataclasses import dataclass
 
 from .errors import InputError
@@ -20,9 +22,11 @@ class SGD:
     weight_decay: float = 0.0   # lambda, L2 on the weights (not the biases)
 
     def __post_init__(self):
-        if not self.lr > 0:
-            raise InputError(f"SGD: learning rate must be > 0, got {self.lr}")
-        if not 0 <= self.momentum < 1:
-            raise InputError(f"SGD: momentum must be in [0, 1), got {self.momentum}")
-        if self.weight_decay < 0:
-            raise InputError(f"SGD: weight_decay must be >= 0, got {self.weight_decay}")
+        for name, low, high in (("lr", 0, math.inf), ("momentum", 0, 1),
+                                ("weight_decay", 0, math.inf)):
+            value = getattr(self, name)
+            real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            if not real or not math.isfinite(value) or not low <= value < high \
+                    or (name == "lr" and value == 0):
+                raise InputError(f"SGD: {name} must be a finite number in "
+                                 f"{'(' if name == 'lr' else '['}{low}, {high}), got {value!r}")

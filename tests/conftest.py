@@ -2,6 +2,7 @@
 where their packages and a device are present (else skipped, saying why). Set
 PORTANET_DEVICE to add a specific device (e.g. opencl:1:0)."""
 import os
+import zlib
 
 import numpy as np
 import pytest
@@ -39,8 +40,13 @@ def device_name(request):
 
 @pytest.fixture
 def rng(request):
-    """Fresh random inputs per test (seeded by the test's name, so failures reproduce)."""
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
+    """Fresh random inputs per test, seeded by the test's id through crc32, which unlike
+    hash() is the same in every process, so a failure reproduces."""
+    return np.random.default_rng(rng_seed(request.node.nodeid))
+
+
+def rng_seed(nodeid):
+    return zlib.crc32(nodeid.encode())
 
 
 def rel_err(x, ref, scale=None):

@@ -20,7 +20,7 @@ def test_devices_lists_cpu_and_its_string():
 
 
 def test_train_coordinates_json(device_name, tmp_path):
-    save = tmp_path / "coords.npz"
+    save = tmp_path / "coords.safetensors"
     result = run("train", "--dataset", "coordinates", "--epochs", "20", "--batch-size", "32",
                  "--lr", "0.1", "--device", device_name, "--json", "--save", str(save))
     assert result.exit_code == 0, result.output
@@ -67,9 +67,102 @@ def test_train_lenet_subset(device_name):
 
 
 def test_train_model_description():
-    result = run("train", "--dataset", "coordinates", "--epochs", "3", "--device", "cpu",
-                 "--model", "dense(16, tanh) dense(1, sigmoid)", "--json")
+    result = run("train", "--dataset", "coordinates", "--epochs", "10", "--device", "cpu",
+                 "--model", "dense(16, tanh) dense(1, sigmoid)", "--lr", "0.1", "--json")
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output.strip().splitlines()[-1])["test_accuracy"] > 0.6
+    assert json.loads(result.output.strip().splitlines()[-1])["test_accuracy"] > 0.9
     bad = run("train", "--dataset", "coordinates", "--model", "dense(16, gelu)")
     assert bad.exit_code != 0 and "unknown activation 'gelu'" in bad.output
+    preset = run("train", "--dataset", "coordinates", "--model", "mlpp")
+    assert preset.exit_code != 0 and "ready-made model: mlp, lenet" in preset.output
+
+
+def test_the_cli_schedule_is_explicit_and_the_library_s():
+    """No hidden decay: the default rate is constant, and --schedule gives the same run as
+    fit(schedule=...) with the same objects (defect 8)."""
+    result = run("train", "--dataset", "coordinates", "--epochs", "3", "--device", "cpu",
+                 "--lr", "0.1", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["lrs"] == [0.1, 0.1, 0.1]
+    result = run("train", "--dataset", "coordinates", "--epochs", "3", "--device", "cpu",
+                 "--lr", "0.1", "--schedule", "exponential(0.5)", "--json")
+    report = json.loads(result.output.strip().splitlines()[-1])
+    assert report["lrs"] == [0.1, 0.05, 0.025]
+    (x, y), (xt, yt) = pn.data.coordinates(seed=0)
+    net = pn.mlp((2,), classes=1, hidden=(30,), device="cpu", seed=0)
+    history = net.fit(x, y, epochs=3, batch_size=64, optimizer=pn.SGD(0.1, 0.9), seed=0,
+                      schedule=pn.schedules.Exponential(0.5))
+    assert history["lr"] == report["lrs"]
+    assert history["loss"][-1] == pytest.approx(report["final_loss"], rel=1e-6)
+    assert net.evaluate(xt, yt)[1] == pytest.approx(report["test_accuracy"])
+    bad = run("train", "--dataset", "coordinates", "--schedule", "exponential(2)")
+    assert bad.exit_code != 0 and "gamma must be" in bad.output
+
+
+def test_divergence_fails_the_run_and_says_why(device_name):
+    """--lr 1e4 used to print 'loss nan' (cpu) or 'loss 87.3365' (OpenCL) and exit 0."""
+    try:
+        pn.load_dataset("fashion-mnist")
+    except pn.DataError as e:
+        pytest.skip(str(e))
+    result = run("train", "--limit", "1000", "--epochs", "2", "--device", device_name,
+                 "--lr", "1e4", "--json")
+    assert result.exit_code == 1, result.output
+    assert "diverged in epoch 1" in result.output and "learning rate 10000" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_piped_output_has_no_progress_noise(tmp_path):
+    """Piped, stderr gets the summary and nothing per batch; each epoch is one line of
+    stdout (it used to land on the progress bar's line, and echo bare lines to stderr)."""
+    import subprocess
+    import sys
+    proc = subprocess.run([sys.executable, "-m", "portanet.cli", "train", "--dataset",
+                           "coordinates", "--epochs", "3", "--device", "cpu"],
+                          capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    epochs = [l for l in proc.stdout.splitlines() if l.startswith("epoch ")]
+    assert [l.split()[1] for l in epochs] == ["1/3", "2/3", "3/3"]
+    assert "\r" not in proc.stdout + proc.stderr
+    assert all(l.strip() for l in proc.stderr.splitlines())       # no bare lines
+    assert "epoch" not in proc.stderr
+
+
+def test_progress_on_a_terminal_is_cleared_before_the_summary():
+    import io
+    from portanet.cli import Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Tty()
+    bar = Progress(2, out)
+    bar.update(1, 4)
+    bar.update(4, 4)
+    bar.clear()
+    assert out.getvalue().startswith("\repoch 1/2 [")
+    assert out.getvalue().endswith("\r\033[K")
+
+
+def test_plan_prints_the_memory_plan_and_exits():
+    result = run("train", "--dataset", "coordinates", "--device", "cpu", "--plan",
+                 "--batch-size", "128")
+    assert result.exit_code == 0, result.output
+    assert "memory plan on cpu, batch 128" in result.output and "total" in result.output
+    assert "epoch" not in result.output
+
+
+def test_kernel_builds_are_announced(caplog):
+    """A first build on PoCL took minutes without a word; now it is said before it starts."""
+    import logging
+    try:
+        from portanet.backends import opencl
+        p, d = opencl.default_device()
+    except pn.DeviceError as e:
+        pytest.skip(str(e))
+    with caplog.at_level(logging.INFO, logger="portanet"):
+        opencl.OpenCLBackend(p, d)
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages[0].startswith(f"building portanet's kernels for opencl:{p}:{d}")
+    assert "ready in" in messages[-1]

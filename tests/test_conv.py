@@ -165,6 +165,35 @@ def test_cnn_same_results_on_every_device(device_name, rng):
     assert np.abs(nets[0].predict(x) - nets[1].predict(x)).max() < 1e-4
 
 
+@pytest.mark.parametrize("rate", [0.25, 0.6])
+def test_dropout_layer_drops_in_training_with_the_mask_it_reuses_backward(device_name, rate):
+    """The layer, not only its kernel: training zeroes about `rate` of the inputs and
+    scales the rest, the backward passes gradients through the same mask, and every
+    step draws a new mask (a Dropout that never drops passed every other test here)."""
+    net = pn.from_description(f"dropout({rate}) dense(3, softmax)", (50,), device=device_name)
+    drop = net.layers[0]
+    x = np.random.default_rng(4).standard_normal((40, 50)).astype(np.float32) + 5.0
+    y = np.random.default_rng(4).integers(0, 3, 40)
+    net._upload_batch(*net._check_data(x, y))
+    masks = []
+    for _ in range(2):
+        net._forward(training=True)
+        a = net.backend.download(drop.a)                        # (50, 40)
+        mask = dropout_mask(a.size, drop.key, rate).reshape(a.shape)
+        assert np.allclose(a, np.where(mask, x.T / (1 - rate), 0), rtol=1e-6)
+        assert abs((a == 0).mean() - rate) < 0.05
+        masks.append(mask)
+    assert not np.array_equal(*masks)
+    seen = pn.from_description(f"dense(3, softmax)", (50,), device=device_name)
+    net2 = pn.from_description(f"dropout({rate}) dense(3, softmax)", (50,), device=device_name)
+    before = np.array(net2.backend.download(net2.layers[1].w))
+    net2.layers[0].step = drop.step - 1                           # the same mask as above
+    net2.train_batch(x, y, pn.SGD(1.0))
+    dw = net2.backend.download(net2.layers[1].w) - before
+    assert np.all(dw[:, ~masks[-1].any(axis=1)] == 0) or masks[-1].any(axis=1).all()
+    assert np.abs(dw).max() > 0
+
+
 def test_dropout_is_identity_in_inference():
     net = pn.from_description("dropout(0.5) dense(2, softmax)", (6,), device="cpu")
     x = np.random.default_rng(0).standard_normal((5, 6)).astype(np.float32)
@@ -204,6 +233,6 @@ def test_cnn_save_load_across_devices(device_name, tmp_path):
     x, y = rng.standard_normal((20, 3, 11, 9)).astype(np.float32), rng.integers(0, 3, 20)
     net = small_cnn("float32", device_name, dropout=0.3)
     net.fit(x, y, epochs=1, batch_size=8)
-    net.save(tmp_path / "cnn.npz")
-    loaded = pn.load(tmp_path / "cnn.npz", device="cpu")
+    net.save(tmp_path / "cnn.safetensors")
+    loaded = pn.load(tmp_path / "cnn.safetensors", device="cpu")
     assert np.abs(loaded.predict(x) - net.predict(x)).max() < 1e-5

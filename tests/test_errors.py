@@ -122,7 +122,7 @@ def test_missing_dataset_says_where(monkeypatch, tmp_path):
 
 def test_save_file_from_another_architecture(net, tmp_path):
     other = pn.mlp((4,), classes=3, hidden=(6,), device="cpu")
-    path = tmp_path / "other.npz"
+    path = tmp_path / "other.safetensors"
     other.save(path)
     with pytest.raises(pn.ModelFileError, match=r"different architecture.*Dense\(6, relu\)"):
         net.load_weights(path)
@@ -140,3 +140,72 @@ def test_out_of_memory_is_clear_and_recoverable(backend):
         backend.empty((huge // 4,), label="big one")
     x = backend.upload(np.ones(10, np.float32))          # still usable
     assert backend.download(x).sum() == 10
+
+
+# -- issue 10, defect 7: API errors that escaped or misled -------------------------------
+
+def test_fit_arguments_are_checked(net):
+    x, y = data()
+    with pytest.raises(pn.InputError, match=r"optimizer must be .*pn.SGD.*got 'adam'"):
+        net.fit(x, y, optimizer="adam")
+    with pytest.raises(pn.InputError, match="epochs must be a whole number >= 1, got 0"):
+        net.fit(x, y, epochs=0)
+    with pytest.raises(pn.InputError, match="batch_size must be a whole number"):
+        net.fit(x, y, batch_size=2.5)
+    with pytest.raises(pn.InputError, match="unknown schedule|cannot read the schedule"):
+        net.fit(x, y, schedule="sometimes")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(lr=float("inf")), "lr must be a finite number"),
+    (dict(lr=float("nan")), "lr must be a finite number"),
+    (dict(lr=0.1, momentum=1.0), r"momentum must be a finite number in \[0, 1\)"),
+    (dict(lr="0.1"), "lr must be a finite number"),
+    (dict(lr=0.1, weight_decay=-1), "weight_decay"),
+])
+def test_sgd_arguments_are_checked(kwargs, message):
+    with pytest.raises(pn.InputError, match=message):
+        pn.SGD(**kwargs)
+
+
+def test_layer_arguments_name_the_layer_and_the_fix():
+    with pytest.raises(pn.InputError, match=r"Dense: units must be a whole number.*"
+                                            r"activation='relu'"):
+        pn.Dense("relu")
+    with pytest.raises(pn.InputError, match="units must be a whole number >= 1, got True"):
+        pn.Dense(True)
+    with pytest.raises(pn.InputError, match=r"^conv\(8,3,relux\): Conv2D: unknown activation"):
+        pn.from_description("conv(8,3,relux) flatten dense(2, softmax)", (1, 8, 8))
+    with pytest.raises(pn.InputError, match=r"Conv2D: filters must"):
+        pn.Conv2D(0, 3)
+    with pytest.raises(pn.InputError, match="MaxPool2D: stride must"):
+        pn.MaxPool2D(2, stride=0)
+    with pytest.raises(pn.InputError, match=r"Dropout: rate must be a number in \[0, 1\)"):
+        pn.Dropout("half")
+
+
+def test_description_errors_point_at_the_text():
+    with pytest.raises(pn.InputError, match=r"missing '\)' .*'dense\(10, softmax'"):
+        pn.from_description("dense(10, softmax", (4,))
+    with pytest.raises(pn.InputError, match=r"ready-made model: mlp, lenet"):
+        pn.from_description("mlpp", (4,))
+    with pytest.raises(pn.InputError, match="whole number"):
+        pn.from_description("dense(10 softmax)", (4,))
+
+
+def test_sequential_arguments_are_checked():
+    with pytest.raises(pn.InputError, match="input_shape entries must be a whole number"):
+        pn.Sequential([pn.Dense(2, "softmax")], [0], device="cpu")
+    with pytest.raises(pn.InputError, match="'dense' is not a layer"):
+        pn.Sequential(["dense"], 3, device="cpu")
+    with pytest.raises(pn.ShapeError, match="non-empty list of layers"):
+        pn.Sequential(pn.Dense(2, "softmax"), 3, device="cpu")
+
+
+def test_inputs_are_checked_after_the_cast(net):
+    """1e39 is a finite float64 but inf in float32: refused, not trained on."""
+    x, y = data()
+    big = x.astype(np.float64)
+    big[4, 1] = 1e39
+    with pytest.raises(pn.InputError, match=r"too large for float32.*sample 4"):
+        net.fit(big, y)

@@ -153,6 +153,27 @@ def test_sigmoid_bce(backend, rng):
     assert np.array_equal(backend.download(H), np.all((a > .5) == (y > .5), 0).astype(float))
 
 
+def test_losses_keep_nan_nan(backend, rng):
+    """A diverged network's NaN outputs give a NaN loss on every backend, as in NumPy;
+    OpenCL's fmax(NaN, FLT_MIN) used to turn it into -log(FLT_MIN) = 87.34 and hide it."""
+    from portanet.backends.numpy import NumpyBackend
+    rows, cols = 4, 9
+    a = _probabilities(rng, rows, cols)
+    a[:, [2, 7]] = np.nan
+    a[1, 5] = 0.0                                   # a true 0 is still clamped: finite
+    labels = np.ones(cols, np.int64)
+    y = (rng.random((rows, cols)) > 0.5).astype(float)
+    ref = NumpyBackend("cpu", np.float64)
+    for kernel, target in (("softmax_xent", labels), ("sigmoid_bce", y)):
+        want = [np.empty((rows, cols)), np.empty(cols), np.empty(cols)]
+        getattr(ref, kernel)(*want, a, target.astype(np.int32) if target is labels else target)
+        got = [poisoned(backend, s) for s in ((rows, cols), (cols,), (cols,))]
+        getattr(backend, kernel)(*got, backend.upload(a), backend.upload(target))
+        loss = backend.download(got[1])
+        assert np.array_equal(np.isnan(loss), np.isnan(want[1])), kernel
+        assert np.isnan(loss[[2, 7]]).all() and np.isfinite(loss[5]), kernel
+
+
 @pytest.mark.parametrize("rows", [1, 5])
 def test_mse_in_place(backend, rng, rows):
     """The MSE kernel writes dL/da over a itself (delta aliases a)."""

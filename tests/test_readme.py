@@ -15,4 +15,4 @@ def test_readme_example_runs(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     for code in blocks:
         exec(compile(code, str(README), "exec"), {})
-    assert (tmp_path / "coordinates.npz").exists()
+    assert (tmp_path / "coordinates.safetensors").exists()

@@ -1,0 +1,136 @@
+"""Memory planned before it is allocated.
+
+Every buffer a network will hold is known from its architecture and the batch size:
+parameters, optimizer state, batch buffers and workspaces. The network lists them as
+`Buffer`s; the same list is what it allocates, so the plan and the allocations cannot
+disagree. A `MemoryPlan` compares the total with the device's free memory, and a network
+that will not fit is refused with the numbers before anything is allocated (the lesson
+of training on an R9 290X: an out-of-memory error half way through a build helps no one).
+"""
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import OutOfMemoryError
+
+
+@dataclass(frozen=True)
+class Buffer:
+    owner: str          # the layer's repr, or "network"
+    name: str           # the attribute it lives in ("w", "v", "_z", ...)
+    kind: str           # "parameters", "optimizer state", "batch", "workspace"
+    shape: tuple
+    dtype: np.dtype
+
+    @property
+    def nbytes(self):
+        return elements(self.shape) * np.dtype(self.dtype).itemsize
+
+
+class MemoryPlan:
+    """The buffers of a network at one batch size, their total, and the device's room.
+
+    `available` is what the device has free for them now (plus what the network already
+    holds and would give back first); `max_alloc` the largest single buffer it allows."""
+
+    def __init__(self, buffers, batch_size, device, available, max_alloc=None):
+        self.buffers = list(buffers)
+        self.batch_size = batch_size
+        self.device = device
+        self.available = available
+        self.max_alloc = max_alloc
+
+    @property
+    def total(self):
+        return sum(b.nbytes for b in self.buffers)
+
+    def by_kind(self):
+        kinds = {}
+        for b in self.buffers:
+            kinds[b.kind] = kinds.get(b.kind, 0) + b.nbytes
+        return kinds
+
+    def too_big(self):
+        """The buffers larger than one allocation may be (OpenCL's max_mem_alloc_size)."""
+        return [b for b in self.buffers if self.max_alloc and b.nbytes > self.max_alloc]
+
+    @property
+    def fits(self):
+        return self.total <= self.available and not self.too_big()
+
+    def largest(self, n=3):
+        return sorted(self.buffers, key=lambda b: -b.nbytes)[:n]
+
+    def __str__(self):
+        lines = [f"memory plan on {self.device}, batch {self.batch_size}:"]
+        for b in self.buffers:
+            shape = "x".join(map(str, b.shape))
+            lines.append(f"  {b.owner:36.36s} {b.name:18s} {b.kind:16s} {shape:>16s} "
+                         f"{size_text(b.nbytes):>10s}")
+        for kind, nbytes in self.by_kind().items():
+            lines.append(f"  {'':36s} {'':18s} {kind:16s} {'':16s} {size_text(nbytes):>10s}")
+        lines.append(f"  total {size_text(self.total)} of {size_text(self.available)} available"
+                     + ("" if self.fits else "  (does NOT fit)"))
+        return "\n".join(lines)
+
+
+def refuse(plan, what, largest_batch=None):
+    """The OutOfMemoryError for a plan that does not fit: the numbers, the biggest
+    buffers, and what would fit."""
+    biggest = ", ".join(f"{b.owner} {b.name} {size_text(b.nbytes)}" for b in plan.largest())
+    text = (f"{what} needs {size_text(plan.total)} on {plan.device} but "
+            f"{size_text(plan.available)} are available (largest buffers: {biggest})")
+    for b in plan.too_big():
+        text += (f"; {b.owner} {b.name} ({size_text(b.nbytes)}) exceeds the device's largest "
+                 f"single allocation of {size_text(plan.max_alloc)}")
+    if largest_batch:
+        text += f". The largest batch that fits is {largest_batch}: use batch_size <= {largest_batch}"
+    elif largest_batch == 0:
+        text += ". Not even one sample fits: use a smaller network or a bigger device"
+    else:
+        text += ": use a smaller network or a bigger device"
+    return OutOfMemoryError(text)
+
+
+def largest_batch(plan_for, limit):
+    """The largest m in [1, limit] whose plan fits (plans grow with m), or 0."""
+    if not plan_for(1).fits:
+        return 0
+    low, high = 1, limit
+    while low < high:
+        mid = (low + high + 1) // 2
+        if plan_for(mid).fits:
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
+def allocate(backend, buffers):
+    """{name: device array} for `buffers`, all or nothing: on a failure the ones already
+    made are given back before the error goes on."""
+    made = []
+    try:
+        for b in buffers:
+            made.append(backend.empty(b.shape, b.dtype, label=f"{b.owner} {b.name}"))
+    except BaseException:
+        for x in made:
+            backend.free(x)
+        raise
+    return made
+
+
+def elements(shape):
+    """prod(shape) in Python ints: NumPy's prod overflows silently for absurd sizes."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def size_text(nbytes):
+    """1.5 MiB, 12 KiB, 100 B."""
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} B"

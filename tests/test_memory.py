@@ -1,0 +1,125 @@
+"""Memory is planned before it is allocated: the plan lists what the network allocates,
+a network or batch that will not fit is refused with the numbers before any allocation,
+and a failed call leaves the network as it was (issue 10, defect 4)."""
+import numpy as np
+import pytest
+
+import portanet as pn
+from portanet.memory import elements
+
+
+def small_cnn(device):
+    return pn.from_description("conv(4, 3, relu) maxpool(2) flatten dense(3, softmax)",
+                               (2, 9, 9), device=device)
+
+
+def data(n=40, shape=(2, 9, 9), classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, *shape)).astype(np.float32), rng.integers(0, classes, n)
+
+
+def test_plan_is_what_the_network_allocates(device_name):
+    net = small_cnn(device_name)
+    bk = net.backend
+    plan = net.memory_plan(16)
+    kinds = plan.by_kind()
+    assert set(kinds) == {"parameters", "optimizer state", "batch", "workspace"}
+    assert kinds["parameters"] == kinds["optimizer state"] == 4 * (4 * 2 * 9 + 4 + 3 * 36 + 3)
+    before = bk.allocated_bytes
+    x, y = data(16)
+    net.train_batch(x, y)
+    assert bk.allocated_bytes - before == kinds["batch"] + kinds["workspace"]
+    # and the buffers the plan names are the ones the layers hold
+    conv = net.layers[0]
+    names = {(b.owner, b.name): b.nbytes for b in plan.buffers}
+    assert names[(repr(conv), "w")] == conv.w.size * 4
+    assert names[("network", "_workspace")] == 2 * 9 * 49 * 16 * 4     # C.k.k x Ho.Wo.N
+    assert f"batch 16" in str(plan) and "total" in str(plan)
+
+
+def test_a_network_too_big_is_refused_before_anything_is_allocated(device_name):
+    bk = pn.device(device_name)
+    count = bk.allocations
+    with pytest.raises(pn.OutOfMemoryError, match=r"needs 7\.3 TiB|needs .* (T|G)iB") as e:
+        pn.Sequential([pn.Dense(10**6, "relu"), pn.Dense(2, "softmax")], 10**6,
+                      device=device_name)
+    assert "Dense(units=1000000" in str(e.value) and "available" in str(e.value)
+    assert bk.allocations == count
+
+
+def test_a_batch_too_big_is_refused_with_the_largest_that_fits(device_name):
+    net = small_cnn(device_name)
+    x, y = data(8)
+    net.fit(x, y, epochs=1, batch_size=8)
+    free, _ = net.backend.memory_info()
+    per_sample = net.memory_plan(2).total - net.memory_plan(1).total
+    huge = int(free // per_sample) * 4 + 4
+    before = (net.backend.allocations, net.capacity)
+    with pytest.raises(pn.OutOfMemoryError, match=r"largest batch that fits is (\d+)") as e:
+        net._bind(huge)
+    largest = int(e.value.args[0].split("largest batch that fits is ")[1].split(":")[0])
+    assert net.memory_plan(largest).fits and not net.memory_plan(largest + 1).fits
+    assert (net.backend.allocations, net.capacity) == before         # nothing was touched
+    h = net.fit(x, y, epochs=1, batch_size=8)                          # and it still trains
+    assert np.isfinite(h["loss"][0])
+
+
+def test_a_failed_allocation_leaves_the_network_usable(device_name, monkeypatch):
+    """The plan can be wrong (other programs use the device too): an allocation that fails
+    half way through gives back what it made and restores the buffers that were there."""
+    net = small_cnn(device_name)
+    x, y = data(40)
+    net.fit(x, y, epochs=1, batch_size=8)
+    p = net.predict(x, batch_size=8)
+    bk = net.backend
+    live = bk.allocated_bytes
+    real_empty = type(bk).empty
+    calls = []
+
+    def failing(self, shape, dtype=None, label="buffer"):
+        calls.append(label)
+        if len(calls) == 5:
+            raise pn.OutOfMemoryError(f"cannot allocate {label} (simulated)")
+        return real_empty(self, shape, dtype, label)
+
+    monkeypatch.setattr(type(bk), "empty", failing)
+    with pytest.raises(pn.OutOfMemoryError, match="simulated"):
+        net.fit(x, y, epochs=1, batch_size=32)
+    monkeypatch.undo()
+    assert bk.allocated_bytes == live
+    assert net.capacity == 8
+    assert np.array_equal(net.predict(x, batch_size=8), p)
+    net.fit(x, y, epochs=1, batch_size=16)                 # grows normally afterwards
+
+
+def test_default_inference_batch_follows_the_plan(monkeypatch):
+    """predict without a batch size takes the largest chunks the device can hold."""
+    net = pn.mlp((50,), classes=4, hidden=(30,), device="cpu")
+    x = np.random.default_rng(1).standard_normal((3000, 50)).astype(np.float32)
+    full = net.predict(x)
+    fresh = pn.mlp((50,), classes=4, hidden=(30,), device="cpu")
+    room = fresh.memory_plan(700).total - fresh.memory_plan(0).total    # 700 samples' buffers
+    monkeypatch.setattr(type(fresh.backend), "memory_info", lambda self: (room, 10 * room))
+    assert np.allclose(fresh.predict(x), full, rtol=1e-6, atol=1e-7)
+    assert fresh.capacity == 700
+
+
+def test_dropped_networks_give_their_memory_back(device_name):
+    import gc
+    bk = pn.device(device_name)
+    gc.collect()
+    live = bk.allocated_bytes
+    x, y = data(16)
+    for _ in range(5):
+        net = small_cnn(device_name)
+        net.fit(x, y, epochs=1, batch_size=16)
+    del net
+    gc.collect()
+    assert bk.allocated_bytes == live
+
+
+def test_summary_counts_parameters_and_bytes():
+    net = pn.mlp((10,), classes=3, hidden=(5,), device="cpu")
+    text = net.summary()
+    assert "73 parameters" in text                     # 10*5 + 5 + 5*3 + 3
+    assert f"{elements((73,)) * 2 * 4} B on the device" in text    # parameters + momentum
