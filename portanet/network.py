@@ -145,9 +145,7 @@ class Sequential:
         plan = self.memory_plan(0)
         if not plan.fits:
             raise refuse(plan, f"the network {self._describe()}")
-        owners, buffers = zip(*self._parameter_buffers())
-        arrays = allocate(self.backend, buffers)
-        self._params = list(zip(owners, buffers, arrays))
+        self._params = self._allocate(self._parameter_buffers())
         for layer, buf, x in self._params:
             setattr(layer, buf.name, x)
         for layer in self.layers:       # drawn on the host, layer by layer, after the plan
@@ -191,9 +189,13 @@ class Sequential:
                 self._allocate_batch(old)
             raise
 
+    def _allocate(self, planned):
+        """[(owner, Buffer, device array)] for [(owner, Buffer)], all or nothing."""
+        arrays = allocate(self.backend, [buf for _, buf in planned])
+        return [(owner, buf, x) for (owner, buf), x in zip(planned, arrays)]
+
     def _allocate_batch(self, m):
-        owners, buffers = zip(*self._batch_buffers(m))
-        self._batch = list(zip(owners, buffers, allocate(self.backend, buffers)))
+        self._batch = self._allocate(self._batch_buffers(m))
         for owner, buf, x in self._batch:
             setattr(owner, buf.name, x)
         self.shared = Shared(self._ones, self._workspace)

@@ -48,6 +48,10 @@ def test_json_schema_and_failed_devices(tmp_path, monkeypatch):
     assert {r["workload"] for r in failed} == {"gemm", "mlp-small"}
     assert all(r["status"] == "failed" and "cuda" in r["error"] for r in failed)
     assert "FAILED" in result.output
+    # the share column says what it is a share of: the fastest GEMM of this run, not the
+    # hardware's peak (it was headed "%peak" without a word)
+    assert "%best" in result.output and "%peak" not in result.output
+    assert "share of the fastest GEMM measured on the same device in this run" in result.output
 
 
 def test_a_workload_that_fails_is_reported(monkeypatch):
