@@ -96,15 +96,6 @@ def _targets(loss, n_out, m, rng):
     return (rng.random((m, n_out)) > 0.5).astype(np.float32)
 
 
-def _step_timing(bk, net, x, y, opt, flops=None, repeats=10, inner=3):
-    net.train_batch(x, y, opt)            # sizes the buffers; the batch stays on the device
-    t = measure(lambda: net._step(opt), bk.synchronize, repeats=repeats, inner=inner,
-                events=_cuda_events(bk) if bk.kind == "cuda" else None)
-    if flops:
-        t["gflops"] = flops / t["median_s"] / 1e9
-    return t
-
-
 def wl_gemm(bk, rng):
     sizes = [512, 1024, 2048] if _is_slow(bk) else [1024, 2048, 4096]
     for n in sizes:
@@ -125,19 +116,44 @@ def wl_gemm(bk, rng):
         yield f"{n}^3", run
 
 
+def training_step(workload, bk, batch, rng):
+    """(net, step) for one training step of an mlp or lenet workload on bk, its batch
+    already on the device: step() is what the bench times and `portanet profile` traces."""
+    if workload in MLPS:
+        sizes, acts, loss, _ = MLPS[workload]
+        net = Sequential([Dense(n, a) for n, a in zip(sizes[1:], acts)], sizes[0], loss,
+                         device=bk)
+        x = rng.standard_normal((batch, sizes[0]), dtype=np.float32)
+        y, opt = _targets(loss, sizes[-1], batch, rng), SGD(0.01, 0.9)
+    elif workload == "lenet-step":
+        net = models.lenet(device=bk)
+        x = rng.random((batch, 1, 28, 28), dtype=np.float32)
+        y, opt = rng.integers(0, 10, batch), SGD(0.02, 0.9)
+    else:
+        raise PortanetError(f"{workload!r} has no training step: use one of "
+                            f"{', '.join([*MLPS, 'lenet-step'])}")
+    net.train_batch(x, y, opt)            # sizes the buffers; the batch stays on the device
+    return net, lambda: net._step(opt)
+
+
+def _step_timing(bk, step, flops=None, repeats=10, inner=3):
+    t = measure(step, bk.synchronize, repeats=repeats, inner=inner,
+                events=_cuda_events(bk) if bk.kind == "cuda" else None)
+    if flops:
+        t["gflops"] = flops / t["median_s"] / 1e9
+    return t
+
+
 def wl_mlp(name):
-    sizes, acts, loss, batch = MLPS[name]
+    sizes, _, _, batch = MLPS[name]
 
     def workload(bk, rng):
         m = batch // 10 if (_is_slow(bk) and name == "mlp-big") else batch
 
         def run():
-            net = Sequential([Dense(n, a) for n, a in zip(sizes[1:], acts)], sizes[0], loss,
-                             device=bk)
+            net, step = training_step(name, bk, m, rng)
             try:
-                x = rng.standard_normal((m, sizes[0]), dtype=np.float32)
-                t = _step_timing(bk, net, x, _targets(loss, sizes[-1], m, rng),
-                                 SGD(0.01, 0.9), _mlp_flops(sizes, m))
+                t = _step_timing(bk, step, _mlp_flops(sizes, m))
             finally:
                 net.free()
             t["throughput"], t["throughput_unit"] = m / t["median_s"], "samples/s"
@@ -155,11 +171,9 @@ def _lenet_flops(m):
 def wl_lenet_step(bk, rng):
     for m in (64, 256):
         def run(m=m):
-            net = models.lenet(device=bk)
+            net, step = training_step("lenet-step", bk, m, rng)
             try:
-                x = rng.random((m, 1, 28, 28), dtype=np.float32)
-                t = _step_timing(bk, net, x, rng.integers(0, 10, m), SGD(0.02, 0.9),
-                                 _lenet_flops(m))
+                t = _step_timing(bk, step, _lenet_flops(m))
             finally:
                 net.free()
             t["throughput"], t["throughput_unit"] = m / t["median_s"], "images/s"

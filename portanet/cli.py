@@ -2,6 +2,7 @@
 import json
 import logging
 import sys
+import time
 
 import click
 
@@ -163,6 +164,40 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch):
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
     click.echo(bench_module.table(report))
+
+
+@main.command()
+@click.argument("workload", default="lenet-step")
+@click.option("--device", default=None, help="an opencl or cuda device string "
+              "(default: $PORTANET_DEVICE)")
+@click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="also write the profile to this file")
+def profile(workload, device, batch_size, json_path):
+    """Time every kernel launch and vendor call of one training step of WORKLOAD
+    (mlp-big, mlp-small, lenet-step) and the host time between them."""
+    import numpy as np
+    from . import bench as bench_module, profiler
+    try:
+        bk = backends.device(device)
+        net, step = bench_module.training_step(workload, bk, batch_size,
+                                               np.random.default_rng(0))
+        report = profiler.profile(bk, step)
+        net.free()
+    except PortanetError as e:
+        raise click.ClickException(str(e)) from e
+    report.update(workload=workload, batch_size=batch_size,
+                  date=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
+    click.echo(f"{workload}, batch {batch_size}, one training step on {report['device']} "
+               f"({report['device_name']}, GEMM {report['gemm_path']})")
+    click.echo(profiler.table(report))
+    if json_path:
+        checkpoint_json(json_path, report)
+
+
+def checkpoint_json(path, report):
+    with open(path, "w") as f:
+        json.dump(report, f, indent=1)
 
 
 def build_model(model, dataset, input_shape, device, seed):

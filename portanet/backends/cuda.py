@@ -3,6 +3,7 @@ the GPU's own architecture (pycuda caches the binaries on disk, keyed by source,
 and architecture), launched on one stream. GEMM goes to cuBLAS through nvmath-python
 where installed, else to our own tiled kernel; PORTANET_GEMM=own|vendor chooses."""
 import atexit
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -171,6 +172,21 @@ class CudaBackend(KernelBackend):
 
     def synchronize(self):
         self.stream.synchronize()
+
+    # -- profiles (portanet/profiler.py) ---------------------------------------------------
+
+    def profiling(self):
+        return contextlib.nullcontext()     # CUDA events time any stream
+
+    def _marker(self):
+        event = drv.Event()
+        event.record(self.stream)
+        return event
+
+    @staticmethod
+    def _elapsed(start, end):
+        end.synchronize()
+        return end.time_since(start) * 1e-3
 
     def memory_info(self):
         return drv.mem_get_info()           # the driver's numbers: other processes count

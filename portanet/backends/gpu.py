@@ -52,6 +52,7 @@ class KernelBackend(Backend):
     _load_kernels() once their context is ready."""
 
     serialised = True           # see Backend.serialised
+    trace = None                # a profiler.Trace while `portanet profile` records a step
 
     def _load_kernels(self):
         # Said before, not after: a first build on PoCL took 267 s without a word (18 s
@@ -63,11 +64,12 @@ class KernelBackend(Backend):
                          for family, names in FAMILIES.items() for name in names}
         log.info("kernels for %s ready in %.1f s", self.name, time.perf_counter() - start)
 
-    def _run(self, kernel, global_size, *args, local=None):
+    def _run(self, kernel, global_size, *args, local=None, label=None):
         """Launch with arguments packed: a DeviceArray as (pointer, offset), a Python or
-        NumPy int as int32, a float as the backend's real. Callers pass reals as floats."""
+        NumPy int as int32, a float as the backend's real. Callers pass reals as floats.
+        label names the launch in a profile (default: the kernel's name)."""
         if isinstance(kernel, str):
-            kernel = self._kernels[kernel]
+            label, kernel = label or kernel, self._kernels[kernel]
         packed = []
         for x in args:
             if isinstance(x, DeviceArray):
@@ -78,7 +80,10 @@ class KernelBackend(Backend):
                 packed.append(self.dtype.type(x))
             else:
                 raise TypeError(f"kernel argument {x!r} of type {type(x).__name__}")
-        self._launch(kernel, global_size, local, packed)
+        if self.trace is None:
+            self._launch(kernel, global_size, local, packed)
+        else:
+            self.trace.record(self, label, lambda: self._launch(kernel, global_size, local, packed))
 
     def _oom_text(self, label, shape, nbytes, free, total):
         return (f"cannot allocate {label} {shape} ({nbytes / 2**20:.1f} MiB) on "
@@ -111,7 +116,12 @@ class KernelBackend(Backend):
     def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):
         m, n, k = check_gemm(a, b, c, trans_a, trans_b)
         if self.gemm_path == "vendor":
-            self._gemm_vendor(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+            vendor = lambda: self._gemm_vendor(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+            if self.trace is None:
+                vendor()
+            else:
+                self.trace.record(self, f"gemm {_shape_text(m, n, k, trans_a, trans_b)} vendor",
+                                  vendor)
         else:
             self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
 
@@ -131,7 +141,9 @@ class KernelBackend(Backend):
         if parts > 1:                   # partial products into the workspace, then summed
             out, a_, b_ = self._split_workspace(parts * m * n), 1.0, 0.0
         self._run(self._kernels[key], (tiles_n * rtsn, tiles_m * rtsm, parts), out, a, b, a_, b_,
-                  m, n, k, a.shape[1], b.shape[1], k_chunk, local=(rtsn, rtsm, 1))
+                  m, n, k, a.shape[1], b.shape[1], k_chunk, local=(rtsn, rtsm, 1),
+                  label=f"gemm {_shape_text(m, n, k, trans_a, trans_b)} own"
+                        + (f" split-K {parts}" if parts > 1 else ""))
         if parts > 1:
             self._run("gemm_split_sum", (m * n,), c, out, float(alpha), float(beta), m * n, parts)
 
@@ -218,6 +230,11 @@ class KernelBackend(Backend):
 
 
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1}
+
+
+def _shape_text(m, n, k, trans_a, trans_b):
+    """'NT 32x144x147456': the transposes and m x n x k of a gemm, for profiles."""
+    return f"{'T' if trans_a else 'N'}{'T' if trans_b else 'N'} {m}x{n}x{k}"
 
 
 def _conv_sizes(x, k, stride, pad):

@@ -3,6 +3,8 @@ GPUs and CPUs (PoCL). GEMM goes to CLBlast (pyclblast) where installed, else to 
 tiled kernel; PORTANET_GEMM=own|vendor chooses."""
 import gc
 
+import contextlib
+
 import numpy as np
 
 from .. import config
@@ -172,6 +174,30 @@ class OpenCLBackend(KernelBackend):
 
     def synchronize(self):
         self.queue.finish()
+
+    # -- profiles (portanet/profiler.py) ---------------------------------------------------
+
+    @contextlib.contextmanager
+    def profiling(self):
+        """A queue with profiling enabled while a profile records; the usual one after
+        (profiling can cost the driver time, so the normal queue does without)."""
+        self.queue.finish()
+        usual = self.queue
+        self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        try:
+            yield
+        finally:
+            self.queue.finish()
+            self.queue = usual
+
+    def _marker(self):
+        return cl.enqueue_marker(self.queue)
+
+    @staticmethod
+    def _elapsed(start, end):
+        """Device seconds between two markers: each ends when the work before it is done."""
+        end.wait()
+        return (end.profile.end - start.profile.end) * 1e-9
 
     def memory_info(self):
         """OpenCL cannot say how much memory is free: the device's size less what this

@@ -1,0 +1,59 @@
+"""`portanet profile`: one training step, every launch and vendor call timed (issue 11).
+Times are never asserted beyond being measured; what is checked is that every call of the
+step is there, in order, and that recording changes nothing."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+import portanet as pn
+from portanet import bench, profiler
+from portanet.cli import main
+
+GPU = ["opencl", "cuda"]
+
+
+@pytest.mark.parametrize("device", GPU)
+def test_profile_lists_every_call_of_a_lenet_step(device, tmp_path):
+    try:
+        bk = pn.device(device)
+    except pn.DeviceError as e:
+        pytest.skip(str(e))
+    out = tmp_path / "p.json"
+    result = CliRunner().invoke(main, ["profile", "lenet-step", "--device", device,
+                                       "--batch-size", "8", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    report = json.loads(out.read_text())
+    calls = [r["call"].split(" ")[0] for r in report["calls"]]
+    # forward: im2col, gemm, bias+act (x2), maxpool, gemm, softmax; the loss and its sums
+    assert calls[:10] == ["im2col", "gemm", "bias_activation", "im2col", "gemm",
+                          "bias_activation", "maxpool", "gemm", "bias_softmax", "softmax_xent"]
+    assert calls.count("gemm") == 8 and "col2im" in calls and "maxpool_grad" in calls
+    assert all(r["device_us"] >= 0 and r["host_us"] > 0 for r in report["calls"])
+    assert report["wall_us"] > 0 and "costliest on the device" in result.output
+    assert bk.trace is None
+
+
+@pytest.mark.parametrize("device", GPU)
+def test_recording_changes_nothing(device):
+    try:
+        bk = pn.device(device)
+    except pn.DeviceError as e:
+        pytest.skip(str(e))
+    results = []
+    for recorded in (False, True):
+        net, step = bench.training_step("mlp-small", bk, 16, np.random.default_rng(3))
+        if recorded:
+            profiler.profile(bk, step, warmup=0)
+        else:
+            for _ in range(2):
+                step()
+        results.append(bk.download(net.layers[0].w))
+        net.free()
+    assert np.array_equal(*results)
+
+
+def test_profile_needs_a_device_backend():
+    result = CliRunner().invoke(main, ["profile", "mlp-small", "--device", "cpu"])
+    assert result.exit_code != 0 and "profiles need a device backend" in result.output
