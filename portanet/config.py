@@ -2,8 +2,9 @@
 
 PORTANET_DEVICE  default device string: cpu, opencl, opencl:P, opencl:P:D, cuda, cuda:N
                  (unset or empty: cpu)
-PORTANET_GEMM    GEMM path on GPU backends: vendor (CLBlast / cuBLAS, default when
-                 installed) or own (portanet's tiled kernels)
+PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the path
+                 measured fastest on the device), vendor (CLBlast / cuBLAS) or own
+                 (portanet's tiled kernels)
 PORTANET_DATA    first folder searched for dataset files
 """
 import os
@@ -21,10 +22,11 @@ def device_variable():
 
 
 def gemm_path():
-    value = os.environ.get("PORTANET_GEMM", "").strip().lower() or "vendor"
-    if value not in ("vendor", "own"):
+    value = os.environ.get("PORTANET_GEMM", "").strip().lower() or "auto"
+    if value not in ("auto", "vendor", "own"):
         from .errors import PortanetError
-        raise PortanetError(f"PORTANET_GEMM={value!r} is not understood: use 'vendor' or 'own'")
+        raise PortanetError(f"PORTANET_GEMM={value!r} is not understood: use 'auto', "
+                            f"'vendor' or 'own'")
     return value
 
 

@@ -23,7 +23,7 @@ def gemm_paths(bk):
         return ["reference"]
     from portanet.backends import opencl, cuda
     has_vendor = (opencl.pyclblast is not None) if bk.kind == "opencl" else cuda.cublas is not None
-    return ["own", "vendor"] if has_vendor else ["own"]
+    return ["own", "vendor", "auto"] if has_vendor else ["own"]
 
 
 @pytest.mark.parametrize("m,n,k", GEMM_SHAPES)
@@ -67,6 +67,28 @@ def test_gemm_on_views(backend, rng):
     rest = backend.download(big).astype(np.float64)
     rest[500:500 + m * n] = host[500:500 + m * n]
     assert np.array_equal(rest, host), "gemm wrote outside its view"
+
+
+def test_auto_gemm_routes_each_shape_once_and_keeps_c(backend, rng, monkeypatch):
+    """Routing times both paths on the real operands, writing into c: a product that reads
+    c (beta != 0, the momentum update) must still see c as it was."""
+    if "auto" not in gemm_paths(backend):
+        pytest.skip(f"{backend.name} has one GEMM path: nothing to route")
+    monkeypatch.setattr(backend, "gemm_path", "auto")
+    monkeypatch.setattr(backend, "_routes", {})
+    m, n, k = 37, 21, 300
+    a, b, c = (rng.standard_normal(s) for s in ((m, k), (n, k), (m, n)))
+    A, B, C = backend.upload(a), backend.upload(b), backend.upload(c)
+    backend.gemm_path = "own"
+    backend.gemm(1.0, A, B, 0.0, backend.empty((m, n)), trans_b=True)   # its split-K workspace
+    backend.gemm_path = "auto"
+    count = backend.allocations
+    backend.gemm(-0.5, A, B, 0.9, C, trans_b=True)
+    ref = -0.5 * a @ b.T + 0.9 * c
+    assert rel_err(backend.download(C), ref, gemm_scale(-0.5, a, b.T, 0.9, c)) < F32
+    assert list(backend._routes) == [(m, n, k, False, True)]
+    assert backend._routes[(m, n, k, False, True)] in ("own", "vendor")
+    assert backend.allocations == count            # routing allocated nothing
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (7, 129), (130, 3)])

@@ -104,7 +104,7 @@ class CudaBackend(KernelBackend):
         self._modules = {}
         self._prepared = {}
         self._load_kernels()
-        self.gemm_path = "vendor" if config.gemm_path() == "vendor" and cublas else "own"
+        self.gemm_path = config.gemm_path() if cublas else "own"
         if cublas is not None:
             self._cublas = cublas.create()
             cublas.set_stream(self._cublas, self.stream.handle)

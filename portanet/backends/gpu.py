@@ -2,6 +2,7 @@
 argument packing and dispatch of the kernel twins in kernels_cl/ and kernels_cu/, and GEMM
 parameter choice. Each backend supplies memory, `_launch` and its two GEMM paths."""
 import logging
+import math
 import time
 
 import numpy as np
@@ -34,7 +35,7 @@ class DeviceArray:
 
     @property
     def size(self):
-        return int(np.prod(self.shape))
+        return math.prod(self.shape)
 
     @property
     def nbytes(self):
@@ -53,8 +54,10 @@ class KernelBackend(Backend):
 
     serialised = True           # see Backend.serialised
     trace = None                # a profiler.Trace while `portanet profile` records a step
+    _routes = None              # (m, n, k, trans_a, trans_b) -> "own" | "vendor" (auto GEMM)
 
     def _load_kernels(self):
+        self._routes = {}
         # Said before, not after: a first build on PoCL took 267 s without a word (18 s
         # once the driver's cache had it). The CLI shows portanet's log on stderr.
         log.info("building portanet's kernels for %s (%s); the first time on a device can "
@@ -115,15 +118,46 @@ class KernelBackend(Backend):
 
     def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):
         m, n, k = check_gemm(a, b, c, trans_a, trans_b)
-        if self.gemm_path == "vendor":
-            vendor = lambda: self._gemm_vendor(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
-            if self.trace is None:
-                vendor()
-            else:
-                self.trace.record(self, f"gemm {_shape_text(m, n, k, trans_a, trans_b)} vendor",
-                                  vendor)
-        else:
+        path = self.gemm_path
+        if path == "auto":
+            path = self._routes.get((m, n, k, trans_a, trans_b)) or self._route(
+                a, b, beta, c, trans_a, trans_b, m, n, k)
+        if path == "own":
             self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+        elif self.trace is None:
+            self._gemm_vendor(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+        else:
+            self.trace.record(self, f"gemm {_shape_text(m, n, k, trans_a, trans_b)} vendor",
+                              lambda: self._gemm_vendor(alpha, a, b, beta, c, trans_a,
+                                                        trans_b, m, n, k))
+
+    def _route(self, a, b, beta, c, trans_a, trans_b, m, n, k):
+        """The faster path for this shape, measured now on the real operands and
+        remembered for the life of the backend. Neither library wins everywhere: CLBlast
+        has no split K, so a conv layer's weight gradient (32 x 144, K = 147456) ran 17
+        times slower there than our split-K kernel on an H100, while it wins the large
+        square products. The trials write into c itself, so routing allocates nothing; c
+        is put back afterwards where the call is to read it (beta != 0)."""
+        saved = self.download(c) if beta != 0 else None
+        seconds = {}
+        for path in ("own", "vendor"):
+            run = self._gemm_own if path == "own" else self._gemm_vendor
+            run(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)      # builds, warms up
+            self.synchronize()
+            start = time.perf_counter()
+            for _ in range(ROUTING_REPEATS):
+                run(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
+            self.synchronize()
+            seconds[path] = time.perf_counter() - start
+        if saved is not None:
+            self.write(c, saved)
+        best = min(seconds, key=seconds.get)
+        self._routes[(m, n, k, trans_a, trans_b)] = best
+        log.debug("gemm %s on %s: own %.0f us, vendor %.0f us -> %s",
+                  _shape_text(m, n, k, trans_a, trans_b), self.name,
+                  1e6 * seconds["own"] / ROUTING_REPEATS,
+                  1e6 * seconds["vendor"] / ROUTING_REPEATS, best)
+        return best
 
     def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
@@ -159,6 +193,7 @@ class KernelBackend(Backend):
     def set_gemm_params(self, params):
         """Use other tile sizes for our GEMM kernel (benchmarks and tuning)."""
         self.gemm_params = {**GEMM_DEFAULTS, **params}
+        self._routes = {}                   # measured with the old tiling
         for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
             del self._kernels[key]
 
@@ -229,6 +264,7 @@ class KernelBackend(Backend):
                   out.size)
 
 
+ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1}
 
 
