@@ -15,6 +15,16 @@ KERNEL void axpy(GLOBAL real* y, const int y_off, const GLOBAL real* x, const in
     if (i < n) y[y_off + i] += alpha * x[x_off + i];
 }
 
+/* w <- w + v; b <- b + vb: a layer's update, one launch for both (work-items past n_w
+   take the bias) */
+KERNEL void apply_update(GLOBAL real* w, const int w_off, const GLOBAL real* v, const int v_off,
+                         GLOBAL real* b, const int b_off, const GLOBAL real* vb,
+                         const int vb_off, const int n_w, const int n_b) {
+    const int i = GLOBAL_ID(0);
+    if (i < n_w) w[w_off + i] += v[v_off + i];
+    else if (i < n_w + n_b) b[b_off + i - n_w] += vb[vb_off + i - n_w];
+}
+
 /* x <- alpha x */
 KERNEL void scal(GLOBAL real* x, const int x_off, const real alpha, const int n) {
     const int i = GLOBAL_ID(0);

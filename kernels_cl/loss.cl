@@ -1,14 +1,14 @@
 /* loss.cl: losses fused with the output layer's gradient, and argmax. One work-item per
    sample j (a column of the (outputs, batch) arrays). Each writes the delta for its
-   column, its loss and whether it was classified right (hit), reading a before writing
-   delta, so delta may alias a. */
+   column and ADDS its loss and whether it was classified right (hit) to loss[j] and
+   hit[j], the sums of an epoch; it reads a before writing delta, so delta may alias a. */
 #include "prelude.h"
 
 /* log p, with p kept off 0 but a NaN kept NaN (fmax(NaN, x) is x, which hid divergence):
    NumPy's maximum, which the reference uses, propagates NaN the same way */
 DEVICE real log_clamped(const real p) { return log(p < REAL_MIN ? REAL_MIN : p); }
 
-/* delta <- a - onehot(label); loss <- -log a[label]; hit <- argmax a == label */
+/* delta <- a - onehot(label); loss += -log a[label]; hit += argmax a == label */
 KERNEL void softmax_xent(GLOBAL real* delta, const int delta_off, GLOBAL real* loss,
                          const int loss_off, GLOBAL real* hit, const int hit_off,
                          const GLOBAL real* a, const int a_off, const GLOBAL int* labels,
@@ -21,13 +21,13 @@ KERNEL void softmax_xent(GLOBAL real* delta, const int delta_off, GLOBAL real* l
     for (int i = 0; i < rows; ++i) {
         const real aij = a[a_off + i * cols + j];
         if (aij > best_a) { best_a = aij; best = i; }
-        if (i == label) loss[loss_off + j] = -log_clamped(aij);
+        if (i == label) loss[loss_off + j] -= log_clamped(aij);
         delta[delta_off + i * cols + j] = aij - (i == label ? (real)1 : (real)0);
     }
-    hit[hit_off + j] = best == label ? (real)1 : (real)0;
+    if (best == label) hit[hit_off + j] += (real)1;
 }
 
-/* delta <- a - y; loss <- sum_i -(y log a + (1 - y) log(1 - a)); hit <- all (a > 1/2) == y */
+/* delta <- a - y; loss += sum_i -(y log a + (1 - y) log(1 - a)); hit += all (a > 1/2) == y */
 KERNEL void sigmoid_bce(GLOBAL real* delta, const int delta_off, GLOBAL real* loss,
                         const int loss_off, GLOBAL real* hit, const int hit_off,
                         const GLOBAL real* a, const int a_off, const GLOBAL real* y,
@@ -43,11 +43,11 @@ KERNEL void sigmoid_bce(GLOBAL real* delta, const int delta_off, GLOBAL real* lo
         right = right && ((aij > (real)0.5) == (yij > (real)0.5));
         delta[delta_off + i * cols + j] = aij - yij;
     }
-    loss[loss_off + j] = sum;
-    hit[hit_off + j] = right ? (real)1 : (real)0;
+    loss[loss_off + j] += sum;
+    if (right) hit[hit_off + j] += (real)1;
 }
 
-/* delta <- 2 (a - y) / rows; loss <- mean_i (a - y)^2; hit <- argmax a == argmax y
+/* delta <- 2 (a - y) / rows; loss += mean_i (a - y)^2; hit += argmax a == argmax y
    (rows > 1) or |a - y| < 1/2 (rows == 1) */
 KERNEL void mse(GLOBAL real* delta, const int delta_off, GLOBAL real* loss, const int loss_off,
                 GLOBAL real* hit, const int hit_off, const GLOBAL real* a, const int a_off,
@@ -67,8 +67,8 @@ KERNEL void mse(GLOBAL real* delta, const int delta_off, GLOBAL real* loss, cons
         sum += d * d;
         delta[delta_off + i * cols + j] = (real)2 * d / (real)rows;
     }
-    loss[loss_off + j] = sum / (real)rows;
-    hit[hit_off + j] = (rows > 1 ? best_a == best_y : fabs(diff0) < (real)0.5) ? (real)1 : (real)0;
+    loss[loss_off + j] += sum / (real)rows;
+    if (rows > 1 ? best_a == best_y : fabs(diff0) < (real)0.5) hit[hit_off + j] += (real)1;
 }
 
 /* out[j] <- argmax_i a[i, j] (the first maximum) */

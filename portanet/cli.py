@@ -182,7 +182,7 @@ def profile(workload, device, batch_size, json_path):
         bk = backends.device(device)
         net, step = bench_module.training_step(workload, bk, batch_size,
                                                np.random.default_rng(0))
-        report = profiler.profile(bk, step)
+        report = profiler.profile(bk, step, warmup_seconds=0.5)
         net.free()
     except PortanetError as e:
         raise click.ClickException(str(e)) from e

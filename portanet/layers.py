@@ -156,8 +156,7 @@ class Dense(Layer):
         if not first:
             self.input_grad()                                    # (3) da_prev <- w^T dz
         bk.gemv(-eta_m, self.z, self.ones, opt.momentum, self.vb)  # (4) vb <- mu vb - eta/m dz 1
-        bk.axpy(1.0, self.v, self.w)                             # (5) w <- w + v
-        bk.axpy(1.0, self.vb, self.b)                            #     b <- b + vb
+        bk.apply_update(self.w, self.v, self.b, self.vb)         # (5) w <- w + v, b <- b + vb
 
     def input_grad(self):
         self.backend.gemm(1.0, self.w, self.z, 0.0, self.a_prev, trans_a=True)

@@ -115,7 +115,6 @@ class Sequential:
         target = np.dtype(np.int32) if self.loss.name == "softmax_cross_entropy" else real
         sizes = [layer.shared_sizes(m) for layer in self.layers]
         own = [("_x", "batch", self.n_in * m, real), ("_y", "batch", self.n_out * m, target),
-               ("_loss_buf", "batch", m, real), ("_hit_buf", "batch", m, real),
                ("_loss_sum", "batch", m, real), ("_hit_sum", "batch", m, real),
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
@@ -167,8 +166,8 @@ class Sequential:
         self.x = bk.view(self._x, (self.n_in, m))
         self.y = bk.view(self._y, (m,) if self.loss.name == "softmax_cross_entropy"
                          else (self.n_out, m))
-        self.loss_buf = bk.view(self._loss_buf, (m,))
-        self.hit_buf = bk.view(self._hit_buf, (m,))
+        self.loss_sum = bk.view(self._loss_sum, (m,))
+        self.hit_sum = bk.view(self._hit_sum, (m,))
         a = self.x
         for layer in self.layers:
             layer.bind(a, m, self.shared)
@@ -241,11 +240,9 @@ class Sequential:
             layer.forward(training)
 
     def _loss(self):
-        """Loss kernel: the delta into the last layer, per-sample loss and hits summed."""
-        bk, last = self.backend, self.layers[-1]
-        self.loss(bk, last, self.loss_buf, self.hit_buf, self.y)
-        bk.axpy(1.0, self.loss_buf, bk.view(self._loss_sum, (self.m,)))
-        bk.axpy(1.0, self.hit_buf, bk.view(self._hit_sum, (self.m,)))
+        """Loss kernel: the delta into the last layer; each sample's loss and hit added to
+        the epoch's sums (per batch position: the first m of the capacity)."""
+        self.loss(self.backend, self.layers[-1], self.loss_sum, self.hit_sum, self.y)
 
     def _backward(self, opt):
         for i in reversed(range(len(self.layers))):

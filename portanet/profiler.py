@@ -36,15 +36,18 @@ class Trace:
         self.calls.append(Call(label, t0, t1, start, backend._marker()))
 
 
-def profile(backend, step, warmup=2):
-    """A report (dict) of one call of step() on backend: warm-up calls first (builds, first
-    allocations, routing), then one recorded call."""
+def profile(backend, step, warmup=2, warmup_seconds=0.0):
+    """A report (dict) of one call of step() on backend: at least `warmup` calls and
+    `warmup_seconds` of them first (builds, first allocations, GEMM routing, and a GPU's
+    clocks, which idle low and take a moment to rise), then one recorded call."""
     if not hasattr(backend, "_marker"):
         raise DeviceError(f"{backend.name}: profiles need a device backend (opencl or cuda); "
                           f"the NumPy reference has no device queue to time")
-    for _ in range(warmup):
+    start, done = time.perf_counter(), 0
+    while done < warmup or time.perf_counter() - start < warmup_seconds:
         step()
-    backend.synchronize()
+        backend.synchronize()
+        done += 1
     with backend.profiling():
         step()                                  # once on the profiling queue, unrecorded
         backend.synchronize()

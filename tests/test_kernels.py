@@ -107,6 +107,14 @@ def test_gemv(backend, rng, rows, cols, trans):
     assert rel_err(backend.download(Y), (a.T if trans else a) @ x) < F32
 
 
+def test_apply_update(backend, rng):
+    w, v, b, vb = (rng.standard_normal(s) for s in ((7, 13), (7, 13), (7,), (7,)))
+    W, B = backend.upload(w), backend.upload(b)
+    backend.apply_update(W, backend.upload(v), B, backend.upload(vb))
+    assert rel_err(backend.download(W), w + v) < F32
+    assert rel_err(backend.download(B), b + vb) < F32
+
+
 def test_ger_axpy_scal_fill_copy(backend, rng):
     rows, cols = 13, 37
     a, x, y = rng.standard_normal((rows, cols)), rng.standard_normal(rows), rng.standard_normal(cols)
@@ -155,24 +163,28 @@ def test_softmax_xent(backend, rng):
     rows, cols = 10, 257
     a = _probabilities(rng, rows, cols)
     labels = rng.integers(0, rows, cols)
-    D, L, H = (poisoned(backend, s) for s in ((rows, cols), (cols,), (cols,)))
+    D = poisoned(backend, (rows, cols))
+    l0, h0 = rng.random(cols), rng.integers(0, 5, cols).astype(float)   # sums so far
+    L, H = backend.upload(l0), backend.upload(h0)
     backend.softmax_xent(D, L, H, backend.upload(a), backend.upload(labels))
     onehot = np.eye(rows)[labels].T
     assert rel_err(backend.download(D), a - onehot) < F32
-    assert rel_err(backend.download(L), -np.log(a[labels, np.arange(cols)])) < F32
-    assert np.array_equal(backend.download(H), (a.argmax(0) == labels).astype(float))
+    assert rel_err(backend.download(L), l0 - np.log(a[labels, np.arange(cols)])) < F32
+    assert np.array_equal(backend.download(H), h0 + (a.argmax(0) == labels))
 
 
 def test_sigmoid_bce(backend, rng):
     rows, cols = 3, 101
     a = 1 / (1 + np.exp(-rng.standard_normal((rows, cols))))
     y = (rng.random((rows, cols)) > 0.5).astype(float)
-    D, L, H = (poisoned(backend, s) for s in ((rows, cols), (cols,), (cols,)))
+    D = poisoned(backend, (rows, cols))
+    l0, h0 = rng.random(cols), rng.integers(0, 5, cols).astype(float)
+    L, H = backend.upload(l0), backend.upload(h0)
     backend.sigmoid_bce(D, L, H, backend.upload(a), backend.upload(y))
     assert rel_err(backend.download(D), a - y) < F32
     loss = -(y * np.log(a) + (1 - y) * np.log(1 - a)).sum(0)
-    assert rel_err(backend.download(L), loss) < F32
-    assert np.array_equal(backend.download(H), np.all((a > .5) == (y > .5), 0).astype(float))
+    assert rel_err(backend.download(L), l0 + loss) < F32
+    assert np.array_equal(backend.download(H), h0 + np.all((a > .5) == (y > .5), 0))
 
 
 def test_losses_keep_nan_nan(backend, rng):
@@ -187,9 +199,9 @@ def test_losses_keep_nan_nan(backend, rng):
     y = (rng.random((rows, cols)) > 0.5).astype(float)
     ref = NumpyBackend("cpu", np.float64)
     for kernel, target in (("softmax_xent", labels), ("sigmoid_bce", y)):
-        want = [np.empty((rows, cols)), np.empty(cols), np.empty(cols)]
+        want = [np.empty((rows, cols)), np.zeros(cols), np.zeros(cols)]
         getattr(ref, kernel)(*want, a, target.astype(np.int32) if target is labels else target)
-        got = [poisoned(backend, s) for s in ((rows, cols), (cols,), (cols,))]
+        got = [poisoned(backend, (rows, cols)), backend.zeros((cols,)), backend.zeros((cols,))]
         getattr(backend, kernel)(*got, backend.upload(a), backend.upload(target))
         loss = backend.download(got[1])
         assert np.array_equal(np.isnan(loss), np.isnan(want[1])), kernel
@@ -202,12 +214,13 @@ def test_mse_in_place(backend, rng, rows):
     cols = 73
     a, y = rng.standard_normal((rows, cols)), rng.standard_normal((rows, cols))
     A = backend.upload(a)
-    L, H = poisoned(backend, (cols,)), poisoned(backend, (cols,))
+    l0, h0 = rng.random(cols), rng.integers(0, 5, cols).astype(float)
+    L, H = backend.upload(l0), backend.upload(h0)
     backend.mse(A, L, H, A, backend.upload(y))
     assert rel_err(backend.download(A), 2 * (a - y) / rows) < F32
-    assert rel_err(backend.download(L), ((a - y) ** 2).mean(0)) < F32
+    assert rel_err(backend.download(L), l0 + ((a - y) ** 2).mean(0)) < F32
     hit = a.argmax(0) == y.argmax(0) if rows > 1 else np.abs(a - y)[0] < 0.5
-    assert np.array_equal(backend.download(H), hit.astype(float))
+    assert np.array_equal(backend.download(H), h0 + hit)
 
 
 def test_argmax(backend, rng):
@@ -266,9 +279,11 @@ def test_own_gemm_tilings(backend, rng, tiling):
         backend.gemm_path = saved_path
 
 
-@pytest.mark.parametrize("m,n,k", [(5, 7, 3001), (32, 144, 4099), (1, 1, 1000)])
+@pytest.mark.parametrize("m,n,k", [(5, 7, 3001), (32, 144, 4099), (1, 1, 1000),
+                                   (130, 200, 3000)])
 def test_own_gemm_split_k(backend, rng, m, n, k):
-    """Few output tiles and a long K: the sum is split over work-groups and added up."""
+    """Few output tiles and a long K: the sum is split over work-groups and added up, in
+    the device's tiles or, for outputs smaller than one, in SMALL_TILES."""
     if backend.kind == "cpu":
         pytest.skip("the reference backend has no GEMM kernel")
     from portanet.backends.gpu import split_k

@@ -163,6 +163,10 @@ class Backend:
         """x <- alpha x."""
         raise NotImplementedError
 
+    def apply_update(self, w, v, b, vb):
+        """w <- w + v; b <- b + vb: a layer's parameter update (one launch on devices)."""
+        raise NotImplementedError
+
     # -- fused neural-network kernels ----------------------------------------------------
 
     def bias_activation(self, kind, z, b, a):
@@ -173,17 +177,20 @@ class Backend:
         """z <- f'(z) * da, the layer's delta, in place in z."""
         raise NotImplementedError
 
+    # The losses write the delta and ADD each sample's loss and hit (1 if classified right)
+    # to loss[j] and hit[j]: the epoch's sums, so that no launch is spent adding them up.
+
     def softmax_xent(self, delta, loss, hit, a, labels):
-        """delta <- a - onehot(labels); loss[j] <- -log a[labels[j], j];
-        hit[j] <- 1 if argmax a[:, j] == labels[j] else 0. labels: int32 (batch,)."""
+        """delta <- a - onehot(labels); loss[j] += -log a[labels[j], j];
+        hit[j] += 1 if argmax a[:, j] == labels[j]. labels: int32 (batch,)."""
         raise NotImplementedError
 
     def sigmoid_bce(self, delta, loss, hit, a, y):
-        """delta <- a - y; loss[j] <- sum_i BCE(a_ij, y_ij); hit[j] <- all (a_ij > 1/2) == y_ij."""
+        """delta <- a - y; loss[j] += sum_i BCE(a_ij, y_ij); hit[j] += all (a_ij > 1/2) == y_ij."""
         raise NotImplementedError
 
     def mse(self, delta, loss, hit, a, y):
-        """delta <- 2 (a - y) / n; loss[j] <- mean_i (a_ij - y_ij)^2; hit[j] <- argmax match
+        """delta <- 2 (a - y) / n; loss[j] += mean_i (a_ij - y_ij)^2; hit[j] += argmax match
         (n > 1) or |a - y| < 1/2 (n == 1)."""
         raise NotImplementedError
 

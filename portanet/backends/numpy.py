@@ -77,6 +77,11 @@ class NumpyBackend(Backend):
     def scal(self, alpha, x):
         x *= alpha
 
+    @_quiet
+    def apply_update(self, w, v, b, vb):
+        w += v
+        b += vb
+
     # -- NN ------------------------------------------------------------------------------
 
     @_quiet
@@ -96,25 +101,25 @@ class NumpyBackend(Backend):
         cols = np.arange(m)
         delta[...] = a
         delta[labels, cols] -= 1
-        loss[...] = -np.log(np.maximum(a[labels, cols], np.finfo(a.dtype).tiny))
-        hit[...] = np.argmax(a, axis=0) == labels
+        loss -= np.log(np.maximum(a[labels, cols], np.finfo(a.dtype).tiny))
+        hit += np.argmax(a, axis=0) == labels
 
     @_quiet
     def sigmoid_bce(self, delta, loss, hit, a, y):
         tiny = np.finfo(a.dtype).tiny
         delta[...] = a - y
-        loss[...] = -np.sum(y * np.log(np.maximum(a, tiny))
-                            + (1 - y) * np.log(np.maximum(1 - a, tiny)), axis=0)
-        hit[...] = np.all((a > 0.5) == (y > 0.5), axis=0)
+        loss -= np.sum(y * np.log(np.maximum(a, tiny))
+                       + (1 - y) * np.log(np.maximum(1 - a, tiny)), axis=0)
+        hit += np.all((a > 0.5) == (y > 0.5), axis=0)
 
     @_quiet
     def mse(self, delta, loss, hit, a, y):
         n = a.shape[0]                       # delta may alias a: read a first
-        loss[...] = np.mean((a - y) ** 2, axis=0)
+        loss += np.mean((a - y) ** 2, axis=0)
         if n > 1:
-            hit[...] = np.argmax(a, axis=0) == np.argmax(y, axis=0)
+            hit += np.argmax(a, axis=0) == np.argmax(y, axis=0)
         else:
-            hit[...] = np.abs(a - y)[0] < 0.5
+            hit += np.abs(a - y)[0] < 0.5
         delta[...] = (2.0 / n) * (a - y)
 
     def argmax(self, out, a):
