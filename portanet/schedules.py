@@ -16,7 +16,7 @@ import ast
 import math
 from dataclasses import dataclass
 
-from .errors import InputError
+from .errors import InputError, check_count
 
 
 class Schedule:
@@ -47,9 +47,7 @@ class Step(Schedule):
     gamma: float = 0.1
 
     def __post_init__(self):
-        if isinstance(self.every, bool) or not isinstance(self.every, int) or self.every < 1:
-            raise InputError(f"Step: every must be a whole number of epochs >= 1, got "
-                             f"{self.every!r}")
+        check_count("Step: every", self.every, 1)
         _check(self, "gamma", self.gamma, 0, 1, low_open=True)
 
     def __call__(self, epoch, base_lr):
@@ -62,8 +60,7 @@ class Cosine(Schedule):
     min_lr: float = 0.0
 
     def __post_init__(self):
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
-            raise InputError(f"Cosine: epochs must be a whole number >= 1, got {self.epochs!r}")
+        check_count("Cosine: epochs", self.epochs, 1)
         _check(self, "min_lr", self.min_lr, 0, math.inf)
 
     def __call__(self, epoch, base_lr):
@@ -77,8 +74,7 @@ class Warmup(Schedule):
     then: Schedule = Constant()
 
     def __post_init__(self):
-        if isinstance(self.epochs, bool) or not isinstance(self.epochs, int) or self.epochs < 1:
-            raise InputError(f"Warmup: epochs must be a whole number >= 1, got {self.epochs!r}")
+        check_count("Warmup: epochs", self.epochs, 1)
         if not isinstance(self.then, Schedule):
             raise InputError(f"Warmup: then must be a schedule, got {self.then!r}")
 
