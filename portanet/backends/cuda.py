@@ -1,7 +1,8 @@
 """The CUDA backend (pycuda): the kernel twins in kernels_cu/, built once per process for
 the GPU's own architecture (pycuda caches the binaries on disk, keyed by source, options
-and architecture), launched on one stream. GEMM goes to cuBLAS through nvmath-python
-where installed, else to our own tiled kernel; PORTANET_GEMM=own|vendor chooses."""
+and architecture), launched on one stream. GEMM goes, shape by shape, to cuBLAS (through
+nvmath-python) or our own tiled kernel, whichever was measured faster (PORTANET_GEMM=auto);
+own or vendor force a path."""
 import atexit
 import contextlib
 import ctypes

@@ -1,9 +1,8 @@
 """The OpenCL backend (pyopencl): one set of kernels, kernels_cl/, for AMD, Intel, NVIDIA
-GPUs and CPUs (PoCL). GEMM goes to CLBlast (pyclblast) where installed, else to our own
-tiled kernel; PORTANET_GEMM=own|vendor chooses."""
-import gc
-
+GPUs and CPUs (PoCL). GEMM goes, shape by shape, to CLBlast (pyclblast) or our own tiled
+kernel, whichever was measured faster (PORTANET_GEMM=auto); own or vendor force a path."""
 import contextlib
+import gc
 
 import numpy as np
 
