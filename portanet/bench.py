@@ -131,7 +131,7 @@ def training_step(workload, bk, batch, rng):
         y, opt = rng.integers(0, 10, batch), SGD(0.02, 0.9)
     else:
         raise PortanetError(f"{workload!r} has no training step: use one of "
-                            f"{', '.join([*MLPS, 'lenet-step'])}")
+                            f"{', '.join(sorted(STEPS))}")
     net.train_batch(x, y, opt)            # sizes the buffers; the batch stays on the device
     return net, lambda: net._step(opt)
 
@@ -208,6 +208,7 @@ WORKLOADS = {
                                     "download included)"),
 }
 GEMM_BOUND = {"gemm", "mlp-big", "mlp-small", "lenet-step"}
+STEPS = {"mlp-big", "mlp-small", "lenet-step"}          # the training-step workloads
 
 
 # -- PyTorch as the peer -----------------------------------------------------------------
@@ -227,8 +228,10 @@ def _torch_device(bk):
     return None, "PyTorch has no OpenCL device"
 
 
-def torch_case(workload, case, device):
-    """Seconds of the same workload and case in PyTorch float32 eager, TF32 off."""
+def torch_case(workload, case, device, graph=False):
+    """Seconds of the same workload and case in PyTorch float32, TF32 off: eager, or with
+    graph=True the whole training step captured once in a CUDA graph and replayed (the
+    strongest peer of a small step, whose eager time is mostly Python and launches)."""
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -274,7 +277,26 @@ def torch_case(workload, case, device):
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()
+    if graph:
+        step = _torch_graph(torch, step, opt)
     return measure(step, sync, repeats=10, inner=3)
+
+
+def _torch_graph(torch, step, opt):
+    """step captured in a CUDA graph as PyTorch's documentation does it: warm-up on a side
+    stream (the optimizer creates its momentum buffers there), then one capture with the
+    gradients set to None first, so that backward allocates them from the graph's pool."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    opt.zero_grad(set_to_none=True)
+    with torch.cuda.graph(graph):
+        step()
+    return graph.replay
 
 
 # -- the run -----------------------------------------------------------------------------
@@ -331,14 +353,20 @@ def run(devices=None, workloads=None, peer=True, progress=print):
                 except Exception as e:
                     row = _row(w, case, spec, error=_error(e))
                 if torch_device and row["status"] == "ok":
-                    try:
-                        t = torch_case(w, case, torch_device)
-                        row["torch"] = {"status": "ok", "device": torch_device, **t}
-                        row["ratio_to_torch"] = row["median_s"] / t["median_s"]
-                    except Exception as e:
-                        row["torch"] = {"status": "failed", "error": _error(e)}
+                    for key, graph in (("torch", False), ("torch_graph", True)):
+                        if graph and (w not in STEPS or not torch_device.startswith("cuda")):
+                            row[key] = {"status": "unavailable", "reason": "CUDA training "
+                                        "steps only"}
+                            continue
+                        try:
+                            t = torch_case(w, case, torch_device, graph)
+                            row[key] = {"status": "ok", "device": torch_device, **t}
+                            row[f"ratio_to_{key}"] = row["median_s"] / t["median_s"]
+                        except Exception as e:
+                            row[key] = {"status": "failed", "error": _error(e)}
                 elif not torch_device:
-                    row["torch"] = {"status": "unavailable", "reason": torch_reason}
+                    row["torch"] = row["torch_graph"] = {"status": "unavailable",
+                                                         "reason": torch_reason}
                 report["results"].append(row)
                 progress(_line(row))
         peak = max((r.get("gflops") or 0 for r in report["results"]
@@ -360,7 +388,7 @@ def _row(workload, case, device, timing=None, error=None, gemm_path=None, peak_b
            "min_s": None, "max_s": None, "repeats": 0, "throughput": None,
            "throughput_unit": None, "gflops": None, "fraction_of_peak": None,
            "peak_bytes": peak_bytes, "gemm_path": gemm_path, "torch": None,
-           "ratio_to_torch": None}
+           "ratio_to_torch": None, "torch_graph": None, "ratio_to_torch_graph": None}
     if timing:
         row.update(timing)
     return row
@@ -377,23 +405,26 @@ def table(report):
     """The report as a text table."""
     head = (f"{'device':12s} {'workload':12s} {'case':22s} {'gemm':9s} {'median ms':>10s} "
             f"{'min':>9s} {'max':>9s} {'throughput':>18s} {'%best':>6s} {'peak MiB':>9s} "
-            f"{'torch ms':>9s} {'ratio':>6s}")
+            f"{'torch ms':>9s} {'ratio':>6s} {'graph ms':>9s} {'ratio':>6s}")
     lines = [head, "-" * len(head)]
     for r in report["results"]:
         if r["status"] != "ok":
             lines.append(f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} FAILED: "
                          f"{(r['error'] or '').splitlines()[0][:90]}")
             continue
-        torch = r.get("torch") or {}
-        torch_ms = f"{torch['median_s'] * 1e3:9.3f}" if torch.get("status") == "ok" else \
-            f"{'n/a':>9s}"
-        ratio = f"{r['ratio_to_torch']:6.2f}" if r.get("ratio_to_torch") else f"{'-':>6s}"
+        peers = ""
+        for key in ("torch", "torch_graph"):
+            peer = r.get(key) or {}
+            peers += f" {peer['median_s'] * 1e3:9.3f}" if peer.get("status") == "ok" else \
+                f" {'n/a':>9s}"
+            ratio = r.get(f"ratio_to_{key}")
+            peers += f" {ratio:6.2f}" if ratio else f" {'-':>6s}"
         frac = f"{100 * r['fraction_of_peak']:5.0f}%" if r.get("fraction_of_peak") else f"{'-':>6s}"
         thr = f"{r['throughput']:.4g} {r['throughput_unit']}"
         lines.append(f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} "
                      f"{r['gemm_path'] or '-':9s} {r['median_s'] * 1e3:10.3f} "
                      f"{r['min_s'] * 1e3:9.3f} {r['max_s'] * 1e3:9.3f} {thr:>18s} {frac} "
-                     f"{(r['peak_bytes'] or 0) / 2**20:9.1f} {torch_ms} {ratio}")
+                     f"{(r['peak_bytes'] or 0) / 2**20:9.1f}{peers}")
     notes = {r["device"]: r["torch"].get("reason") for r in report["results"]
              if (r.get("torch") or {}).get("status") == "unavailable"}
     for device, reason in notes.items():

@@ -14,7 +14,8 @@ ROW_KEYS = {"workload": str, "case": str, "device": str, "status": str,
             "throughput": (float, type(None)), "throughput_unit": (str, type(None)),
             "gflops": (float, type(None)), "fraction_of_peak": (float, type(None)),
             "peak_bytes": (int, type(None)), "gemm_path": (str, type(None)),
-            "torch": (dict, type(None)), "ratio_to_torch": (float, type(None))}
+            "torch": (dict, type(None)), "ratio_to_torch": (float, type(None)),
+            "torch_graph": (dict, type(None)), "ratio_to_torch_graph": (float, type(None))}
 
 
 def test_list_names_every_workload():
