@@ -116,9 +116,11 @@ def wl_gemm(bk, rng):
         yield f"{n}^3", run
 
 
-def training_step(workload, bk, batch, rng):
+def training_step(workload, bk, batch, rng, eager=False):
     """(net, step) for one training step of an mlp or lenet workload on bk, its batch
-    already on the device: step() is what the bench times and `portanet profile` traces."""
+    already on the device: step() is what the bench times (as fit runs it: replayed from a
+    recorded graph where the device records them) and, with eager=True, what
+    `portanet profile` traces launch by launch."""
     if workload in MLPS:
         sizes, acts, loss, _ = MLPS[workload]
         net = Sequential([Dense(n, a) for n, a in zip(sizes[1:], acts)], sizes[0], loss,
@@ -133,7 +135,7 @@ def training_step(workload, bk, batch, rng):
         raise PortanetError(f"{workload!r} has no training step: use one of "
                             f"{', '.join(sorted(STEPS))}")
     net.train_batch(x, y, opt)            # sizes the buffers; the batch stays on the device
-    return net, lambda: net._step(opt)
+    return net, (lambda: net._step(opt)) if eager else (lambda: net._train_step(opt))
 
 
 def _step_timing(bk, step, flops=None, repeats=10, inner=3):

@@ -181,7 +181,7 @@ def profile(workload, device, batch_size, json_path):
     try:
         bk = backends.device(device)
         net, step = bench_module.training_step(workload, bk, batch_size,
-                                               np.random.default_rng(0))
+                                               np.random.default_rng(0), eager=True)
         report = profiler.profile(bk, step, warmup_seconds=0.5)
         net.free()
     except PortanetError as e:

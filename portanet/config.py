@@ -5,6 +5,8 @@ PORTANET_DEVICE  default device string: cpu, opencl, opencl:P, opencl:P:D, cuda,
 PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the path
                  measured fastest on the device), vendor (CLBlast / cuBLAS) or own
                  (portanet's tiled kernels)
+PORTANET_GRAPHS  on (default) or off: record a training step once as a CUDA graph and replay
+                 it
 PORTANET_DATA    first folder searched for dataset files
 """
 import os
@@ -28,6 +30,15 @@ def gemm_path():
         raise PortanetError(f"PORTANET_GEMM={value!r} is not understood: use 'auto', "
                             f"'vendor' or 'own'")
     return value
+
+
+def graphs():
+    """PORTANET_GRAPHS=off keeps training steps eager on devices that could record them."""
+    value = os.environ.get("PORTANET_GRAPHS", "").strip().lower() or "on"
+    if value not in ("on", "off"):
+        from .errors import PortanetError
+        raise PortanetError(f"PORTANET_GRAPHS={value!r} is not understood: use 'on' or 'off'")
+    return value == "on"
 
 
 def data_dirs():

@@ -17,6 +17,7 @@ from .rng import mix32
 
 class Layer:
     trainable = False
+    capturable = True           # its step launches the same work every time (see _train_step)
 
     def config(self):
         """The constructor arguments, for save files."""
@@ -259,6 +260,8 @@ class Dropout(Layer):
     """Zeroes each input with probability `rate` while training and scales the rest by
     1 / (1 - rate); the identity in inference. The mask is not stored: a counter-based hash
     of (seed, step, element) recomputes it for the backward, the same on every backend."""
+    capturable = False          # a new mask key every step
+
     def __init__(self, rate=0.5, seed=0):
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
             raise InputError(f"Dropout: rate must be a number in [0, 1), got {rate!r}")

@@ -11,12 +11,15 @@ import time
 
 import numpy as np
 
-from . import backends, layers as layer_module, losses, saving, schedules
+from . import backends, config, layers as layer_module, losses, saving, schedules
 from .errors import (DivergedError, InputError, ModelFileError, OutOfMemoryError, ShapeError,
                      check_count)
 from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refuse,
                      size_text as _size)
 from .optim import SGD
+
+MAX_GRAPHS = 16         # recorded steps kept per network (see Sequential._train_step)
+
 
 class Shared:
     """Buffers all layers of a network share: a ones vector (bias gradients by gemv) and
@@ -68,6 +71,8 @@ class Sequential:
             self._first.append(not seen_trainable)
             seen_trainable = seen_trainable or layer.trainable
         self.capacity, self.m = 0, None
+        self._graphs = {}               # (m, optimizer) -> recorded step, None, or False
+        self._capturable = config.graphs() and all(l.capturable for l in self.layers)
         self._batch = []                # (owner, Buffer, device array) of the batch buffers
         self._params = []               # the same for parameters and optimizer state
         self._allocate_parameters(np.random.default_rng(self.seed))
@@ -202,6 +207,7 @@ class Sequential:
         self.capacity, self.m = m, None
 
     def _free_batch_buffers(self):
+        self._graphs.clear()            # they point at these buffers
         for owner, buf, x in self._batch:
             self.backend.free(x)
             setattr(owner, buf.name, None)
@@ -255,6 +261,26 @@ class Sequential:
         self._loss()
         self._backward(opt)
 
+    def _train_step(self, opt):
+        """_step, replayed from a recorded graph where the device records them (CUDA):
+        the second step of a batch size and optimizer setting is captured, later ones are
+        one launch. The first runs eagerly, so that kernels are built, GEMM shapes routed
+        and workspaces grown before capture. The recorded step reads the same buffers
+        (a new batch is uploaded into them) and bakes in its scalars (the rate: a new
+        graph per setting); layers whose launches change every step (Dropout's key) keep
+        the network eager. Replays give bit for bit the eager step's results."""
+        key = (self.m, opt)
+        graph = self._graphs.get(key)
+        if graph is None and key in self._graphs and self._capturable:
+            graph = self._graphs[key] = self.backend.capture(lambda: self._step(opt)) or False
+        if graph:
+            graph()
+        else:
+            self._step(opt)
+            if key not in self._graphs and len(self._graphs) >= MAX_GRAPHS:
+                self._graphs.clear()                    # a schedule makes one per epoch
+            self._graphs.setdefault(key, None)          # seen once: capture next time
+
     def train_batch(self, x, y, optimizer=SGD()):
         """One forward, loss and backward step on one batch (no host synchronisation)."""
         _check_optimizer(optimizer)
@@ -295,7 +321,7 @@ class Sequential:
             for i in range(batches):
                 idx = order[i * batch_size:(i + 1) * batch_size]
                 self._upload_batch(x[idx], t[..., idx])
-                self._step(opt)
+                self._train_step(opt)
                 if progress:
                     progress(i + 1, batches)
             loss, acc = self._read_sums(n)      # the one host read of the epoch

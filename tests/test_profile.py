@@ -45,7 +45,7 @@ def test_recording_changes_nothing(device):
         pytest.skip(str(e))
     results = []
     for recorded in (False, True):
-        net, step = bench.training_step("mlp-small", bk, 16, np.random.default_rng(3))
+        net, step = bench.training_step("mlp-small", bk, 16, np.random.default_rng(3), eager=True)
         if recorded:
             profiler.profile(bk, step, warmup=0)
         else:

@@ -136,6 +136,11 @@ class Backend:
     def synchronize(self):
         pass
 
+    def capture(self, work):
+        """A callable that replays what work() launches, recorded once (CUDA graphs), or
+        None where the device cannot record (work() is then not run)."""
+        return None
+
     def memory_info(self):
         """(free_bytes, total_bytes) of the device's memory now; `max_alloc_bytes` is the
         largest single buffer where the device limits it (OpenCL), else None."""

@@ -174,6 +174,31 @@ class CudaBackend(KernelBackend):
     def synchronize(self):
         self.stream.synchronize()
 
+    # -- whole-step graphs ---------------------------------------------------------------
+
+    def capture(self, work):
+        """work() recorded once as a CUDA graph on the backend's stream, returned as a
+        callable that replays it (one launch instead of one per kernel). The launches of
+        work must not synchronise or allocate: the network captures a step only after the
+        same step ran once eagerly (kernels built, GEMM routed, workspaces grown). Held
+        under the backend's lock, so no other thread's launch joins the graph. pycuda has
+        no graph API: these are the driver's own calls, through ctypes."""
+        lib, stream = _graph_api(), ctypes.c_void_p(self.stream.handle)
+        _check(lib.cuStreamBeginCapture_v2(stream, CAPTURE_MODE_RELAXED), "begin capture")
+        graph = ctypes.c_void_p()
+        try:
+            work()
+        finally:
+            ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))
+        _check(ended, "end capture")
+        runnable = ctypes.c_void_p()
+        try:
+            _check(lib.cuGraphInstantiateWithFlags(ctypes.byref(runnable), graph, 0),
+                   "instantiate the graph")
+        finally:
+            lib.cuGraphDestroy(graph)
+        return _Replay(self, runnable)
+
     # -- profiles (portanet/profiler.py) ---------------------------------------------------
 
     def profiling(self):
@@ -219,6 +244,47 @@ class CudaBackend(KernelBackend):
                 "compute_units": d.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT),
                 "memory_bytes": total, "memory_free_bytes": free, "gemm": self.gemm_path,
                 "gemm_params": self.gemm_params}
+
+
+CAPTURE_MODE_RELAXED = 2    # CU_STREAM_CAPTURE_MODE_RELAXED: other threads' calls unaffected
+
+
+@functools.lru_cache(maxsize=None)
+def _graph_api():
+    lib = ctypes.CDLL("libcuda.so.1")
+    p = ctypes.c_void_p
+    for name, args in (("cuStreamBeginCapture_v2", [p, ctypes.c_int]),
+                       ("cuStreamEndCapture", [p, ctypes.POINTER(p)]),
+                       ("cuGraphInstantiateWithFlags", [ctypes.POINTER(p), p, ctypes.c_ulonglong]),
+                       ("cuGraphLaunch", [p, p]), ("cuGraphDestroy", [p]),
+                       ("cuGraphExecDestroy", [p])):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = args, ctypes.c_int
+    return lib
+
+
+def _check(result, what):
+    if result != 0:
+        raise DeviceError(f"CUDA could not {what} (CUresult {result})")
+
+
+class _Replay:
+    """A captured graph: calling it launches the whole of it on the backend's stream."""
+
+    def __init__(self, backend, runnable):
+        self.backend, self.runnable = backend, runnable
+
+    def __call__(self):
+        bk = self.backend
+        with bk._lock:
+            _check(_graph_api().cuGraphLaunch(self.runnable, ctypes.c_void_p(bk.stream.handle)),
+                   "launch a graph")
+
+    def __del__(self):
+        try:
+            with self.backend._lock:
+                _graph_api().cuGraphExecDestroy(self.runnable)
+        except Exception:       # the process is ending; the driver frees it
+            pass
 
 
 class _ContextLock:
