@@ -271,6 +271,8 @@ class Sequential:
         the network eager. Replays give bit for bit the eager step's results."""
         key = (self.m, opt)
         graph = self._graphs.get(key)
+        if graph and not graph.current:         # it points at a workspace since freed
+            graph = self._graphs[key] = None
         if graph is None and key in self._graphs and self._capturable:
             graph = self._graphs[key] = self.backend.capture(lambda: self._step(opt)) or False
         if graph:

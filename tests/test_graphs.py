@@ -53,3 +53,26 @@ def test_the_switch_is_checked(monkeypatch):
     monkeypatch.setenv("PORTANET_GRAPHS", "sometimes")
     with pytest.raises(pn.PortanetError, match="PORTANET_GRAPHS='sometimes'"):
         pn.mlp((4,), classes=2, hidden=(3,), device="cpu")
+
+
+def test_a_recorded_step_is_recorded_again_when_its_workspace_moves(device_name, monkeypatch):
+    """The split-K workspace is the backend's, shared by every network: when another
+    product grows it, a step recorded with the old one must not replay (it would read
+    freed memory); it is recorded again and stays bit for bit the eager step."""
+    results = []
+    for graphs in (True, False):
+        monkeypatch.setenv("PORTANET_GRAPHS", "on" if graphs else "off")
+        net = pn.from_description(DESCRIPTIONS[1], (1, 10, 10), device=device_name, seed=4)
+        bk = net.backend
+        rng = np.random.default_rng(5)
+        x, y = rng.standard_normal((96, 1, 10, 10)).astype(np.float32), rng.integers(0, 5, 96)
+        net.fit(x, y, epochs=1, batch_size=32, optimizer=pn.SGD(0.05, 0.9))
+        if bk.kind != "cpu":                  # as another network's long product would
+            before, ws = bk.generation, getattr(bk, "_split_ws", None)
+            size = 2 * (ws.size if ws is not None else 1000)
+            bk._split_workspace(size)
+            bk._split_workspace(2 * size)     # grown at least once: the old one freed
+            assert bk.generation > before
+        net.fit(x, y, epochs=1, batch_size=32, optimizer=pn.SGD(0.05, 0.9))
+        results.append([bk.download(l.w) for l in net.layers if l.trainable])
+    assert all(np.array_equal(a, b) for a, b in zip(*results))

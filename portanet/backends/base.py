@@ -138,7 +138,8 @@ class Backend:
 
     def capture(self, work):
         """A callable that replays what work() launches, recorded once (CUDA graphs), or
-        None where the device cannot record (work() is then not run)."""
+        None where the device cannot record (work() is then not run). The callable's
+        `current` turns False when the backend frees something it points at."""
         return None
 
     def memory_info(self):

@@ -197,7 +197,7 @@ class CudaBackend(KernelBackend):
                    "instantiate the graph")
         finally:
             lib.cuGraphDestroy(graph)
-        return _Replay(self, runnable)
+        return _Replay(self, runnable, self.generation)
 
     # -- profiles (portanet/profiler.py) ---------------------------------------------------
 
@@ -270,8 +270,14 @@ def _check(result, what):
 class _Replay:
     """A captured graph: calling it launches the whole of it on the backend's stream."""
 
-    def __init__(self, backend, runnable):
-        self.backend, self.runnable = backend, runnable
+    def __init__(self, backend, runnable, generation):
+        self.backend, self.runnable, self.generation = backend, runnable, generation
+
+    @property
+    def current(self):
+        """False once the backend has freed something the graph points at (its GEMM
+        workspace grew for another product, its kernels were rebuilt): record again."""
+        return self.generation == self.backend.generation
 
     def __call__(self):
         bk = self.backend

@@ -55,6 +55,7 @@ class KernelBackend(Backend):
     serialised = True           # see Backend.serialised
     trace = None                # a profiler.Trace while `portanet profile` records a step
     _routes = None              # (m, n, k, trans_a, trans_b) -> "own" | "vendor" (auto GEMM)
+    generation = 0              # bumped when what recorded steps point at goes away
 
     def _load_kernels(self):
         self._routes = {}
@@ -195,6 +196,7 @@ class KernelBackend(Backend):
         if ws is None or ws.size < size:
             if ws is not None:
                 self.free(ws)
+                self.generation += 1            # recorded steps that used it are stale
             ws = self._split_ws = self.empty((size,), label="split-K workspace")
         return self.view(ws, (size,))
 
@@ -202,6 +204,7 @@ class KernelBackend(Backend):
         """Use other tile sizes for our GEMM kernel (benchmarks and tuning)."""
         self.gemm_params = {**GEMM_DEFAULTS, **params}
         self._routes = {}                   # measured with the old tiling
+        self.generation += 1                # recorded steps launch the old kernels
         for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
             del self._kernels[key]
 
