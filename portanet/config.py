@@ -5,8 +5,8 @@ PORTANET_DEVICE  default device string: cpu, opencl, opencl:P, opencl:P:D, cuda,
 PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the path
                  measured fastest on the device), vendor (CLBlast / cuBLAS) or own
                  (portanet's tiled kernels)
-PORTANET_GRAPHS  on (default) or off: record a training step once as a CUDA graph and replay
-                 it
+PORTANET_GRAPHS  on (default) or off: record a training step once (a CUDA graph; on OpenCL
+                 its bound launches) and replay it
 PORTANET_DATA    first folder searched for dataset files
 """
 import os

@@ -1,7 +1,7 @@
-"""Recorded training steps (CUDA graphs, issue 11): replays give bit for bit what the eager
-steps give, through new batches, a partial last batch and a rate that changes every
-epoch; networks whose steps change every time (Dropout) stay eager. On devices that cannot
-record, the same code runs eagerly."""
+"""Recorded training steps (CUDA graphs; on OpenCL the list of bound launches, issue 11):
+replays give bit for bit what the eager steps give, through new batches, a partial last
+batch and a rate that changes every epoch; networks whose steps change every time (Dropout)
+stay eager. The reference records nothing and the same code runs eagerly."""
 import numpy as np
 import pytest
 
@@ -31,11 +31,11 @@ def test_replayed_steps_are_the_eager_steps(device_name, description, monkeypatc
     assert h1["loss"] == h2["loss"]
     assert all(np.array_equal(a, b) for a, b in zip(w1, w2))
     replays = [g for g in recorded._graphs.values() if g]
-    if recorded.backend.kind == "cuda":
+    if recorded.backend.kind in ("cuda", "opencl"):
         assert len(replays) == 3            # one per epoch's rate (the last batch of 22 runs
         #                                     once per rate: seen, never captured)
     else:
-        assert not replays                  # this device records nothing: all eager
+        assert not replays                  # the reference records nothing: all eager
     assert not eager._graphs or not any(eager._graphs.values())
 
 

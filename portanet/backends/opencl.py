@@ -72,6 +72,31 @@ def default_device(platform=None):
 BOUND_KERNELS = 4096        # kernel objects with bound arguments kept (see _launch)
 
 
+class _NotRecordable(Exception):
+    """Raised inside capture() by an operation that a replayed list cannot repeat."""
+
+
+class _HostReplay:
+    """A recorded step: its launches enqueued again, in order, on the backend's queue."""
+
+    def __init__(self, backend, ops, generation):
+        self.backend, self.ops, self.generation = backend, ops, generation
+
+    @property
+    def current(self):
+        return self.generation == self.backend.generation
+
+    def __call__(self):
+        bk = self.backend
+        with bk._lock:
+            queue = bk.queue
+            for op in self.ops:
+                if isinstance(op, tuple):
+                    cl.enqueue_nd_range_kernel(queue, *op)
+                else:
+                    op(queue)
+
+
 class OpenCLBackend(KernelBackend):
     kind = "opencl"
 
@@ -96,6 +121,7 @@ class OpenCLBackend(KernelBackend):
                                        dev.max_work_group_size, dev.local_mem_size)
         self._programs = {}
         self._bound, self._wrappers = {}, {}    # see _launch and _wrapper
+        self._recording = None                  # a list while capture() records
         self._load_kernels()
         self.gemm_path = config.gemm_path() if pyclblast else "own"
 
@@ -134,7 +160,10 @@ class OpenCLBackend(KernelBackend):
                 bound = cl.Kernel(kernel.program, kernel.function_name)
                 bound.set_args(*args)
                 self._bound[key] = bound
-            cl.enqueue_nd_range_kernel(self.queue, bound, global_size, local_size)
+            if self._recording is not None:
+                self._recording.append((bound, global_size, local_size))
+            else:
+                cl.enqueue_nd_range_kernel(self.queue, bound, global_size, local_size)
         except (cl.MemoryError, cl.RuntimeError) as e:
             # drivers allocate lazily: CL_MEM_OBJECT_ALLOCATION_FAILURE / CL_OUT_OF_RESOURCES
             # can surface at the first launch that touches a buffer
@@ -177,10 +206,12 @@ class OpenCLBackend(KernelBackend):
                 + f" (one buffer may be at most {dev.max_mem_alloc_size / 2**20:.0f} MiB)")
 
     def write(self, dst, host):
+        self._not_recording("a copy to the device")
         host = self._check_write(dst, host)
         cl.enqueue_copy(self.queue, dst.buf, host, dst_offset=dst.offset * dst.dtype.itemsize)
 
     def download(self, x):
+        self._not_recording("a copy from the device")
         host = np.empty(x.shape, x.dtype)
         cl.enqueue_copy(self.queue, host, x.buf, src_offset=x.offset * x.dtype.itemsize)
         return host
@@ -191,7 +222,30 @@ class OpenCLBackend(KernelBackend):
         buf.release()
 
     def synchronize(self):
+        self._not_recording("waiting for the device")
         self.queue.finish()
+
+    # -- recorded steps --------------------------------------------------------------------
+
+    def capture(self, work):
+        """work()'s launches recorded as a list and replayed by enqueueing them again: on
+        the plain queue, but each launch is one enqueue of a kernel whose arguments are
+        bound, with no Python of the layers in between. (No command buffers: NVIDIA's
+        OpenCL has no cl_khr_command_buffer and pyopencl no API for it.) A step that does
+        more than launch (a copy, a wait: a GEMM shape not routed yet) is not recorded:
+        None, and it runs eagerly."""
+        self._recording = ops = []
+        try:
+            work()
+        except _NotRecordable:
+            return None
+        finally:
+            self._recording = None
+        return _HostReplay(self, ops, self.generation)
+
+    def _not_recording(self, what):
+        if self._recording is not None:
+            raise _NotRecordable(what)
 
     # -- profiles (portanet/profiler.py) ---------------------------------------------------
 
@@ -232,10 +286,16 @@ class OpenCLBackend(KernelBackend):
     def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """CLBlast, row-major, on the same queue."""
         arr = [self._wrapper(x) for x in (a, b, c)]
-        pyclblast.gemm(self.queue, m, n, k, arr[0], arr[1], arr[2], a_ld=a.shape[1],
-                       b_ld=b.shape[1], c_ld=n, alpha=alpha, beta=beta, a_transp=trans_a,
-                       b_transp=trans_b, a_offset=a.offset, b_offset=b.offset,
-                       c_offset=c.offset)
+
+        def call(queue):
+            pyclblast.gemm(queue, m, n, k, arr[0], arr[1], arr[2], a_ld=a.shape[1],
+                           b_ld=b.shape[1], c_ld=n, alpha=alpha, beta=beta, a_transp=trans_a,
+                           b_transp=trans_b, a_offset=a.offset, b_offset=b.offset,
+                           c_offset=c.offset)
+        if self._recording is not None:
+            self._recording.append(call)
+        else:
+            call(self.queue)
 
     def _wrapper(self, x):
         """The pyopencl Array pyclblast wants for x, made once (60 us for three of them
