@@ -4,6 +4,7 @@ softmax cross-entropy), batch size and optimizer (SGD, lr 0.02, momentum 0.9). B
 libraries take each shuffled batch from host NumPy arrays, as a training loop does.
 
 Usage: python bench/lenet_compare.py [--devices cuda,opencl] [--epochs 2] [--json out.json]
+       [--host-batches]   (send every batch from the host: fit(data_on_device=False))
 """
 import argparse
 import json
@@ -19,15 +20,17 @@ import portanet as pn                                   # noqa: E402
 BATCH, LR, MOMENTUM = 64, 0.02, 0.9
 
 
-def portanet_epochs(spec, x, y, xt, yt, epochs):
+def portanet_epochs(spec, x, y, xt, yt, epochs, on_device="auto"):
     net = pn.lenet(device=spec, seed=0)
-    net.fit(x[:BATCH * 20], y[:BATCH * 20], epochs=1, batch_size=BATCH)   # warm-up: builds
+    net.fit(x[:BATCH * 20], y[:BATCH * 20], epochs=1, batch_size=BATCH,   # warm-up: builds
+            data_on_device=on_device)
     net = pn.lenet(device=spec, seed=0)
     times = []
     for e in range(epochs):
         net.backend.synchronize()
         start = time.perf_counter()
-        net.fit(x, y, epochs=1, batch_size=BATCH, optimizer=pn.SGD(LR, MOMENTUM), seed=e)
+        net.fit(x, y, epochs=1, batch_size=BATCH, optimizer=pn.SGD(LR, MOMENTUM), seed=e,
+                data_on_device=on_device)
         net.backend.synchronize()
         times.append(time.perf_counter() - start)
     return {"epoch_seconds": times, "test_accuracy": net.evaluate(xt, yt)[1]}
@@ -72,12 +75,14 @@ def main():
     parser.add_argument("--devices", default="cuda,opencl")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--host-batches", action="store_true")
     args = parser.parse_args()
     (x, y), (xt, yt) = pn.load_dataset("fashion-mnist")
     results = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "batch_size": BATCH, "runs": {}}
     for spec in args.devices.split(","):
         try:
-            results["runs"][spec] = portanet_epochs(spec, x, y, xt, yt, args.epochs)
+            results["runs"][spec] = portanet_epochs(spec, x, y, xt, yt, args.epochs,
+                                                    False if args.host_batches else "auto")
         except Exception as e:
             results["runs"][spec] = {"error": f"{type(e).__name__}: {e}"}
         print(spec, results["runs"][spec], flush=True)

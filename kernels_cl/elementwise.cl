@@ -25,6 +25,23 @@ KERNEL void apply_update(GLOBAL real* w, const int w_off, const GLOBAL real* v, 
     else if (i < n_w + n_b) b[b_off + i - n_w] += vb[vb_off + i - n_w];
 }
 
+/* out (rows, cols) <- columns idx of x^T: out[r, j] = x[idx[j], r], x samples-first
+   (N, rows). Gathers a shuffled batch from a training set kept on the device. */
+KERNEL void gather_columns(GLOBAL real* out, const int out_off, const GLOBAL real* x,
+                           const int x_off, const GLOBAL int* idx, const int idx_off,
+                           const int rows, const int cols) {
+    const int j = GLOBAL_ID(0), r = GLOBAL_ID(1);
+    if (j < cols && r < rows) out[out_off + r * cols + j] = x[x_off + idx[idx_off + j] * rows + r];
+}
+
+/* out[j] <- labels[idx[j]]: the integer targets of the same batch */
+KERNEL void gather_labels(GLOBAL int* out, const int out_off, const GLOBAL int* labels,
+                          const int labels_off, const GLOBAL int* idx, const int idx_off,
+                          const int n) {
+    const int j = GLOBAL_ID(0);
+    if (j < n) out[out_off + j] = labels[labels_off + idx[idx_off + j]];
+}
+
 /* x <- alpha x */
 KERNEL void scal(GLOBAL real* x, const int x_off, const real alpha, const int n) {
     const int i = GLOBAL_ID(0);

@@ -19,6 +19,7 @@ from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refu
 from .optim import SGD
 
 MAX_GRAPHS = 16         # recorded steps kept per network (see Sequential._train_step)
+DATA_SHARE = 0.5        # fit keeps the training set on a GPU if all fits in this share
 
 
 class Shared:
@@ -121,6 +122,7 @@ class Sequential:
         sizes = [layer.shared_sizes(m) for layer in self.layers]
         own = [("_x", "batch", self.n_in * m, real), ("_y", "batch", self.n_out * m, target),
                ("_loss_sum", "batch", m, real), ("_hit_sum", "batch", m, real),
+               ("_order", "batch", m, np.dtype(np.int32)),
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
         out = [(self, Buffer("network", name, kind, (n,), dtype)) for name, kind, n, dtype in own]
@@ -171,6 +173,7 @@ class Sequential:
         self.x = bk.view(self._x, (self.n_in, m))
         self.y = bk.view(self._y, (m,) if self.loss.name == "softmax_cross_entropy"
                          else (self.n_out, m))
+        self.order = bk.view(self._order, (m,))
         self.loss_sum = bk.view(self._loss_sum, (m,))
         self.hit_sum = bk.view(self._hit_sum, (m,))
         a = self.x
@@ -261,24 +264,56 @@ class Sequential:
         self._loss()
         self._backward(opt)
 
-    def _train_step(self, opt):
-        """_step, replayed from a recorded graph where the device records them (CUDA):
+    def _gather_step(self, opt, data):
+        """The batch whose indices are in self.order, gathered from the training set on the
+        device into the input and target buffers; then the step."""
+        self.backend.gather(self.x, data[0], self.order)
+        self.backend.gather(self.y, data[1], self.order)
+        self._step(opt)
+
+    def _data_on_device(self, x, t, mode):
+        """(x (N, features), targets (N,) or (N, outputs)) uploaded to the device, or None
+        (see fit's data_on_device)."""
+        if mode not in ("auto", True, False):
+            raise InputError(f"data_on_device must be 'auto', True or False, got {mode!r}")
+        if mode is False or (mode == "auto" and not self.backend.is_gpu):
+            return None
+        samples = np.ascontiguousarray(x.reshape(len(x), -1))
+        targets = t if t.ndim == 1 else np.ascontiguousarray(t.T)
+        plan = self.memory_plan(self.capacity)
+        need = [Buffer("fit", "training inputs", "dataset", samples.shape, samples.dtype),
+                Buffer("fit", "training targets", "dataset", targets.shape, targets.dtype)]
+        with_data = MemoryPlan(plan.buffers + need, plan.batch_size, plan.device,
+                               plan.available, plan.max_alloc)
+        if mode == "auto" and not (with_data.fits and with_data.total <= DATA_SHARE * plan.available):
+            return None
+        if not with_data.fits:
+            raise refuse(with_data, "the training set on the device")
+        made = allocate(self.backend, need)
+        self.backend.write(made[0], samples)
+        self.backend.write(made[1], targets)
+        return made
+
+    def _train_step(self, opt, data=None):
+        """_step (after gathering the batch, with data on the device), replayed from a
+        recorded graph where the device records them (CUDA; OpenCL's launch lists):
         the second step of a batch size and optimizer setting is captured, later ones are
         one launch. The first runs eagerly, so that kernels are built, GEMM shapes routed
         and workspaces grown before capture. The recorded step reads the same buffers
         (a new batch is uploaded into them) and bakes in its scalars (the rate: a new
         graph per setting); layers whose launches change every step (Dropout's key) keep
         the network eager. Replays give bit for bit the eager step's results."""
-        key = (self.m, opt)
+        key = (self.m, opt, data is not None)
         graph = self._graphs.get(key)
         if graph and not graph.current:         # it points at a workspace since freed
             graph = self._graphs[key] = None
+        step = (lambda: self._gather_step(opt, data)) if data else (lambda: self._step(opt))
         if graph is None and key in self._graphs and self._capturable:
-            graph = self._graphs[key] = self.backend.capture(lambda: self._step(opt)) or False
+            graph = self._graphs[key] = self.backend.capture(step) or False
         if graph:
             graph()
         else:
-            self._step(opt)
+            step()
             if key not in self._graphs and len(self._graphs) >= MAX_GRAPHS:
                 self._graphs.clear()                    # a schedule makes one per epoch
             self._graphs.setdefault(key, None)          # seen once: capture next time
@@ -293,7 +328,8 @@ class Sequential:
     # -- the user's API ------------------------------------------------------------------
 
     def fit(self, x, y, epochs=1, batch_size=32, optimizer=SGD(0.01, 0.9), seed=None,
-            shuffle=True, validation_data=None, progress=None, on_epoch=None, schedule=None):
+            shuffle=True, validation_data=None, progress=None, on_epoch=None, schedule=None,
+            data_on_device="auto"):
         """Train; returns a History of per-epoch loss, accuracy, lr and seconds.
 
         schedule (portanet.schedules, or its text such as "exponential(0.6)") sets each
@@ -301,6 +337,11 @@ class Sequential:
         progress(done, total) is called after each batch; on_epoch(epoch, logs) after each
         epoch. The last batch of an epoch may be smaller than batch_size. A loss that
         becomes NaN or infinite ends training with a DivergedError.
+
+        data_on_device: "auto" uploads the training set to a GPU once, when the memory plan
+        leaves room for it, and gathers each shuffled batch there (the host then sends the
+        batch's indices only); True insists (an OutOfMemoryError if it does not fit),
+        False sends every batch from the host.
         """
         _check_optimizer(optimizer)
         schedule = schedules.get(schedule)
@@ -310,9 +351,23 @@ class Sequential:
         n = len(x)
         rng = np.random.default_rng(self.seed if seed is None else
                                     check_count("seed", seed, 0))
+        self._bind(min(batch_size, n))              # refused here, before any step, if too big
+        data = self._data_on_device(x, t, data_on_device)
+        try:
+            return self._epochs(x, t, data, epochs, batch_size, optimizer, schedule, rng,
+                                shuffle, validation_data, progress, on_epoch)
+        finally:
+            if data:
+                for array in data:
+                    self.backend.free(array)
+                for key in [k for k in self._graphs if k[2]]:
+                    del self._graphs[key]           # recorded with the data's buffers
+
+    def _epochs(self, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuffle,
+                validation_data, progress, on_epoch):
+        n = len(x)
         history = History(loss=[], accuracy=[], lr=[], seconds=[])
         batches = -(-n // batch_size)
-        self._bind(min(batch_size, n))              # refused here, before any step, if too big
         for epoch in range(epochs):
             start = time.perf_counter()
             lr = schedule(epoch, optimizer.lr)
@@ -322,8 +377,12 @@ class Sequential:
             self._reset_sums()
             for i in range(batches):
                 idx = order[i * batch_size:(i + 1) * batch_size]
-                self._upload_batch(x[idx], t[..., idx])
-                self._train_step(opt)
+                if data:                            # the batch's indices, gathered there
+                    self._bind(len(idx))
+                    self.backend.write(self.order, idx.astype(np.int32))
+                else:
+                    self._upload_batch(x[idx], t[..., idx])
+                self._train_step(opt, data)
                 if progress:
                     progress(i + 1, batches)
             loss, acc = self._read_sums(n)      # the one host read of the epoch

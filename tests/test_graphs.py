@@ -76,3 +76,56 @@ def test_a_recorded_step_is_recorded_again_when_its_workspace_moves(device_name,
         net.fit(x, y, epochs=1, batch_size=32, optimizer=pn.SGD(0.05, 0.9))
         results.append([bk.download(l.w) for l in net.layers if l.trainable])
     assert all(np.array_equal(a, b) for a, b in zip(*results))
+
+
+@pytest.mark.parametrize("description", DESCRIPTIONS)
+def test_training_set_on_the_device_gives_the_same_run(device_name, description):
+    """fit(data_on_device=True) uploads the set once and gathers each shuffled batch on the
+    device (recorded steps included); the run is bit for bit the one that sends batches."""
+    shape = (20,) if description.startswith("dense") else (1, 10, 10)
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((150, *shape)).astype(np.float32)
+    y = rng.integers(0, 5, 150)
+    runs = []
+    for on_device in (True, False):
+        net = pn.from_description(description, shape, device=device_name, seed=4)
+        bk = net.backend
+        freed = []
+        free = bk.free
+        bk.free = lambda array: (freed.append(tuple(array.shape)), free(array))
+        try:
+            h = net.fit(x, y, epochs=3, batch_size=32, optimizer=pn.SGD(0.05, 0.9),
+                        schedule="exponential(0.7)", data_on_device=on_device)
+        finally:
+            del bk.free
+        runs.append((h["loss"], [bk.download(l.w) for l in net.layers if l.trainable]))
+        # the set is given back when fit returns
+        assert ((150, int(np.prod(shape))) in freed and (150,) in freed) == on_device
+    assert runs[0][0] == runs[1][0]
+    assert all(np.array_equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+
+
+def test_real_targets_are_gathered_too(device_name):
+    net = pn.from_description("dense(6, tanh) dense(3, linear)", (4,), loss="mse",
+                              device=device_name)
+    rng = np.random.default_rng(2)
+    x, y = rng.standard_normal((50, 4)).astype(np.float32), rng.standard_normal((50, 3))
+    a = net.fit(x, y, epochs=2, batch_size=16, data_on_device=True)["loss"]
+    net2 = pn.from_description("dense(6, tanh) dense(3, linear)", (4,), loss="mse",
+                               device=device_name)
+    assert a == net2.fit(x, y, epochs=2, batch_size=16, data_on_device=False)["loss"]
+
+
+def test_with_the_set_on_the_device_steps_allocate_nothing(device_name):
+    """Keeping the set on the device costs its two arrays per fit, whatever the epochs."""
+    net = pn.from_description(DESCRIPTIONS[1], (1, 10, 10), device=device_name)
+    bk = net.backend
+    rng = np.random.default_rng(3)
+    x, y = rng.standard_normal((70, 1, 10, 10)).astype(np.float32), rng.integers(0, 5, 70)
+    net.fit(x, y, epochs=1, batch_size=16, data_on_device=True)     # sizes everything
+    counts = []
+    for epochs in (1, 4):
+        before = bk.allocations
+        net.fit(x, y, epochs=epochs, batch_size=16, data_on_device=True)
+        counts.append(bk.allocations - before)
+    assert counts == [2, 2]

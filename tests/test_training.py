@@ -33,7 +33,7 @@ def test_training_step_allocates_nothing_after_the_first(device_name):
     for i in range(5):
         net.train_batch(x[i * 10:i * 10 + 32], y[i * 10:i * 10 + 32])
     net.train_batch(x[:7], y[:7])                  # a smaller batch: views, no allocation
-    net.fit(x[:96], y[:96], epochs=2, batch_size=32)
+    net.fit(x[:96], y[:96], epochs=2, batch_size=32, data_on_device=False)   # (True: below)
     bk.synchronize()
     assert (bk.allocations, bk.allocated_bytes) == (count, live)
 

@@ -169,6 +169,11 @@ class Backend:
         """x <- alpha x."""
         raise NotImplementedError
 
+    def gather(self, out, x, idx):
+        """A batch from data kept on the device: out (rows, m) <- x[idx].T for x (N, rows)
+        samples-first, or out (m,) <- x[idx] for int32 labels x (N,). idx: int32 (m,)."""
+        raise NotImplementedError
+
     def apply_update(self, w, v, b, vb):
         """w <- w + v; b <- b + vb: a layer's parameter update (one launch on devices)."""
         raise NotImplementedError
@@ -260,6 +265,13 @@ def check_gemm(a, b, c, trans_a, trans_b):
         raise ShapeError(f"gemm: op(a) {m}x{k} . op(b) {k2}x{n} does not fit c {c.shape} "
                          f"(a {a.shape} trans={trans_a}, b {b.shape} trans={trans_b})")
     return m, n, k
+
+
+def check_gather(out, x, idx):
+    m = idx.shape[0]
+    rows = out.shape[0] if len(out.shape) == 2 else 1
+    if out.shape[-1] != m or (len(out.shape) == 2 and x.shape[1:] != (rows,)):
+        raise ShapeError(f"gather: out {out.shape} does not take idx {idx.shape} of x {x.shape}")
 
 
 def conv_out(size, k, stride, pad):

@@ -8,7 +8,7 @@ import time
 import numpy as np
 
 from ..errors import ShapeError
-from .base import Backend, check_activation, check_gemm, conv_out
+from .base import Backend, check_activation, check_gather, check_gemm, conv_out
 
 log = logging.getLogger("portanet")
 
@@ -16,7 +16,8 @@ ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4}
 
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "apply_update", "copy", "bias_activation",
-                            "bias_softmax", "activation_grad"),
+                            "bias_softmax", "activation_grad", "gather_columns",
+                            "gather_labels"),
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum"),
             "conv": ("im2col", "col2im", "maxpool", "maxpool_grad", "dropout")}
@@ -232,6 +233,14 @@ class KernelBackend(Backend):
 
     def apply_update(self, w, v, b, vb):
         self._run("apply_update", (w.size + b.size,), w, v, b, vb, w.size, b.size)
+
+    def gather(self, out, x, idx):
+        check_gather(out, x, idx)
+        if len(out.shape) == 1:
+            self._run("gather_labels", (out.size,), out, x, idx, out.size)
+        else:
+            rows, cols = out.shape
+            self._run("gather_columns", (cols, rows), out, x, idx, rows, cols)
 
     # -- NN ------------------------------------------------------------------------------
 

@@ -5,7 +5,7 @@ import os
 import numpy as np
 
 from ..rng import dropout_mask
-from .base import Backend, check_activation, check_gemm, conv_out
+from .base import Backend, check_activation, check_gather, check_gemm, conv_out
 
 
 def _quiet(method):
@@ -76,6 +76,10 @@ class NumpyBackend(Backend):
     @_quiet
     def scal(self, alpha, x):
         x *= alpha
+
+    def gather(self, out, x, idx):
+        check_gather(out, x, idx)
+        out[...] = x[idx].T
 
     @_quiet
     def apply_update(self, w, v, b, vb):
