@@ -4,7 +4,7 @@ softmax cross-entropy), batch size and optimizer (SGD, lr 0.02, momentum 0.9). B
 libraries take each shuffled batch from host NumPy arrays, as a training loop does.
 
 Usage: python bench/lenet_compare.py [--devices cuda,opencl] [--epochs 2] [--json out.json]
-       [--host-batches]   (send every batch from the host: fit(data_on_device=False))
+       [--on-device]   (keep the set on the device: fit(data_on_device=True))
 """
 import argparse
 import json
@@ -20,7 +20,7 @@ import portanet as pn                                   # noqa: E402
 BATCH, LR, MOMENTUM = 64, 0.02, 0.9
 
 
-def portanet_epochs(spec, x, y, xt, yt, epochs, on_device="auto"):
+def portanet_epochs(spec, x, y, xt, yt, epochs, on_device=False):
     net = pn.lenet(device=spec, seed=0)
     net.fit(x[:BATCH * 20], y[:BATCH * 20], epochs=1, batch_size=BATCH,   # warm-up: builds
             data_on_device=on_device)
@@ -75,14 +75,14 @@ def main():
     parser.add_argument("--devices", default="cuda,opencl")
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--json", default=None)
-    parser.add_argument("--host-batches", action="store_true")
+    parser.add_argument("--on-device", action="store_true")
     args = parser.parse_args()
     (x, y), (xt, yt) = pn.load_dataset("fashion-mnist")
     results = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "batch_size": BATCH, "runs": {}}
     for spec in args.devices.split(","):
         try:
             results["runs"][spec] = portanet_epochs(spec, x, y, xt, yt, args.epochs,
-                                                    False if args.host_batches else "auto")
+                                                    args.on_device)
         except Exception as e:
             results["runs"][spec] = {"error": f"{type(e).__name__}: {e}"}
         print(spec, results["runs"][spec], flush=True)

@@ -329,7 +329,7 @@ class Sequential:
 
     def fit(self, x, y, epochs=1, batch_size=32, optimizer=SGD(0.01, 0.9), seed=None,
             shuffle=True, validation_data=None, progress=None, on_epoch=None, schedule=None,
-            data_on_device="auto"):
+            data_on_device=False):
         """Train; returns a History of per-epoch loss, accuracy, lr and seconds.
 
         schedule (portanet.schedules, or its text such as "exponential(0.6)") sets each
@@ -338,10 +338,11 @@ class Sequential:
         epoch. The last batch of an epoch may be smaller than batch_size. A loss that
         becomes NaN or infinite ends training with a DivergedError.
 
-        data_on_device: "auto" uploads the training set to a GPU once, when the memory plan
-        leaves room for it, and gathers each shuffled batch there (the host then sends the
-        batch's indices only); True insists (an OutOfMemoryError if it does not fit),
-        False sends every batch from the host.
+        data_on_device: True uploads the training set once and gathers each shuffled batch
+        there (the host sends the batch's indices only; an OutOfMemoryError if the memory
+        plan has no room); "auto" does so on GPUs when the set takes at most half the room;
+        False (the default) sends every batch from the host, which measured as fast or
+        faster for LeNet on Fashion-MNIST on an H100 (bench/README.md).
         """
         _check_optimizer(optimizer)
         schedule = schedules.get(schedule)

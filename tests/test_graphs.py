@@ -19,7 +19,8 @@ def train(description, device, monkeypatch, graphs):
     x = rng.standard_normal((150, *shape)).astype(np.float32)
     y = rng.integers(0, 5, 150)
     history = net.fit(x, y, epochs=3, batch_size=32, optimizer=pn.SGD(0.05, 0.9),
-                      schedule="exponential(0.7)")          # 4 full batches and one of 22
+                      schedule="exponential(0.7)",          # 4 full batches and one of 22
+                      data_on_device=False)                 # (its graphs are kept after fit)
     weights = [net.backend.download(l.w) for l in net.layers if l.trainable]
     return net, history, weights
 
