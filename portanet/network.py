@@ -239,10 +239,13 @@ class Sequential:
     # -- one batch -----------------------------------------------------------------------
 
     def _upload_batch(self, xb, yb=None):
+        """The batch into the input and target buffers; the arrays written are fresh
+        copies, handed over, so the device need not wait for the host (write's blocking)."""
         self._bind(len(xb))
-        self.backend.write(self.x, np.ascontiguousarray(xb.reshape(len(xb), -1).T))
+        self.backend.write(self.x, np.ascontiguousarray(xb.reshape(len(xb), -1).T),
+                           blocking=False)
         if yb is not None:
-            self.backend.write(self.y, yb)
+            self.backend.write(self.y, np.array(yb, copy=True), blocking=False)
 
     def _forward(self, training=False):
         for layer in self.layers:
@@ -380,7 +383,7 @@ class Sequential:
                 idx = order[i * batch_size:(i + 1) * batch_size]
                 if data:                            # the batch's indices, gathered there
                     self._bind(len(idx))
-                    self.backend.write(self.order, idx.astype(np.int32))
+                    self.backend.write(self.order, idx.astype(np.int32), blocking=False)
                 else:
                     self._upload_batch(x[idx], t[..., idx])
                 self._train_step(opt, data)
