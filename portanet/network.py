@@ -239,13 +239,10 @@ class Sequential:
     # -- one batch -----------------------------------------------------------------------
 
     def _upload_batch(self, xb, yb=None):
-        """The batch into the input and target buffers; the arrays written are fresh
-        copies, handed over, so the device need not wait for the host (write's blocking)."""
         self._bind(len(xb))
-        self.backend.write(self.x, np.ascontiguousarray(xb.reshape(len(xb), -1).T),
-                           blocking=False)
+        self.backend.write(self.x, np.ascontiguousarray(xb.reshape(len(xb), -1).T))
         if yb is not None:
-            self.backend.write(self.y, np.array(yb, copy=True), blocking=False)
+            self.backend.write(self.y, yb)
 
     def _forward(self, training=False):
         for layer in self.layers:
@@ -383,7 +380,7 @@ class Sequential:
                 idx = order[i * batch_size:(i + 1) * batch_size]
                 if data:                            # the batch's indices, gathered there
                     self._bind(len(idx))
-                    self.backend.write(self.order, idx.astype(np.int32), blocking=False)
+                    self.backend.write(self.order, idx.astype(np.int32))
                 else:
                     self._upload_batch(x[idx], t[..., idx])
                 self._train_step(opt, data)

@@ -110,11 +110,8 @@ class Backend:
         self.write(x, host)
         return x
 
-    def write(self, dst, host, blocking=True):
-        """Copy the host array into the existing device array `dst` (same size). With
-        blocking=False the caller hands `host` over (it will not change it again), so the
-        copy may still be under way when write returns: the next step's batch uploads
-        while the device runs this one."""
+    def write(self, dst, host):
+        """Copy the host array into the existing device array `dst` (same size)."""
         raise NotImplementedError
 
     def download(self, x):

@@ -157,9 +157,7 @@ class CudaBackend(KernelBackend):
             raise OutOfMemoryError(self._oom_text(label, shape, nbytes, free, total)) from e
         return self._track(DeviceArray(buf, 0, shape, dtype), nbytes, buf)
 
-    def write(self, dst, host, blocking=True):
-        # from pageable memory the driver stages the data before returning, so the caller
-        # may reuse host at once either way, and the device does not wait for the host
+    def write(self, dst, host):
         host = self._check_write(dst, host)
         drv.memcpy_htod_async(int(dst.buf) + dst.offset * dst.dtype.itemsize, host, self.stream)
 

@@ -30,7 +30,7 @@ class NumpyBackend(Backend):
         x = np.empty(shape, dtype=dtype or self.dtype)
         return self._track(x, x.nbytes)
 
-    def write(self, dst, host, blocking=True):
+    def write(self, dst, host):
         dst[...] = np.asarray(host).reshape(dst.shape)
 
     def download(self, x):

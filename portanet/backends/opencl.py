@@ -1,7 +1,6 @@
 """The OpenCL backend (pyopencl): one set of kernels, kernels_cl/, for AMD, Intel, NVIDIA
 GPUs and CPUs (PoCL). GEMM goes, shape by shape, to CLBlast (pyclblast) or our own tiled
 kernel, whichever was measured faster (PORTANET_GEMM=auto); own or vendor force a path."""
-import collections
 import contextlib
 import gc
 
@@ -71,7 +70,6 @@ def default_device(platform=None):
 
 
 BOUND_KERNELS = 4096        # kernel objects with bound arguments kept (see _launch)
-IN_FLIGHT = 4               # non-blocking writes kept under way (see write)
 
 
 class _NotRecordable(Exception):
@@ -124,7 +122,6 @@ class OpenCLBackend(KernelBackend):
         self._programs = {}
         self._bound, self._wrappers = {}, {}    # see _launch and _wrapper
         self._recording = None                  # a list while capture() records
-        self._in_flight = collections.deque()   # events of non-blocking writes
         self._load_kernels()
         self.gemm_path = config.gemm_path() if pyclblast else "own"
 
@@ -208,19 +205,10 @@ class OpenCLBackend(KernelBackend):
                                   dev.global_mem_size - self.allocated_bytes, dev.global_mem_size)
                 + f" (one buffer may be at most {dev.max_mem_alloc_size / 2**20:.0f} MiB)")
 
-    def write(self, dst, host, blocking=True):
-        """A blocking copy waits for everything queued before it (the queue is in order),
-        so a training loop's upload of batch i+1 would wait for step i: with
-        blocking=False the copy is queued and its event (which keeps the host array alive)
-        kept, up to IN_FLIGHT of them."""
+    def write(self, dst, host):
         self._not_recording("a copy to the device")
         host = self._check_write(dst, host)
-        event = cl.enqueue_copy(self.queue, dst.buf, host, is_blocking=blocking,
-                                dst_offset=dst.offset * dst.dtype.itemsize)
-        if not blocking:
-            self._in_flight.append(event)
-            if len(self._in_flight) > IN_FLIGHT:
-                self._in_flight.popleft().wait()
+        cl.enqueue_copy(self.queue, dst.buf, host, dst_offset=dst.offset * dst.dtype.itemsize)
 
     def download(self, x):
         self._not_recording("a copy from the device")
@@ -236,7 +224,6 @@ class OpenCLBackend(KernelBackend):
     def synchronize(self):
         self._not_recording("waiting for the device")
         self.queue.finish()
-        self._in_flight.clear()
 
     # -- recorded steps --------------------------------------------------------------------
 
