@@ -192,12 +192,7 @@ def profile(workload, device, batch_size, json_path):
                f"({report['device_name']}, GEMM {report['gemm_path']})")
     click.echo(profiler.table(report))
     if json_path:
-        checkpoint_json(json_path, report)
-
-
-def checkpoint_json(path, report):
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1)
+        bench_module.write_json(report, json_path)
 
 
 def build_model(model, dataset, input_shape, device, seed):

@@ -12,8 +12,7 @@ import time
 import numpy as np
 
 from . import backends, config, layers as layer_module, losses, saving, schedules
-from .errors import (DivergedError, InputError, ModelFileError, OutOfMemoryError, ShapeError,
-                     check_count)
+from .errors import DivergedError, InputError, OutOfMemoryError, ShapeError, check_count
 from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refuse,
                      size_text as _size)
 from .optim import SGD
@@ -72,7 +71,8 @@ class Sequential:
             self._first.append(not seen_trainable)
             seen_trainable = seen_trainable or layer.trainable
         self.capacity, self.m = 0, None
-        self._graphs = {}               # (m, optimizer) -> recorded step, None, or False
+        self._graphs = {}               # (m, optimizer, data on device) -> recorded step,
+        #                                 None (seen once) or False (cannot be recorded)
         self._capturable = config.graphs() and all(l.capturable for l in self.layers)
         self._batch = []                # (owner, Buffer, device array) of the batch buffers
         self._params = []               # the same for parameters and optimizer state
@@ -158,7 +158,7 @@ class Sequential:
             values = layer.initial(rng)
             for name in list(layer.parameters()) + list(layer.state()):
                 if name in values:
-                    self.backend.write(getattr(layer, name), values[name].astype(self.backend.dtype))
+                    self.backend.write(getattr(layer, name), values[name])   # cast there
                 else:
                     self.backend.fill(getattr(layer, name), 0.0)
 

@@ -7,7 +7,7 @@ ones portanet has, with valid arguments; the tensors exactly the parameters thos
 have, of their shapes, real and finite; their bytes within the device's memory.
 """
 from . import checkpoint, layers as layer_module
-from .errors import InputError, ModelFileError, PortanetError, ShapeError
+from .errors import InputError, ModelFileError, ShapeError
 
 
 def architecture(net):

@@ -20,7 +20,6 @@ def data(n=40, shape=(2, 9, 9), classes=3, seed=0):
 
 def test_plan_is_what_the_network_allocates(device_name):
     net = small_cnn(device_name)
-    bk = net.backend
     plan = net.memory_plan(16)
     kinds = plan.by_kind()
     assert set(kinds) == {"parameters", "optimizer state", "batch", "workspace"}
@@ -38,7 +37,7 @@ def test_plan_is_what_the_network_allocates(device_name):
     names = {(b.owner, b.name): b.nbytes for b in plan.buffers}
     assert names[(repr(conv), "w")] == conv.w.size * 4
     assert names[("network", "_workspace")] == 2 * 9 * 49 * 16 * 4     # C.k.k x Ho.Wo.N
-    assert f"batch 16" in str(plan) and "total" in str(plan)
+    assert "batch 16" in str(plan) and "total" in str(plan)
 
 
 def test_a_network_too_big_is_refused_before_anything_is_allocated(device_name):
