@@ -16,7 +16,7 @@ import numpy as np
 from .. import config
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
-from .gpu import DeviceArray, KernelBackend, gemm_params
+from .gpu import DeviceArray, KernelBackend, Recorded, gemm_params
 
 try:
     import pycuda.driver as drv
@@ -197,7 +197,7 @@ class CudaBackend(KernelBackend):
                    "instantiate the graph")
         finally:
             lib.cuGraphDestroy(graph)
-        return _Replay(self, runnable, self.generation)
+        return _Replay(self, runnable)
 
     # -- profiles (portanet/profiler.py) ---------------------------------------------------
 
@@ -267,17 +267,12 @@ def _check(result, what):
         raise DeviceError(f"CUDA could not {what} (CUresult {result})")
 
 
-class _Replay:
+class _Replay(Recorded):
     """A captured graph: calling it launches the whole of it on the backend's stream."""
 
-    def __init__(self, backend, runnable, generation):
-        self.backend, self.runnable, self.generation = backend, runnable, generation
-
-    @property
-    def current(self):
-        """False once the backend has freed something the graph points at (its GEMM
-        workspace grew for another product, its kernels were rebuilt): record again."""
-        return self.generation == self.backend.generation
+    def __init__(self, backend, runnable):
+        super().__init__(backend)
+        self.runnable = runnable
 
     def __call__(self):
         bk = self.backend

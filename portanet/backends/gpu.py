@@ -46,6 +46,19 @@ class DeviceArray:
         return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset})"
 
 
+class Recorded:
+    """A training step a backend recorded (`capture`); calling it replays the step.
+    `current` turns False once the backend has freed something the recording points at
+    (its GEMM workspace grew for another product, its kernels were rebuilt): record again."""
+
+    def __init__(self, backend):
+        self.backend, self.generation = backend, backend.generation
+
+    @property
+    def current(self):
+        return self.generation == self.backend.generation
+
+
 class KernelBackend(Backend):
     """A backend that runs portanet's kernels. Subclasses implement empty (which returns
     `self._track(DeviceArray(buf, ...), nbytes, buf)`), write, download, _free_buffer(buf),

@@ -9,7 +9,7 @@ import numpy as np
 from .. import config
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
-from .gpu import DeviceArray, KernelBackend, gemm_params
+from .gpu import DeviceArray, KernelBackend, Recorded, gemm_params
 
 try:
     import pyopencl as cl
@@ -76,15 +76,12 @@ class _NotRecordable(Exception):
     """Raised inside capture() by an operation that a replayed list cannot repeat."""
 
 
-class _HostReplay:
+class _HostReplay(Recorded):
     """A recorded step: its launches enqueued again, in order, on the backend's queue."""
 
-    def __init__(self, backend, ops, generation):
-        self.backend, self.ops, self.generation = backend, ops, generation
-
-    @property
-    def current(self):
-        return self.generation == self.backend.generation
+    def __init__(self, backend, ops):
+        super().__init__(backend)
+        self.ops = ops
 
     def __call__(self):
         bk = self.backend
@@ -241,7 +238,7 @@ class OpenCLBackend(KernelBackend):
             return None
         finally:
             self._recording = None
-        return _HostReplay(self, ops, self.generation)
+        return _HostReplay(self, ops)
 
     def _not_recording(self, what):
         if self._recording is not None:
