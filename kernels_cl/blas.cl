@@ -1,7 +1,9 @@
 /* blas.cl: BLAS-2 on row-major arrays. */
 #include "prelude.h"
 
+#ifndef GEMV_THREADS                /* work-items of gemv's group, set from the device's limits */
 #define GEMV_THREADS 256
+#endif
 
 /* y <- alpha a x + beta y, a: rows x cols. One work-group of GEMV_THREADS per row, so the
    row is read coalesced (the bias gradient dz . ones reads a batch-long row), summed

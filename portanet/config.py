@@ -8,6 +8,10 @@ PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the
 PORTANET_GRAPHS  on (default) or off: record a training step once (a CUDA graph; on OpenCL
                  its bound launches) and replay it
 PORTANET_DATA    first folder searched for dataset files
+PORTANET_CL_LIMITS  caps on what the OpenCL backend believes of its device: a profile
+                 (amd, intel-gpu, mobile) and/or key=value items (work_group=128,
+                 local=32k, fp64=no, max_alloc=25%, vector=1, gpu=yes), comma-separated
+XDG_CACHE_HOME   the cache folder (default ~/.cache): portanet/ holds compiled kernels
 """
 import os
 from pathlib import Path
@@ -39,6 +43,17 @@ def graphs():
         from .errors import PortanetError
         raise PortanetError(f"PORTANET_GRAPHS={value!r} is not understood: use 'on' or 'off'")
     return value == "on"
+
+
+def cl_limits():
+    """PORTANET_CL_LIMITS as set, or None (parsed by backends.opencl.Limits)."""
+    value = os.environ.get("PORTANET_CL_LIMITS", "").strip()
+    return value or None
+
+
+def cache_dir():
+    """portanet's cache folder: $XDG_CACHE_HOME/portanet, else ~/.cache/portanet."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "portanet"
 
 
 def data_dirs():

@@ -1,7 +1,14 @@
-"""Every numeric test runs on every device this machine has: cpu always, opencl and cuda
+"""Every numeric test runs on every device this machine has: cpu always, each OpenCL
+platform's first device by name (opencl:pocl, opencl:intel, opencl:nvidia, ...) and cuda
 where their packages and a device are present (else skipped, saying why). Set
-PORTANET_DEVICE to add a specific device (e.g. opencl:1:0)."""
+PORTANET_DEVICE to add a specific device (e.g. opencl:1:0).
+
+The kernel-level modules (KERNEL_MODULES) run on more: on PoCL under each limits profile
+of backends.opencl.PROFILES (opencl:pocl[mobile]: the parameters an AMD, Intel or mobile
+GPU would get, held to its limits), and on the Oclgrind simulator with its checks on,
+where any error it reports fails the test (oclgrind_log)."""
 import os
+import tempfile
 import zlib
 
 import numpy as np
@@ -10,32 +17,100 @@ import pytest
 import portanet
 from portanet.errors import DeviceError
 
-DEVICES = ["cpu", "opencl", "cuda"]
+# Oclgrind's checks, read when it creates a context: out-of-bounds accesses are always
+# checked; data races and uninitialised reads on request; its reports go to OCLGRIND_LOG
+OCLGRIND_LOG = os.environ.setdefault(
+    "OCLGRIND_LOG", os.path.join(tempfile.mkdtemp(prefix="portanet-tests-"), "oclgrind.log"))
+os.environ.setdefault("OCLGRIND_DATA_RACES", "1")
+os.environ.setdefault("OCLGRIND_UNINITIALIZED", "1")
+
+KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics"}
+SIMULATOR = "opencl:oclgrind"
+
+
+def _opencl_devices():
+    """opencl:<platform> for each OpenCL platform here but the simulator; ['opencl'] (which
+    skips, saying why) where there is none."""
+    try:
+        from portanet.backends import opencl
+        words = opencl.platform_words(opencl._platforms())
+    except DeviceError:
+        words = []
+    named = [f"opencl:{w}" for w in words if w not in opencl.SIMULATORS] if words else []
+    return named or ["opencl"], [f"opencl:{w}" for w in words if w in opencl.SIMULATORS]
+
+
+_OPENCL, _SIMULATORS = _opencl_devices()
+DEVICES = ["cpu", *_OPENCL, "cuda"]
 if os.environ.get("PORTANET_DEVICE") and os.environ["PORTANET_DEVICE"] not in DEVICES:
     DEVICES.append(os.environ["PORTANET_DEVICE"])
+PROFILED = [f"opencl:pocl[{name}]" for name in ("amd", "intel-gpu", "mobile")]
+KERNEL_DEVICES = DEVICES + (PROFILED if "opencl:pocl" in DEVICES else []) + _SIMULATORS
 
 # relative-error tolerances, per dtype (not per test): float32 kernels against a float64
 # result, and float64 analytic gradients against central finite differences
 F32 = 1e-5
 F64_GRAD = 1e-5
 
+_profiled = {}                  # PoCL backends under a limits profile, one per profile and dtype
+
 
 def get_backend(spec, dtype=np.float32):
     try:
+        if spec.endswith("]"):                  # opencl:pocl[mobile]
+            device, _, profile = spec[:-1].partition("[")
+            key = (spec, np.dtype(dtype))
+            if key not in _profiled:
+                from portanet.backends import opencl
+                p, d = map(int, portanet.device(device).name.split(":")[1:])
+                _profiled[key] = opencl.OpenCLBackend(p, d, dtype, limits=profile)
+            return _profiled[key]
         return portanet.device(spec, dtype)
     except DeviceError as e:
         pytest.skip(f"{spec} unavailable here: {e}")
 
 
-@pytest.fixture(params=DEVICES)
+def pytest_generate_tests(metafunc):
+    """backend and device_name run over DEVICES; backend over KERNEL_DEVICES in the
+    kernel-level modules."""
+    kernel_level = metafunc.module.__name__.rpartition(".")[2] in KERNEL_MODULES
+    if "backend" in metafunc.fixturenames:
+        metafunc.parametrize("backend", KERNEL_DEVICES if kernel_level else DEVICES,
+                             indirect=True)
+    if "device_name" in metafunc.fixturenames:
+        metafunc.parametrize("device_name", DEVICES, indirect=True)
+
+
+@pytest.fixture
 def backend(request):
-    return get_backend(request.param)
+    bk = get_backend(request.param)
+    if request.param in _SIMULATORS:
+        with oclgrind_log():
+            yield bk
+    else:
+        yield bk
 
 
-@pytest.fixture(params=DEVICES)
+@pytest.fixture
 def device_name(request):
     get_backend(request.param)
     return request.param
+
+
+class oclgrind_log:
+    """Fails the test if Oclgrind logged anything while it ran (reports are appended to
+    OCLGRIND_LOG; only what this test added is read)."""
+
+    def __enter__(self):
+        self.start = os.path.getsize(OCLGRIND_LOG) if os.path.exists(OCLGRIND_LOG) else 0
+
+    def __exit__(self, kind, *_):
+        if kind is None and os.path.exists(OCLGRIND_LOG):
+            with open(OCLGRIND_LOG, errors="replace") as f:
+                f.seek(self.start)
+                report = f.read().strip()
+            if report:
+                pytest.fail(f"Oclgrind reported errors:\n{report[:4000]}")
 
 
 @pytest.fixture

@@ -21,9 +21,7 @@ def gemm_paths(bk):
     """The GEMM paths this backend has: own and, where installed, vendor."""
     if bk.kind == "cpu":
         return ["reference"]
-    from portanet.backends import opencl, cuda
-    has_vendor = (opencl.pyclblast is not None) if bk.kind == "opencl" else cuda.cublas is not None
-    return ["own", "vendor", "auto"] if has_vendor else ["own"]
+    return ["own", "vendor", "auto"] if bk.vendor_gemm else ["own"]
 
 
 @pytest.mark.parametrize("m,n,k", GEMM_SHAPES)

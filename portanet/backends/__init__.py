@@ -4,6 +4,8 @@
     opencl         the first OpenCL GPU (else the first OpenCL device)
     opencl:P       OpenCL platform P's first GPU (else its first device)
     opencl:P:D     OpenCL platform P, device D, as `portanet devices` numbers them
+    opencl:NAME    P may be the platform's name instead: pocl, intel, nvidia, amd, oclgrind
+                   (a simulator: `opencl` alone never picks it)
     cuda, cuda:N   CUDA device N (default 0)
 
 device(None) takes PORTANET_DEVICE, else cpu; an explicit empty string is an error, not a
@@ -22,11 +24,11 @@ from .base import Backend
 
 __all__ = ["Backend", "device", "list_devices"]
 
-FORMS = "cpu, opencl, opencl:P, opencl:P:D, cuda or cuda:N"
+FORMS = "cpu, opencl, opencl:P, opencl:P:D (P a number or a name: opencl:pocl), cuda or cuda:N"
 _instances = {}                 # (device string, dtype) -> Backend, for the string as
                                 # asked for and for the canonical one (cpu, opencl:P:D, cuda:N)
 _lock = threading.Lock()        # two threads asking at once must not make two contexts
-_SPEC = re.compile(r"^(cpu|opencl(?::(\d+)(?::(\d+))?)?|cuda(?::(\d+))?)$")
+_SPEC = re.compile(r"^(cpu|opencl(?::(\d+|[a-z][a-z0-9-]*)(?::(\d+))?)?|cuda(?::(\d+))?)$")
 
 
 def device(spec=None, dtype=np.float32):
@@ -63,9 +65,11 @@ def device(spec=None, dtype=np.float32):
 def _canonical(name, match):
     """The one string of the device `name` names: cpu, opencl:P:D or cuda:N."""
     if name.startswith("opencl"):
+        from . import opencl
         p, d = match.group(2), match.group(3)
+        if p is not None and not p.isdigit():
+            p = opencl.platform_number(p)           # opencl:pocl, opencl:intel:0
         if d is None:
-            from . import opencl
             p, d = opencl.default_device(None if p is None else int(p))
         return f"opencl:{int(p)}:{int(d)}"
     if name.startswith("cuda"):

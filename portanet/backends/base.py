@@ -25,6 +25,8 @@ class Backend:
 
     kind = "abstract"           # "cpu", "opencl", "cuda"
     is_gpu = False
+    vendor_gemm = False         # a vendor GEMM (CLBlast, cuBLAS) beside our own kernel
+    simulator = False           # checks kernels (Oclgrind) rather than running them fast
     # True: every public method runs holding the backend's re-entrant lock, so operations
     # from several threads follow one another whole. A device backend needs it: its
     # operations share kernel objects (arguments are set, then the kernel is enqueued), a

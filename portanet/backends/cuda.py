@@ -10,13 +10,14 @@ import ctypes.util
 import functools
 import os
 import threading
+from pathlib import Path
 
 import numpy as np
 
 from .. import config
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
-from .gpu import DeviceArray, KernelBackend, Recorded, gemm_params
+from .gpu import DeviceArray, KernelBackend, Recorded, default_local, gemm_params
 
 try:
     import pycuda.driver as drv
@@ -74,7 +75,7 @@ def enumerate_devices():
 
 
 class CudaBackend(KernelBackend):
-    kind = "cuda"
+    kind, lang = "cuda", "cu"
     is_gpu = True
 
     def __init__(self, index=0, dtype=np.float32):
@@ -99,17 +100,29 @@ class CudaBackend(KernelBackend):
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
         attrs = self.device.get_attributes()
         self.compute_units = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
-        self.gemm_params = gemm_params(True, attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK],
+        self.max_threads = attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK]
+        self.gemm_params = gemm_params(True, self.max_threads,
                                        attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],
                                        vector_local_loads=True)
         self._modules = {}
         self._prepared = {}
         self._load_kernels()
-        self.gemm_path = config.gemm_path() if cublas else "own"
+        self.vendor_gemm = cublas is not None
+        self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
         if cublas is not None:
             self._cublas = cublas.create()
             cublas.set_stream(self._cublas, self.stream.handle)
             self._scalars = np.zeros(2, self.dtype)        # alpha, beta (host pointer mode)
+
+    @property
+    def cache_dir(self):
+        """pycuda's compiler cache, where the binaries go (keyed by source and options)."""
+        import platformdirs
+        return Path(os.environ.get("PYCUDA_CACHE_DIR")
+                    or Path(platformdirs.user_cache_dir("pycuda", "pycuda")) / "compiler-cache-v1")
+
+    def _device_id(self):
+        return (self.device.name(), self.arch, drv.get_driver_version(), self.options)
 
     def _kernel(self, family, name, options=()):
         return self._module(family, options).get_function(name)
@@ -132,7 +145,7 @@ class CudaBackend(KernelBackend):
         """OpenCL's global/local sizes in work-items -> CUDA's grid/block, launched as a
         prepared call (argument types fixed on first use: much less Python per launch)."""
         if local_size is None:
-            local_size = (256,) if len(global_size) == 1 else (32, 8)
+            local_size = default_local(global_size, self.max_threads)
         block = tuple(local_size) + (1,) * (3 - len(local_size))
         grid = tuple(-(-g // b) for g, b in zip(global_size, block)) + (1,) * (2 - len(global_size))
         if id(kernel) not in self._prepared:     # kept alive there, so ids are not reused

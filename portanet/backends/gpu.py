@@ -1,13 +1,16 @@
 """What the OpenCL and CUDA backends share: device arrays (buffer + offset + shape), the
 argument packing and dispatch of the kernel twins in kernels_cl/ and kernels_cu/, and GEMM
 parameter choice. Each backend supplies memory, `_launch` and its two GEMM paths."""
+import hashlib
 import logging
 import math
 import time
 
 import numpy as np
 
+from .. import config
 from ..errors import ShapeError
+from . import sources
 from .base import Backend, check_activation, check_gather, check_gemm, conv_out
 
 log = logging.getLogger("portanet")
@@ -21,7 +24,7 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "apply_update", "copy", "bia
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum"),
             "conv": ("im2col", "col2im", "maxpool", "maxpool_grad", "dropout")}
-GEMV_THREADS = 256          # work-group size of the gemv kernel (blas.cl)
+FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 
 
 class DeviceArray:
@@ -70,24 +73,73 @@ class KernelBackend(Backend):
     trace = None                # a profiler.Trace while `portanet profile` records a step
     _routes = None              # (m, n, k, trans_a, trans_b) -> "own" | "vendor" (auto GEMM)
     generation = 0              # bumped when what recorded steps point at goes away
+    gemv_threads = 256          # work-items of gemv's group (blas.cl), within the limits
 
     def _load_kernels(self):
+        """Kernels are built when first launched, not all at once: a network uses a dozen of
+        the thirty, and a first build is slow on some drivers (PoCL compiles each kernel
+        again for each work-group size, a second or so each)."""
         self._routes = {}
-        # Said before, not after: a first build on PoCL took 267 s without a word (18 s
-        # once the driver's cache had it). The CLI shows portanet's log on stderr.
-        log.info("building portanet's kernels for %s (%s); the first time on a device can "
-                 "take minutes, later runs use the driver's cache", self.name, self.info()["name"])
+        self._kernels = {}
+        self._announced = False
+
+    def build_all(self):
+        """Build every kernel family (`portanet devices --check` does, to see that each
+        compiles here); seconds taken."""
         start = time.perf_counter()
-        self._kernels = {name: self._kernel(family, name)
-                         for family, names in FAMILIES.items() for name in names}
-        log.info("kernels for %s ready in %.1f s", self.name, time.perf_counter() - start)
+        for name in FAMILY_OF:
+            self._named(name)
+        return time.perf_counter() - start
+
+    def _named(self, name):
+        """The kernel `name` of FAMILIES, built on first use."""
+        kernel = self._kernels.get(name)
+        if kernel is None:
+            kernel = self._kernels[name] = self._build(FAMILY_OF[name], name)
+        return kernel
+
+    def _build(self, family, name, options=()):
+        """Build through the backend's _kernel (whose driver caches binaries on disk under
+        self.cache_dir, keyed by source, options, device and driver), saying so once per
+        device the first time this version's kernels are built there: a first build can
+        take a minute, and nothing else would explain the wait."""
+        if not self._announced:
+            self._announced = True
+            marker = config.cache_dir() / "built" / self._sources_id()
+            if not marker.exists():
+                log.info("building kernels for %s (%s): first use, cached in %s", self.name,
+                         self.info()["name"], self.cache_dir)
+                try:
+                    marker.parent.mkdir(parents=True, exist_ok=True)
+                    marker.touch()
+                except OSError:
+                    pass                    # a read-only cache: the note comes each time
+        if family == "blas":
+            options = [*options, f"-DGEMV_THREADS={self.gemv_threads}"]
+        start = time.perf_counter()
+        kernel = self._kernel(family, name, list(options))
+        log.debug("%s: built %s %s in %.2f s", self.name, name, " ".join(options),
+                  time.perf_counter() - start)
+        return kernel
+
+    @property
+    def cache_dir(self):
+        """Where this backend's compiled kernels are kept."""
+        return config.cache_dir() / f"kernels-{self.kind}"
+
+    def _sources_id(self):
+        """A digest of this device (and driver) and of every kernel source."""
+        digest = hashlib.sha256(repr(self._device_id()).encode())
+        for family in (*FAMILIES, "gemm"):
+            digest.update(sources.load(family, self.lang)[1].encode())
+        return digest.hexdigest()[:20]
 
     def _run(self, kernel, global_size, *args, local=None, label=None):
         """Launch with arguments packed: a DeviceArray as (pointer, offset), a Python or
         NumPy int as int32, a float as the backend's real. Callers pass reals as floats.
         label names the launch in a profile (default: the kernel's name)."""
         if isinstance(kernel, str):
-            label, kernel = label or kernel, self._kernels[kernel]
+            label, kernel = label or kernel, self._named(kernel)
         packed = []
         for x in args:
             if isinstance(x, DeviceArray):
@@ -192,7 +244,7 @@ class KernelBackend(Backend):
         parts, k_chunk = split_k(tiles_m * tiles_n, k, p["TSK"], groups)
         key = ("gemm", trans_a, trans_b, parts > 1, small)
         if key not in self._kernels:
-            self._kernels[key] = self._kernel("gemm", "gemm", gemm_options(
+            self._kernels[key] = self._build("gemm", "gemm", gemm_options(
                 trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))))
         out, a_, b_ = c, float(alpha), float(beta)
         if parts > 1:                   # partial products into the workspace, then summed
@@ -229,8 +281,8 @@ class KernelBackend(Backend):
         if trans_a:
             self._run("gemv_t", (cols,), y, a, x, float(alpha), float(beta), rows, cols)
         else:
-            self._run("gemv", (rows * GEMV_THREADS,), y, a, x, float(alpha), float(beta), rows,
-                      cols, local=(GEMV_THREADS,))
+            self._run("gemv", (rows * self.gemv_threads,), y, a, x, float(alpha), float(beta),
+                      rows, cols, local=(self.gemv_threads,))
 
     def ger(self, alpha, x, y, a):
         rows, cols = a.shape
@@ -307,6 +359,11 @@ SMALL_GROUPS_PER_UNIT = 8
 MAX_PARTS = 512
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1}
+# CPUs (PoCL, Intel's runtime): 32 x 32 tiles, 8 deep, of 4 x 4 per work-item. PoCL compiles
+# a kernel per work-group size at its first launch, and the unrolled 8 x 8 x 16 body of the
+# defaults took it 20 s per variant (of four: the transposes) against 4 s for this one,
+# which also ran the MLP's products 1.3-1.9x faster on 2 cores (/tmp/tiling.py, issue 13)
+CPU_TILES = {"TSM": 32, "TSN": 32, "TSK": 8, "WPTM": 4, "WPTN": 4, "MICRO": 0, "PAD": 1}
 
 
 def _shape_text(m, n, k, trans_a, trans_b):
@@ -325,6 +382,17 @@ def _pool_sizes(x, pool, stride):
     return C, H, W, N, pool, stride, Ho, Wo
 
 
+def default_local(global_size, work_group):
+    """The work-group of a launch that does not ask for one: 256 work-items in a row, or
+    32 x 8 in two dimensions (dimension 0 runs along the batch), fewer where the device
+    allows fewer. Fixed rather than left to the driver, which picks one per global size:
+    PoCL compiles a kernel again for each group size it meets (a second or more each)."""
+    if len(global_size) == 1:
+        return (min(256, work_group),)
+    x = min(32, work_group)
+    return (x, max(1, min(8, work_group // x))) + (1,) * (len(global_size) - 2)
+
+
 def gemm_params(is_gpu, max_threads, local_bytes, vector_local_loads=False):
     """Tile sizes for our GEMM from a device's limits: 128 x 128 tiles, 8 deep, of 8 x 8
     per work-item on GPUs with room for them; smaller ones on CPUs and small devices.
@@ -338,8 +406,8 @@ def gemm_params(is_gpu, max_threads, local_bytes, vector_local_loads=False):
     big = dict(GEMM_DEFAULTS, TSM=128, TSN=128, TSK=8)
     if vector_local_loads:
         big.update(MICRO=1, PAD=4)
-    for p in ([big] if is_gpu else []) + [
-            GEMM_DEFAULTS, dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2)]:
+    for p in ([big, GEMM_DEFAULTS] if is_gpu else [CPU_TILES]) + [
+            dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2)]:
         if fits(p):
             return dict(p)
     raise RuntimeError(f"no GEMM tiling fits a device with {max_threads} work-items per "

@@ -1,15 +1,24 @@
 """The OpenCL backend (pyopencl): one set of kernels, kernels_cl/, for AMD, Intel, NVIDIA
-GPUs and CPUs (PoCL). GEMM goes, shape by shape, to CLBlast (pyclblast) or our own tiled
-kernel, whichever was measured faster (PORTANET_GEMM=auto); own or vendor force a path."""
+GPUs and CPUs (PoCL, Intel's CPU runtime) and the Oclgrind simulator. GEMM goes, shape by
+shape, to CLBlast (pyclblast) or our own tiled kernel, whichever was measured faster
+(PORTANET_GEMM=auto); own or vendor force a path. Every kernel parameter (tile sizes,
+work-group sizes) derives from the device's limits, which PORTANET_CL_LIMITS can cap to
+those of a class of device we cannot test on (Limits)."""
 import contextlib
+import dataclasses
 import gc
+import logging
+import re
+import warnings
 
 import numpy as np
 
 from .. import config
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
-from . import sources
-from .gpu import DeviceArray, KernelBackend, Recorded, gemm_params
+from . import icd, sources
+from .gpu import DeviceArray, KernelBackend, Recorded, default_local, gemm_params
+
+log = logging.getLogger("portanet")
 
 try:
     import pyopencl as cl
@@ -21,14 +30,39 @@ try:
 except (ImportError, OSError):
     pyclblast = None
 
+# platform name -> the word that names it in device strings (opencl:pocl); others are
+# named by the first word of their name
+PLATFORM_WORDS = {"portable computing language": "pocl", "nvidia cuda": "nvidia",
+                  "amd accelerated parallel processing": "amd", "intel(r) opencl": "intel",
+                  "intel(r) opencl graphics": "intel-gpu", "intel(r) opencl hd graphics":
+                  "intel-gpu", "oclgrind": "oclgrind", "rusticl": "rusticl", "clover": "clover"}
+SIMULATORS = ("oclgrind",)  # checked only when named: never `opencl`'s default device
+
+
 def _platforms():
     if cl is None:
         raise DeviceError("the OpenCL backend needs pyopencl: pip install 'portanet[opencl]' "
                           "(or 'portanet[pocl]' for a CPU OpenCL driver as well)")
+    icd.prepare()
     try:
         return cl.get_platforms()
     except cl.Error:          # PLATFORM_NOT_FOUND_KHR from the ICD loader
         return []
+
+
+def platform_words(platforms):
+    """The word of each platform, made unique by a number where two share one (intel-2)."""
+    words = []
+    for platform in platforms:
+        name = platform.name.strip().lower()
+        word = PLATFORM_WORDS.get(name) or re.sub(r"[^a-z0-9]+", "-", name.split()[0]).strip("-")
+        if not word or word.isdigit():
+            word = f"platform{len(words)}"
+        base, n = word, 2
+        while word in words:
+            word, n = f"{base}-{n}", n + 1
+        words.append(word)
+    return words
 
 
 def _devices():
@@ -50,23 +84,127 @@ def _devices():
 
 
 def enumerate_devices():
-    return [(f"opencl:{p}:{d}", f"{dev.name.strip()} ({platform.name.strip()}, "
-             f"{dev.max_compute_units} compute units, {dev.global_mem_size / 2**30:.1f} GiB)")
-            for p, d, platform, dev in _devices()]
+    words = platform_words(_platforms())
+    listed = []
+    for p, d, platform, dev in _devices():
+        what = (f"a simulator that checks kernels, never the default" if words[p] in SIMULATORS
+                else f"{dev.max_compute_units} compute units, {dev.global_mem_size / 2**30:.1f} GiB")
+        listed.append((f"opencl:{p}:{d}", f"{dev.name.strip()} (opencl:{words[p]}:{d}; "
+                                          f"{platform.name.strip()}, {what})"))
+    return listed
+
+
+def platform_number(word):
+    """The number of the platform `word` names (opencl:pocl, opencl:intel, ...)."""
+    words = platform_words(_platforms())
+    if word in words:
+        return words.index(word)
+    raise DeviceError(f"no OpenCL platform is called {word!r} here; the platforms are "
+                      + (", ".join(f"opencl:{w} (opencl:{p})" for p, w in enumerate(words))
+                         or "none"))
 
 
 def default_device(platform=None):
-    """(platform, device) of the first GPU, else of the first device; of all platforms,
-    or of `platform` alone (the device string opencl:P)."""
+    """(platform, device) of the first GPU, else of the first device; of all platforms but
+    the simulators, or of `platform` alone (the device string opencl:P)."""
     found = _devices()
     if platform is not None:
         found = [f for f in found if f[0] == platform]
         if not found:
             raise DeviceError(f"there is no OpenCL platform {platform} with a device here")
+    else:
+        words = platform_words(_platforms())
+        real = [f for f in found if words[f[0]] not in SIMULATORS]
+        if not real:
+            raise DeviceError("the only OpenCL platform here is a simulator ("
+                              + ", ".join(sorted({words[f[0]] for f in found}))
+                              + "): name it (opencl:oclgrind) to use it, or install a driver")
+        found = real
     for p, d, _, dev in found:
         if dev.type & cl.device_type.GPU:
             return p, d
     return found[0][0], found[0][1]
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """What the backend believes about its device, and so what every kernel parameter is
+    derived from: the device's own values, or lower ones where PORTANET_CL_LIMITS caps them
+    to a class of device (PROFILES), so that the parameters such a device would get run
+    and are checked here (every launch is held to them: _check_launch)."""
+    work_group: int             # work-items per group
+    work_items: tuple           # work-items per group along each dimension
+    local_bytes: int            # local memory per group
+    fp64: bool
+    max_alloc: int              # bytes in one buffer
+    memory: int                 # bytes in all
+    vector_width: int           # preferred float vector width
+    gpu: bool                   # pick the tilings of a GPU
+    profile: str = "device"
+
+    @classmethod
+    def of(cls, dev, caps=None, simulator=False):
+        own = cls(work_group=dev.max_work_group_size,
+                  work_items=tuple(dev.max_work_item_sizes), local_bytes=dev.local_mem_size,
+                  fp64=bool(dev.double_fp_config), max_alloc=dev.max_mem_alloc_size,
+                  memory=dev.global_mem_size, vector_width=dev.preferred_vector_width_float,
+                  gpu=bool(dev.type & cl.device_type.GPU) and not simulator)
+        return own.capped(caps) if caps else own
+
+    def capped(self, spec):
+        """These limits lowered by a PORTANET_CL_LIMITS string: profile names and
+        key=value items, comma-separated ('mobile', 'amd,local=16k', 'work_group=64')."""
+        caps, names = {}, []
+        for item in (i.strip().lower() for i in spec.split(",") if i.strip()):
+            if "=" in item:
+                key, _, value = item.partition("=")
+                caps[key.strip()] = _limit_value(key.strip(), value.strip(), spec)
+            elif item in PROFILES:
+                caps.update(PROFILES[item])
+                names.append(item)
+            else:
+                raise DeviceError(f"PORTANET_CL_LIMITS={spec!r}: {item!r} is neither a "
+                                  f"profile ({', '.join(PROFILES)}) nor key=value with a key "
+                                  f"of {', '.join(LIMIT_KEYS)}")
+        max_alloc = self.max_alloc
+        if "max_alloc" in caps:
+            cap = caps["max_alloc"]
+            max_alloc = min(max_alloc, int(cap * self.memory) if isinstance(cap, float) else cap)
+        group = min(self.work_group, caps.get("work_group", self.work_group))
+        return dataclasses.replace(
+            self, work_group=group, work_items=tuple(min(w, group) for w in self.work_items),
+            local_bytes=min(self.local_bytes, caps.get("local", self.local_bytes)),
+            fp64=self.fp64 and caps.get("fp64", True), max_alloc=max_alloc,
+            vector_width=min(self.vector_width, caps.get("vector", self.vector_width)),
+            gpu=caps.get("gpu", self.gpu), profile=",".join(names) or spec)
+
+
+# device classes we cannot test on, as the limits their kernels must live within
+PROFILES = {"amd": {"work_group": 256, "local": 64 * 1024, "gpu": True},
+            "intel-gpu": {"work_group": 256, "local": 64 * 1024, "fp64": False, "gpu": True},
+            "mobile": {"work_group": 256, "local": 32 * 1024, "fp64": False,
+                       "max_alloc": 0.25, "gpu": True}}
+LIMIT_KEYS = {"work_group": "work-items per group", "local": "local memory bytes (16k)",
+              "fp64": "yes or no", "max_alloc": "bytes (512m) or a share of memory (25%)",
+              "vector": "float vector width", "gpu": "yes or no: GPU tilings"}
+_SIZE = re.compile(r"^(\d+)\s*([kmg]?)(?:i?b)?$")
+
+
+def _limit_value(key, value, spec):
+    if key not in LIMIT_KEYS:
+        raise DeviceError(f"PORTANET_CL_LIMITS={spec!r}: unknown key {key!r}; the keys are "
+                          + ", ".join(f"{k} ({v})" for k, v in LIMIT_KEYS.items()))
+    if key in ("fp64", "gpu"):
+        if value in ("yes", "1", "true", "on", "no", "0", "false", "off"):
+            return value in ("yes", "1", "true", "on")
+    elif key == "max_alloc" and value.endswith("%") and value[:-1].isdigit():
+        return int(value[:-1]) / 100
+    else:
+        match = _SIZE.match(value)
+        if match and int(match.group(1)) > 0:
+            return int(match.group(1)) * 1024 ** " kmg".index(match.group(2) or " ")
+    raise DeviceError(f"PORTANET_CL_LIMITS={spec!r}: {key}={value!r} is not "
+                      f"{LIMIT_KEYS[key]}")
 
 
 BOUND_KERNELS = 4096        # kernel objects with bound arguments kept (see _launch)
@@ -95,32 +233,44 @@ class _HostReplay(Recorded):
 
 
 class OpenCLBackend(KernelBackend):
-    kind = "opencl"
+    kind, lang = "opencl", "cl"
 
-    def __init__(self, platform, device, dtype=np.float32):
+    def __init__(self, platform, device, dtype=np.float32, limits=None):
+        """limits: a PORTANET_CL_LIMITS string (None: the variable's value, if set)."""
         found = {(p, d): (pl, dev) for p, d, pl, dev in _devices()}
         if (platform, device) not in found:
             raise DeviceError(f"there is no OpenCL platform {platform} with a device {device}")
         super().__init__(f"opencl:{platform}:{device}", dtype)
         self.platform, self.device = found[(platform, device)]
-        if self.dtype == np.float64 and not self.device.double_fp_config:
-            raise DeviceError(f"{self.device.name} has no double precision: use float32")
+        # a simulator checks our kernels: built unoptimised (Oclgrind's uninitialised-value
+        # check stops at the `freeze` instructions LLVM's optimiser makes), with the tilings
+        # of a CPU (it reports itself as every kind of device) and without CLBlast
+        self.simulator = platform_words(_platforms())[platform] in SIMULATORS
+        self.limits = Limits.of(self.device, config.cl_limits() if limits is None else limits,
+                                simulator=self.simulator)
+        if self.dtype == np.float64 and not self.limits.fp64:
+            held = "" if self.device.double_fp_config else " under PORTANET_CL_LIMITS"
+            raise DeviceError(f"{self.device.name.strip()} has no double precision{held}: "
+                              f"use float32")
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx)
         real = "double" if self.dtype == np.float64 else "float"
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
         if self.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
             self.options.append("-cl-fp32-correctly-rounded-divide-sqrt")
-        dev = self.device
-        self.is_gpu = bool(dev.type & cl.device_type.GPU)
-        self.compute_units = dev.max_compute_units
-        self.gemm_params = gemm_params(self.is_gpu,
-                                       dev.max_work_group_size, dev.local_mem_size)
+        if self.simulator:
+            self.options.append("-cl-opt-disable")
+        lim = self.limits
+        self.is_gpu = lim.gpu
+        self.compute_units = self.device.max_compute_units
+        self.gemm_params = gemm_params(lim.gpu, lim.work_group, lim.local_bytes)
+        self.gemv_threads = 1 << (min(256, lim.work_group).bit_length() - 1)
         self._programs = {}
         self._bound, self._wrappers = {}, {}    # see _launch and _wrapper
         self._recording = None                  # a list while capture() records
+        self.vendor_gemm = pyclblast is not None and not self.simulator
         self._load_kernels()
-        self.gemm_path = config.gemm_path() if pyclblast else "own"
+        self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
 
     # -- programs ------------------------------------------------------------------------
 
@@ -129,13 +279,23 @@ class OpenCLBackend(KernelBackend):
 
     def _program(self, family, extra=()):
         """Build once per context and options; pyopencl caches binaries on disk keyed by
-        source, options and device."""
+        source, options, device and driver (PoCL keeps what it compiles per work-group size
+        in its own cache)."""
         key = (family, tuple(extra))
         if key not in self._programs:
             path, text = sources.load(family, "cl")
             try:
-                self._programs[key] = cl.Program(self.ctx, text).build(
-                    options=self.options + list(extra))
+                # drivers chatter on success (Intel's: "Compilation started", vectorisation
+                # remarks), which pyopencl turns into warnings: kept for the debug log
+                with warnings.catch_warnings(record=True) as said:
+                    warnings.simplefilter("always", cl.CompilerWarning)
+                    self._programs[key] = cl.Program(self.ctx, text).build(
+                        options=self.options + list(extra), cache_dir=str(self.cache_dir))
+                for w in said:
+                    if issubclass(w.category, cl.CompilerWarning):
+                        log.debug("%s, building %s: %s", self.name, path.name, w.message)
+                    else:
+                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
             except cl.RuntimeError as e:
                 raise KernelBuildError(f"{path} failed to build for {self.device.name} with "
                                        f"options {self.options + list(extra)}:\n{e}") from e
@@ -148,12 +308,16 @@ class OpenCLBackend(KernelBackend):
         buffers, offsets and scalars at every step. So each distinct argument list gets
         its own kernel object with the arguments set; buffers are keyed by handle, and the
         cache is emptied when a buffer is freed (a new one may reuse the handle)."""
+        if local_size is None:
+            local_size = default_local(global_size, self.limits.work_group)
+        global_size = tuple(-(-g // w) * w for g, w in zip(global_size, local_size))
         key = (kernel, *(a.int_ptr if isinstance(a, cl.Buffer) else a for a in args))
         bound = self._bound.get(key)
         try:
             if bound is None:
                 if len(self._bound) >= BOUND_KERNELS:      # dropout's key changes every step
                     self._bound.clear()
+                self._check_launch(kernel, local_size)
                 bound = cl.Kernel(kernel.program, kernel.function_name)
                 bound.set_args(*args)
                 self._bound[key] = bound
@@ -174,6 +338,35 @@ class OpenCLBackend(KernelBackend):
                 f"{dev.global_mem_size / 2**20:.0f} MiB are allocated by portanet: use a "
                 f"smaller batch or network") from e
 
+    def _check_launch(self, kernel, local_size):
+        """Hold a launch to the limits (capped or not): a work-group or local-memory
+        footprint that PoCL or NVIDIA accept but an AMD, Intel or mobile GPU refuses fails
+        here, on every device, with what to change. The kernel's own group limit (its
+        registers) is the driver's, and holds under any cap."""
+        lim, name = self.limits, kernel.function_name
+        threads = int(np.prod(local_size))
+        info = cl.kernel_work_group_info
+        own = kernel.get_work_group_info(info.WORK_GROUP_SIZE, self.device)
+        local = kernel.get_work_group_info(info.LOCAL_MEM_SIZE, self.device)
+        problems = []
+        if threads > min(lim.work_group, own):
+            problems.append(f"{threads} work-items per group, over the "
+                            f"{min(lim.work_group, own)} allowed")
+        if any(w > m for w, m in zip(local_size, lim.work_items)):
+            problems.append(f"a group of {tuple(local_size)}, over {lim.work_items} per "
+                            f"dimension")
+        if local > lim.local_bytes:
+            problems.append(f"{local} bytes of local memory, over the {lim.local_bytes}")
+        if problems:
+            raise KernelBuildError(
+                f"{name} on {self.device.name.strip()} (limits: {lim.profile}) would use "
+                + " and ".join(problems) + ": its parameters must derive from the limits "
+                "(a bug in portanet: please report it with this message)")
+
+    def _device_id(self):
+        dev, pl = self.device, self.platform
+        return (pl.name, pl.version, dev.name, dev.version, dev.driver_version, self.options)
+
     @staticmethod
     def _pointer(x):
         return x.buf
@@ -187,7 +380,7 @@ class OpenCLBackend(KernelBackend):
         dev = self.device
         if self.allocated_bytes + nbytes > dev.global_mem_size:
             gc.collect()    # arrays dropped in reference cycles: as pyopencl does on failure
-        if (nbytes > dev.max_mem_alloc_size
+        if (nbytes > self.limits.max_alloc
                 or self.allocated_bytes + nbytes > dev.global_mem_size):
             raise OutOfMemoryError(self._oom_text(label, shape, nbytes))
         try:
@@ -200,7 +393,7 @@ class OpenCLBackend(KernelBackend):
         dev = self.device
         return (super()._oom_text(label, shape, nbytes,
                                   dev.global_mem_size - self.allocated_bytes, dev.global_mem_size)
-                + f" (one buffer may be at most {dev.max_mem_alloc_size / 2**20:.0f} MiB)")
+                + f" (one buffer may be at most {self.limits.max_alloc / 2**20:.0f} MiB)")
 
     def write(self, dst, host):
         self._not_recording("a copy to the device")
@@ -276,7 +469,7 @@ class OpenCLBackend(KernelBackend):
 
     @property
     def max_alloc_bytes(self):
-        return self.device.max_mem_alloc_size
+        return self.limits.max_alloc
 
     # -- GEMM ----------------------------------------------------------------------------
 
@@ -309,4 +502,5 @@ class OpenCLBackend(KernelBackend):
         return {"name": dev.name.strip(), "vendor": dev.vendor.strip(),
                 "platform": self.platform.name.strip(), "driver": dev.driver_version,
                 "compute_units": dev.max_compute_units, "memory_bytes": dev.global_mem_size,
-                "gemm": self.gemm_path, "gemm_params": self.gemm_params}
+                "gemm": self.gemm_path, "gemm_params": self.gemm_params,
+                "limits": dataclasses.asdict(self.limits)}
