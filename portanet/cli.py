@@ -32,13 +32,49 @@ class _Stderr(logging.Handler):
 
 
 @main.command()
-def devices():
-    """List every device the installed backends see, with the string that selects it."""
+@click.option("--check", is_flag=True,
+              help="build every kernel, run a GEMM and a LeNet training step on each device "
+                   "against the NumPy reference; one PASS/FAIL line each, exit 1 on a FAIL")
+@click.option("--device", "specs", multiple=True,
+              help="with --check: a device string to check; repeat for several "
+                   "(default: every device listed)")
+def devices(check, specs):
+    """List every device the installed backends see, with the string that selects it;
+    with --check, check that each builds portanet's kernels and computes what NumPy does."""
+    if specs and not check:
+        raise click.UsageError("--device selects the devices to --check; "
+                               "`portanet devices` alone lists them all")
+    if check:
+        _check_devices(specs)
+        return
     found, missing = backends.list_devices()
     for spec, description in found:
         click.echo(f"{spec:16s} {description}")
     for name, reason in missing:
         click.echo(f"{'(' + name + ')':16s} unavailable: {reason}")
+
+
+def _check_devices(specs):
+    """One line per device as its checks end (a simulator takes a while): the device
+    string, its description, PASS or FAIL, build seconds, step milliseconds, GEMM path,
+    then on FAIL what failed."""
+    from . import check
+    targets = check.targets(specs)
+    width = max(len(description) for _, description in targets)
+    failed = 0
+    for spec, description in targets:
+        r = check.check_device(spec, description)
+        build = "-" if r.build_s is None else f"{r.build_s:.2f} s"
+        step = "-" if r.step_ms is None else f"{r.step_ms:.2f} ms"
+        line = (f"{r.device:16s} {r.description:{width}s}  {'PASS' if r.passed else 'FAIL'}  "
+                f"build {build:>8s}  step {step:>10s}  gemm {r.gemm_path or '-'}")
+        if not r.passed:
+            failed += 1
+            line += "  " + "; ".join(r.failures)
+        click.echo(line)
+    if failed:
+        click.echo(f"{failed} of {len(targets)} devices failed the check", err=True)
+        sys.exit(1)
 
 
 @main.command()

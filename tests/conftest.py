@@ -136,3 +136,32 @@ def rel_err(x, ref, scale=None):
 def gemm_scale(alpha, a, b, beta, c):
     """|| |alpha| |a| |b| + |beta| |c| ||: what rounding in alpha a b + beta c is relative to."""
     return np.linalg.norm(abs(alpha) * np.abs(a) @ np.abs(b) + abs(beta) * np.abs(c))
+
+
+# -- the time of each part: the summary ends with the tests and seconds of each device ----
+
+_parts = {}                     # device (or "-": tests without one) -> [seconds, outcomes]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = (yield).get_result()
+    params = getattr(item, "callspec", None)
+    params = params.params if params else {}
+    report.device = params.get("backend") or params.get("device_name") or "-"
+
+
+def pytest_runtest_logreport(report):
+    part = _parts.setdefault(getattr(report, "device", "-"), [0.0, {}])
+    part[0] += report.duration
+    if report.when == "call" or report.outcome != "passed":
+        part[1][report.outcome] = part[1].get(report.outcome, 0) + 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _parts:
+        return
+    terminalreporter.section("time per device (setup, test and teardown)")
+    for device, (seconds, outcomes) in sorted(_parts.items(), key=lambda p: -p[1][0]):
+        counts = ", ".join(f"{n} {what}" for what, n in sorted(outcomes.items()))
+        terminalreporter.write_line(f"{device:24s} {seconds:7.1f} s   {counts}")

@@ -153,16 +153,24 @@ def test_plan_prints_the_memory_plan_and_exits():
     assert "epoch" not in result.output
 
 
-def test_kernel_builds_are_announced(caplog):
-    """A first build on PoCL took minutes without a word; now it is said before it starts."""
+def test_kernel_builds_are_announced(caplog, tmp_path, monkeypatch):
+    """A first build on PoCL took minutes without a word: the first build of this version's
+    kernels on a device says so, with where they are cached, once; later runs are quiet."""
     import logging
     try:
         from portanet.backends import opencl
         p, d = opencl.default_device()
     except pn.DeviceError as e:
         pytest.skip(str(e))
-    with caplog.at_level(logging.INFO, logger="portanet"):
-        opencl.OpenCLBackend(p, d)
-    messages = [r.getMessage() for r in caplog.records]
-    assert messages[0].startswith(f"building portanet's kernels for opencl:{p}:{d}")
-    assert "ready in" in messages[-1]
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    said = []
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level(logging.INFO, logger="portanet"):
+            bk = opencl.OpenCLBackend(p, d)
+            bk.fill(bk.empty(3), 1.0)           # kernels are built when first launched
+        said.append([r.getMessage() for r in caplog.records])
+    assert len(said[0]) == 1, said[0]
+    assert said[0][0].startswith(f"building kernels for opencl:{p}:{d}")
+    assert f"first use, cached in {tmp_path}" in said[0][0]
+    assert said[1] == [], "a second build of the same kernels on the device is announced again"

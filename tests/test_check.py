@@ -1,0 +1,109 @@
+"""`portanet devices --check` (portanet/check.py): it passes on every device here, and a
+device that builds nothing, computes slightly wrong numbers or does not exist is a FAIL
+line and a nonzero exit, never a traceback."""
+import pytest
+from click.testing import CliRunner
+
+import portanet as pn
+from portanet import backends, check
+from portanet.cli import main
+from portanet.errors import KernelBuildError
+
+WRONG = 1e-3            # a relative error any device check must see
+
+
+def run(*args):
+    return CliRunner().invoke(main, ["devices", "--check", *args])
+
+
+def test_check_passes(backend):
+    r = check.check_device(backend)
+    assert r.passed, r.failures
+    assert r.device == backend.name and r.description
+    assert r.gemm_error <= check.GEMM_TOLERANCE and r.step_error <= check.STEP_TOLERANCE
+    assert r.step_ms > 0
+    assert (r.build_s is None) == (backend.kind == "cpu")
+    assert r.gemm_path.startswith(backend.gemm_path)
+
+
+@pytest.mark.parametrize("wrong", ["scaled", "nan"])
+def test_a_wrong_gemm_fails(backend, monkeypatch, wrong):
+    right = backend.gemm
+
+    def gemm(alpha, a, b, beta, c, trans_a=False, trans_b=False):
+        right(alpha * (1 + WRONG) if wrong == "scaled" else alpha, a, b, beta, c,
+              trans_a, trans_b)
+        if wrong == "nan" and c.shape == check.GEMM_SHAPE[:2]:
+            backend.fill(c, float("nan"))
+    monkeypatch.setattr(backend, "gemm", gemm)
+    r = check.check_device(backend)
+    assert not r.passed
+    assert r.failures[0].startswith("gemm: relative error")
+    if wrong == "scaled":
+        # relative to || |a| |b| ||, about sqrt(k) times || a b ||: 1e-3 shows as 1e-4
+        assert r.gemm_error > 5 * check.GEMM_TOLERANCE
+    else:
+        assert "nan" in r.failures[0]
+
+
+def test_a_slightly_wrong_activation_fails_the_step(backend, monkeypatch):
+    if backend.kind == "cpu":
+        pytest.skip("the cpu is the step's reference: it is checked by the gemm alone")
+    right = backend.bias_activation
+
+    def bias_activation(kind, z, b, a):
+        right(kind, z, b, a)
+        if kind == "relu":
+            backend.scal(1 + WRONG, a)
+    monkeypatch.setattr(backend, "bias_activation", bias_activation)
+    r = check.check_device(backend)
+    assert [f.split(":")[0] for f in r.failures] == ["step"], r.failures
+    assert r.step_error > 10 * check.STEP_TOLERANCE
+    assert "differs from the cpu's" in r.failures[0]
+
+
+def test_a_kernel_build_error_is_a_fail_with_its_first_line(backend, monkeypatch):
+    def build_all():
+        raise KernelBuildError("kernels_cl/conv.cl failed to build for the device\n"
+                               "error: the build log follows")
+    monkeypatch.setattr(backend, "build_all", build_all, raising=False)
+    r = check.check_device(backend)
+    assert r.failures == ["build: kernels_cl/conv.cl failed to build for the device"]
+    assert r.gemm_error is None and r.step_ms is None
+
+
+def test_cli_passes_and_lists_every_device_by_default(monkeypatch):
+    listed = [("cpu", "NumPy reference on the host CPU")]
+    monkeypatch.setattr(backends, "list_devices", lambda: (listed, []))
+    result = run()
+    assert result.exit_code == 0, result.output
+    line, = result.output.splitlines()
+    assert line.startswith("cpu ") and "NumPy reference" in line and " PASS " in line
+    assert " ms " in line
+
+
+def test_cli_exits_nonzero_on_a_wrong_device(monkeypatch):
+    bk = pn.device("cpu")
+    right = bk.gemm
+    monkeypatch.setattr(bk, "gemm",
+                        lambda alpha, *args, **kw: right(alpha * (1 + WRONG), *args, **kw))
+    result = run("--device", "cpu")
+    assert result.exit_code == 1, result.output
+    assert " FAIL " in result.output and "gemm: relative error" in result.output
+    assert "1 of 1 devices failed" in result.output
+
+
+def test_cli_unknown_device_is_a_fail_line_not_a_traceback():
+    result = run("--device", "quantum", "--device", "cpu")
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    quantum, cpu = result.output.splitlines()[:2]
+    assert quantum.startswith("quantum ") and " FAIL " in quantum
+    assert "open: unknown device 'quantum'" in quantum
+    assert cpu.startswith("cpu ") and " PASS " in cpu
+    assert "Traceback" not in result.output
+
+
+def test_cli_device_without_check_is_a_usage_error():
+    result = CliRunner().invoke(main, ["devices", "--device", "cpu"])
+    assert result.exit_code == 2 and "--check" in result.output
