@@ -47,6 +47,19 @@ if os.environ.get("PORTANET_DEVICE") and os.environ["PORTANET_DEVICE"] not in DE
 PROFILED = [f"opencl:pocl[{name}]" for name in ("amd", "intel-gpu", "mobile")]
 KERNEL_DEVICES = DEVICES + (PROFILED if "opencl:pocl" in DEVICES else []) + _SIMULATORS
 
+# what one kernel call may do on the simulator: Oclgrind with every check on runs about
+# 40 thousand multiply-adds a second, so larger shapes are left to the real devices
+SIMULATED_WORK = 100_000
+
+
+def simulated(backend, work):
+    """Skip on a simulator when a test's kernel calls do more than SIMULATED_WORK
+    multiply-adds (or elements) each; its other shapes still run there."""
+    if backend.simulator and work > SIMULATED_WORK:
+        pytest.skip(f"{work} operations a call is beyond what the simulator runs quickly "
+                    f"({SIMULATED_WORK}); the real devices run this shape")
+
+
 # relative-error tolerances, per dtype (not per test): float32 kernels against a float64
 # result, and float64 analytic gradients against central finite differences
 F32 = 1e-5
