@@ -42,7 +42,8 @@ KERNEL void col2im(GLOBAL real* x, const int x_off, const GLOBAL real* cols, con
 }
 
 /* a[c, oh, ow, n] <- max of the pool x pool window of x at (oh s, ow s); idx keeps the
-   flat index into x of the (first) maximum for the backward. */
+   flat index into x of the (first) maximum for the backward; a NaN in the window is
+   its maximum (the first NaN), as np.max and np.argmax have it. */
 KERNEL void maxpool(GLOBAL real* a, const int a_off, GLOBAL int* idx, const int idx_off,
                     const GLOBAL real* x, const int x_off, const int C, const int H,
                     const int W, const int N, const int pool, const int stride, const int Ho,
@@ -55,7 +56,7 @@ KERNEL void maxpool(GLOBAL real* a, const int a_off, GLOBAL int* idx, const int 
     for (int pi = 0; pi < pool; ++pi)
         for (int pj = 0; pj < pool; ++pj) {
             const int i = ((c * H + oh * stride + pi) * W + ow * stride + pj) * N + n;
-            if (x[x_off + i] > best_x) { best_x = x[x_off + i]; best = i; }
+            if (BEATS(x[x_off + i], best_x)) { best_x = x[x_off + i]; best = i; }
         }
     a[a_off + e] = best_x;
     idx[idx_off + e] = best;
@@ -93,13 +94,14 @@ DEVICE unsigned int mix32(unsigned int h) {
     return h;
 }
 
-/* out <- x . mask / (1 - rate), mask[i] = (uniform(key, i) >= rate). The backward is the
-   same call with the gradients, and the same key. */
+/* out <- x . mask / (1 - rate), mask[i] = (uniform(key, i) >= rate): a product, as in the
+   reference, so a dropped NaN or inf gives NaN. The backward is the same call with the
+   gradients, and the same key. */
 KERNEL void dropout(GLOBAL real* out, const int out_off, const GLOBAL real* x, const int x_off,
                     const int key, const real rate, const real scale, const int n) {
     const int i = GLOBAL_ID(0);
     if (i >= n) return;
     const unsigned int h = mix32((unsigned int)i * 0x9e3779b1u + (unsigned int)key);
     const real u = (real)(h >> 8) * (real)(1.0f / 16777216.0f);
-    out[out_off + i] = u >= rate ? x[x_off + i] * scale : (real)0;
+    out[out_off + i] = x[x_off + i] * (u >= rate ? scale : (real)0);
 }

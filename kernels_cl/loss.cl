@@ -20,7 +20,7 @@ KERNEL void softmax_xent(GLOBAL real* delta, const int delta_off, GLOBAL real* l
     real best_a = a[a_off + j];
     for (int i = 0; i < rows; ++i) {
         const real aij = a[a_off + i * cols + j];
-        if (aij > best_a) { best_a = aij; best = i; }
+        if (BEATS(aij, best_a)) { best_a = aij; best = i; }
         if (i == label) loss[loss_off + j] -= log_clamped(aij);
         delta[delta_off + i * cols + j] = aij - (i == label ? (real)1 : (real)0);
     }
@@ -60,18 +60,18 @@ KERNEL void mse(GLOBAL real* delta, const int delta_off, GLOBAL real* loss, cons
     for (int i = 0; i < rows; ++i) {
         const real aij = a[a_off + i * cols + j];
         const real yij = y[y_off + i * cols + j];
-        if (aij > max_a) { max_a = aij; best_a = i; }
-        if (yij > max_y) { max_y = yij; best_y = i; }
+        if (BEATS(aij, max_a)) { max_a = aij; best_a = i; }
+        if (BEATS(yij, max_y)) { max_y = yij; best_y = i; }
         const real d = aij - yij;
         if (i == 0) diff0 = d;
         sum += d * d;
-        delta[delta_off + i * cols + j] = (real)2 * d / (real)rows;
+        delta[delta_off + i * cols + j] = (real)2 / (real)rows * d;   /* 2 d may overflow */
     }
     loss[loss_off + j] += sum / (real)rows;
     if (rows > 1 ? best_a == best_y : fabs(diff0) < (real)0.5) hit[hit_off + j] += (real)1;
 }
 
-/* out[j] <- argmax_i a[i, j] (the first maximum) */
+/* out[j] <- argmax_i a[i, j] (the first maximum, or the first NaN) */
 KERNEL void argmax(GLOBAL int* out, const int out_off, const GLOBAL real* a, const int a_off,
                    const int rows, const int cols) {
     const int j = GLOBAL_ID(0);
@@ -80,7 +80,7 @@ KERNEL void argmax(GLOBAL int* out, const int out_off, const GLOBAL real* a, con
     real best_a = a[a_off + j];
     for (int i = 1; i < rows; ++i) {
         const real aij = a[a_off + i * cols + j];
-        if (aij > best_a) { best_a = aij; best = i; }
+        if (BEATS(aij, best_a)) { best_a = aij; best = i; }
     }
     out[out_off + j] = best;
 }

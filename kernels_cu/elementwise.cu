@@ -55,11 +55,23 @@ KERNEL void copy(GLOBAL real* y, const int y_off, const GLOBAL real* x, const in
     if (i < n) y[y_off + i] = x[x_off + i];
 }
 
+/* tanh, exactly +-1 from where it rounds there (1 - tanh z under half an ulp of 1), as the
+   reference's: libraries differ by an ulp there (PoCL's tanh is 1 - 2^-24 even at inf), and
+   1 - tanh^2 made of that ulp a derivative of 1.2e-7 or 0, of an inf gradient inf or NaN */
+#if REAL_IS_DOUBLE
+#define TANH_ONE 19.061547465          /* ln(2^55 - 1) / 2 */
+#else
+#define TANH_ONE 9.0109134f            /* ln(2^26 - 1) / 2 */
+#endif
+DEVICE real tanh_rounded(const real z) {
+    return fabs(z) > TANH_ONE ? copysign((real)1, z) : tanh(z);     /* NaN: tanh(NaN) */
+}
+
 DEVICE real activate(const int kind, const real z) {
     switch (kind) {
-    case ACT_RELU: return z > 0 ? z : (real)0;
+    case ACT_RELU: return z < 0 ? (real)0 : z;      /* NaN stays NaN, as in np.maximum */
     case ACT_SIGMOID: return (real)1 / ((real)1 + exp(-z));
-    case ACT_TANH: return tanh(z);
+    case ACT_TANH: return tanh_rounded(z);
     default: return z;
     }
 }
@@ -69,7 +81,7 @@ DEVICE real activate_grad(const int kind, const real z) {
     switch (kind) {
     case ACT_RELU: return z > 0 ? (real)1 : (real)0;
     case ACT_SIGMOID: { const real s = (real)1 / ((real)1 + exp(-z)); return s * ((real)1 - s); }
-    case ACT_TANH: { const real t = tanh(z); return (real)1 - t * t; }
+    case ACT_TANH: { const real t = tanh_rounded(z); return (real)1 - t * t; }
     default: return (real)1;
     }
 }

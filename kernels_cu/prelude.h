@@ -28,6 +28,10 @@ typedef float4 real4;
 #define RESTRICT __restrict__
 #define DEVICE static __device__  /* a helper function called by kernels */
 
+/* whether x takes best's place in an argmax scan (argmax, maxpool): it is larger, or it
+   is the first NaN. NumPy's argmax and max, the reference, rank NaN above every number. */
+#define BEATS(x, best) ((best) == (best) && !((x) <= (best)))
+
 #define ACT_LINEAR 0
 #define ACT_RELU 1
 #define ACT_SIGMOID 2

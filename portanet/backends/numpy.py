@@ -138,6 +138,7 @@ class NumpyBackend(Backend):
             for kj in range(k):
                 out[:, ki, kj] = xp[:, ki:ki + stride * Ho:stride, kj:kj + stride * Wo:stride]
 
+    @_quiet
     def col2im(self, x, cols, k, stride, pad):
         C, H, W, N = x.shape
         Ho, Wo = conv_out(H, k, stride, pad), conv_out(W, k, stride, pad)
@@ -157,10 +158,13 @@ class NumpyBackend(Backend):
             for pj in range(pool):
                 window = (slice(None), slice(pi, pi + stride * Ho, stride),
                           slice(pj, pj + stride * Wo, stride))
-                better = x[window] > a
+                # a NaN in the window is its maximum, the first NaN its argmax, as in
+                # np.max and np.argmax (comparing alone kept a NaN only where it came first)
+                better = (x[window] > a) | (np.isnan(x[window]) & ~np.isnan(a))
                 a[better] = x[window][better]
                 idx[better] = flat[window][better]
 
+    @_quiet
     def maxpool_grad(self, dx, da, idx, pool, stride):
         flat = np.zeros(dx.size, dx.dtype)
         np.add.at(flat, idx.ravel(), da.ravel())
@@ -192,7 +196,7 @@ def activate(kind, z):
         with np.errstate(over="ignore"):
             return 1 / (1 + np.exp(-z))
     if kind == "tanh":
-        return np.tanh(z)
+        return _tanh(z)
     e = np.exp(z - z.max(axis=0, keepdims=True))        # softmax over features, per sample
     return e / e.sum(axis=0, keepdims=True)
 
@@ -205,7 +209,20 @@ def activate_grad(kind, z):
     if kind == "sigmoid":
         s = activate("sigmoid", z)
         return s * (1 - s)
-    return 1 - np.tanh(z) ** 2
+    return 1 - _tanh(z) ** 2
+
+
+# |z| from which tanh rounds to +-1 (1 - tanh z under half an ulp of 1): ln(2^26 - 1) / 2 in
+# float32, ln(2^55 - 1) / 2 in float64, as in the kernels (elementwise.cl)
+TANH_ONE = {np.dtype(np.float32): 9.0109134, np.dtype(np.float64): 19.061547465}
+
+
+def _tanh(z):
+    """tanh, exactly +-1 from TANH_ONE on: libraries differ by an ulp there (NumPy's float32
+    tanh reaches 1 only near 9.6, PoCL's never, not even at inf), and 1 - tanh^2 made of that
+    ulp a derivative of 1.2e-7 or 0, so that an inf gradient gave inf or NaN."""
+    one = TANH_ONE.get(np.asarray(z).dtype)
+    return np.tanh(z) if one is None else np.where(np.abs(z) > one, np.sign(z), np.tanh(z))
 
 
 def _host_memory():
