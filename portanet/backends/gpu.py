@@ -362,7 +362,7 @@ GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO":
 # CPUs (PoCL, Intel's runtime): 32 x 32 tiles, 8 deep, of 4 x 4 per work-item. PoCL compiles
 # a kernel per work-group size at its first launch, and the unrolled 8 x 8 x 16 body of the
 # defaults took it 20 s per variant (of four: the transposes) against 4 s for this one,
-# which also ran the MLP's products 1.3-1.9x faster on 2 cores (/tmp/tiling.py, issue 13)
+# which also ran the MLP's products 1.3-1.9x faster (set_gemm_params, 2-core EPYC)
 CPU_TILES = {"TSM": 32, "TSN": 32, "TSK": 8, "WPTM": 4, "WPTN": 4, "MICRO": 0, "PAD": 1}
 
 
