@@ -153,3 +153,22 @@ def test_intel_runtime_is_visible_when_installed():
     x = bk.upload(np.arange(5, dtype=np.float32))
     bk.scal(3.0, x)
     assert np.array_equal(bk.download(x), 3 * np.arange(5))
+
+
+def test_oclgrind_reports_fail_the_test():
+    """The harness that fails a kernel test on the simulator's reports can fail: a fill
+    past the end of its buffer and a copy of memory never written are both reported."""
+    from conftest import SIMULATOR, get_backend, oclgrind_log
+    if SIMULATOR not in [f"opencl:{w}" for w in platforms()]:
+        pytest.skip("Oclgrind is not installed (extra oclgrind)")
+    bk = get_backend(SIMULATOR)
+    with pytest.raises(pytest.fail.Exception, match="Invalid write of size 4"):
+        with oclgrind_log():
+            x = bk.upload(np.ones(10, np.float32))
+            bk._run("fill", (12,), x, 1.0, 12)          # n = 12 > 10: writes past the end
+            bk.synchronize()
+    with pytest.raises(pytest.fail.Exception, match="Uninitialized value"):
+        with oclgrind_log():
+            dst = bk.empty(6)
+            bk.copy(bk.empty(6), dst)
+            bk.synchronize()
