@@ -172,3 +172,18 @@ def test_oclgrind_reports_fail_the_test():
             dst = bk.empty(6)
             bk.copy(bk.empty(6), dst)
             bk.synchronize()
+
+
+def test_a_read_only_cache_still_gets_a_vendors_folder(tmp_path, monkeypatch):
+    lib = tmp_path / "libintelocl.so"
+    lib.write_text("")
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")                      # the cache path is a file: mkdir fails
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    monkeypatch.setenv("OCL_ICD_VENDORS", str(tmp_path / "none"))
+    monkeypatch.setattr(icd, "_done", False)
+    monkeypatch.setattr(icd, "_pip_runtimes", lambda: {"portanet-intel-cpu": lib})
+    icd.prepare()
+    folder = os.environ["OCL_ICD_VENDORS"]
+    assert not folder.startswith(str(blocked))
+    assert open(os.path.join(folder, "portanet-intel-cpu.icd")).read().strip() == str(lib)

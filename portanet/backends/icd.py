@@ -12,7 +12,9 @@ OCL_ICD_VENDORS at it. (libintelocl.so finds its own libraries, libimf, libsvml,
 through its RUNPATH $ORIGIN: no loader path to set.)
 """
 import hashlib
+import logging
 import os
+import tempfile
 import threading
 from importlib import metadata
 from pathlib import Path
@@ -20,6 +22,7 @@ from pathlib import Path
 from .. import config
 
 SYSTEM_VENDORS = "/etc/OpenCL/vendors"
+log = logging.getLogger("portanet")
 _done = False
 _lock = threading.Lock()
 
@@ -36,8 +39,17 @@ def prepare():
         if not extra:
             return
         current = os.environ.get("OCL_ICD_VENDORS") or SYSTEM_VENDORS
-        entries = {**_icd_entries(current), **extra}
-        os.environ["OCL_ICD_VENDORS"] = str(_write_folder(entries))
+        try:
+            entries = {**_icd_entries(current), **extra}
+            try:
+                folder = _write_folder(entries, config.cache_dir())
+            except OSError:             # no writable cache: a folder of this process's own
+                folder = _write_folder(entries, Path(tempfile.mkdtemp(prefix="portanet-")))
+        except OSError as e:            # the runtime stays invisible; the others still work
+            log.warning("cannot make the pip-installed OpenCL runtimes visible (%s): %s",
+                        ", ".join(extra), e)
+            return
+        os.environ["OCL_ICD_VENDORS"] = str(folder)
 
 
 def _pip_runtimes():
@@ -69,12 +81,11 @@ def _icd_entries(source):
     return {}
 
 
-def _write_folder(entries):
-    """A vendors folder holding `entries`, under the user's cache, named by its contents
-    so that processes started together share it; written whole, then renamed into place."""
+def _write_folder(entries, base):
+    """A vendors folder holding `entries`, in `base`, named by its contents so that
+    processes started together share it; written whole, then renamed into place."""
     text = "\n".join(f"{name}={entries[name]}" for name in sorted(entries))
     digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    base = config.cache_dir()
     folder = base / f"opencl-vendors-{digest}"
     if folder.is_dir():
         return folder
