@@ -1,6 +1,7 @@
 """`portanet devices --check` (portanet/check.py): it passes on every device here, and a
 device that builds nothing, computes slightly wrong numbers or does not exist is a FAIL
 line and a nonzero exit, never a traceback."""
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -107,3 +108,21 @@ def test_cli_unknown_device_is_a_fail_line_not_a_traceback():
 def test_cli_device_without_check_is_a_usage_error():
     result = CliRunner().invoke(main, ["devices", "--device", "cpu"])
     assert result.exit_code == 2 and "--check" in result.output
+
+
+def test_what_the_simulator_reports_fails_it(monkeypatch):
+    """On Oclgrind a right answer is not enough: an access it reports (here a fill past the
+    end of a buffer, slipped into the gemm check) fails the device."""
+    from conftest import SIMULATOR, get_backend
+    bk = get_backend(SIMULATOR)
+
+    def overrun(bk, rng):                   # right (0 error), but past the buffer's end
+        x = bk.upload(np.ones(10, np.float32))
+        bk._run("fill", (12,), x, 1.0, 12)
+        bk.synchronize()
+        return 0.0
+    monkeypatch.setattr(check, "check_gemm", overrun)
+    monkeypatch.setattr(check, "check_step", lambda bk, rng, seed: (0.0, "0.w", 1.0))
+    result = check.check_device(bk)
+    assert not result.passed
+    assert any(f.startswith("simulator: ") and "Invalid write" in f for f in result.failures)
