@@ -87,7 +87,7 @@ def enumerate_devices():
     words = platform_words(_platforms())
     listed = []
     for p, d, platform, dev in _devices():
-        what = (f"a simulator that checks kernels, never the default" if words[p] in SIMULATORS
+        what = ("a simulator that checks kernels, never the default" if words[p] in SIMULATORS
                 else f"{dev.max_compute_units} compute units, {dev.global_mem_size / 2**30:.1f} GiB")
         listed.append((f"opencl:{p}:{d}", f"{dev.name.strip()} (opencl:{words[p]}:{d}; "
                                           f"{platform.name.strip()}, {what})"))
