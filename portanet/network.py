@@ -207,6 +207,10 @@ class Sequential:
             setattr(owner, buf.name, x)
         self.shared = Shared(self._ones, self._workspace)
         self.backend.fill(self._ones, 1.0)
+        # train_batch adds into the sums without an epoch to zero them (Oclgrind saw the
+        # loss kernel read them unwritten)
+        self.backend.fill(self._loss_sum, 0.0)
+        self.backend.fill(self._hit_sum, 0.0)
         self.capacity, self.m = m, None
 
     def _free_batch_buffers(self):
