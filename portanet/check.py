@@ -18,14 +18,13 @@ The shapes are small on purpose: the checks are about right answers, not speed (
 hundred thousand multiply-adds a second.
 """
 import dataclasses
-import os
 import statistics
-import tempfile
 import time
 
 import numpy as np
 
 from . import backends, models
+from .backends import opencl
 from .errors import DeviceError, KernelBuildError, PortanetError
 from .optim import SGD
 
@@ -102,7 +101,7 @@ def check_device(spec, description="", seed=0):
     Result, never an exception for what the device does (a device that cannot be opened
     is a failed Result too)."""
     result = Result(getattr(spec, "name", spec), description)
-    log = _simulator_log()
+    log = opencl.simulator_checks()
     start = time.perf_counter()
     try:
         bk = backends.device(spec)
@@ -121,29 +120,16 @@ def check_device(spec, description="", seed=0):
         result.failures.append(f"build: {_describe(e)}")
         return result
     rng = np.random.default_rng(seed)
-    said = os.path.getsize(log) if os.path.exists(log) else 0
+    report = opencl.SimulatorReport(log)
     for name, check in (("gemm", _gemm), ("step", _step)):
         try:
             check(bk, rng, seed, result)
         except Exception as e:  # noqa: BLE001 - a driver error is this device's failure
             result.failures.append(f"{name}: {_describe(e)}")
-    if bk.simulator and os.path.exists(log):
-        with open(log, errors="replace") as f:
-            f.seek(said)
-            report = f.read().strip()
-        if report:
-            result.failures.append(f"simulator: {_first_line(report)} (all in {log})")
+    said = report.read() if bk.simulator else ""
+    if said:
+        result.failures.append(f"simulator: {_first_line(said)} (all in {log})")
     return result
-
-
-def _simulator_log():
-    """The file Oclgrind reports to, with its checks on (data races, uninitialised reads;
-    out-of-bounds accesses always), unless the user set them: read when it makes a
-    context, so set before any device opens. It affects no other device."""
-    os.environ.setdefault("OCLGRIND_DATA_RACES", "1")
-    os.environ.setdefault("OCLGRIND_UNINITIALIZED", "1")
-    return os.environ.setdefault("OCLGRIND_LOG", os.path.join(
-        tempfile.gettempdir(), f"portanet-check-oclgrind-{os.getpid()}.log"))
 
 
 def _gemm(bk, rng, seed, result):

@@ -8,21 +8,17 @@ of backends.opencl.PROFILES (opencl:pocl[mobile]: the parameters an AMD, Intel o
 GPU would get, held to its limits), and on the Oclgrind simulator with its checks on,
 where any error it reports fails the test (oclgrind_log)."""
 import os
-import tempfile
 import zlib
 
 import numpy as np
 import pytest
 
 import portanet
+from portanet.backends import opencl
 from portanet.errors import DeviceError
 
-# Oclgrind's checks, read when it creates a context: out-of-bounds accesses are always
-# checked; data races and uninitialised reads on request; its reports go to OCLGRIND_LOG
-OCLGRIND_LOG = os.environ.setdefault(
-    "OCLGRIND_LOG", os.path.join(tempfile.mkdtemp(prefix="portanet-tests-"), "oclgrind.log"))
-os.environ.setdefault("OCLGRIND_DATA_RACES", "1")
-os.environ.setdefault("OCLGRIND_UNINITIALIZED", "1")
+# Oclgrind's checks on before any context is made; its reports go to this file
+OCLGRIND_LOG = opencl.simulator_checks()
 
 KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics"}
 SIMULATOR = "opencl:oclgrind"
@@ -32,11 +28,10 @@ def _opencl_devices():
     """opencl:<platform> for each OpenCL platform here but the simulator; ['opencl'] (which
     skips, saying why) where there is none."""
     try:
-        from portanet.backends import opencl
         words = opencl.platform_words(opencl._platforms())
     except DeviceError:
         words = []
-    named = [f"opencl:{w}" for w in words if w not in opencl.SIMULATORS] if words else []
+    named = [f"opencl:{w}" for w in words if w not in opencl.SIMULATORS]
     return named or ["opencl"], [f"opencl:{w}" for w in words if w in opencl.SIMULATORS]
 
 
@@ -74,7 +69,6 @@ def get_backend(spec, dtype=np.float32):
             device, _, profile = spec[:-1].partition("[")
             key = (spec, np.dtype(dtype))
             if key not in _profiled:
-                from portanet.backends import opencl
                 p, d = map(int, portanet.device(device).name.split(":")[1:])
                 _profiled[key] = opencl.OpenCLBackend(p, d, dtype, limits=profile)
             return _profiled[key]
@@ -115,15 +109,12 @@ class oclgrind_log:
     OCLGRIND_LOG; only what this test added is read)."""
 
     def __enter__(self):
-        self.start = os.path.getsize(OCLGRIND_LOG) if os.path.exists(OCLGRIND_LOG) else 0
+        self.report = opencl.SimulatorReport(OCLGRIND_LOG)
 
     def __exit__(self, kind, *_):
-        if kind is None and os.path.exists(OCLGRIND_LOG):
-            with open(OCLGRIND_LOG, errors="replace") as f:
-                f.seek(self.start)
-                report = f.read().strip()
-            if report:
-                pytest.fail(f"Oclgrind reported errors:\n{report[:4000]}")
+        said = self.report.read() if kind is None else ""
+        if said:
+            pytest.fail(f"Oclgrind reported errors:\n{said[:4000]}")
 
 
 @pytest.fixture

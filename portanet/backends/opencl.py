@@ -8,7 +8,9 @@ import contextlib
 import dataclasses
 import gc
 import logging
+import os
 import re
+import tempfile
 import warnings
 
 import numpy as np
@@ -48,6 +50,33 @@ def _platforms():
         return cl.get_platforms()
     except cl.Error:          # PLATFORM_NOT_FOUND_KHR from the ICD loader
         return []
+
+
+def simulator_checks():
+    """Turn Oclgrind's checks on (data races, uninitialised reads; out-of-bounds accesses
+    always), unless the user set them, and return the file it reports to. Oclgrind reads
+    them when it makes a context, so call this before opening it; no other device reads
+    them. `portanet devices --check` and the tests do."""
+    os.environ.setdefault("OCLGRIND_DATA_RACES", "1")
+    os.environ.setdefault("OCLGRIND_UNINITIALIZED", "1")
+    return os.environ.setdefault("OCLGRIND_LOG", os.path.join(
+        tempfile.gettempdir(), f"portanet-oclgrind-{os.getpid()}.log"))
+
+
+class SimulatorReport:
+    """What the simulator writes to its log from now on: `SimulatorReport(log).read()`."""
+
+    def __init__(self, log):
+        self.log = log
+        self.start = os.path.getsize(log) if os.path.exists(log) else 0
+
+    def read(self):
+        """The text appended since this report began, stripped ('' if none)."""
+        if not os.path.exists(self.log):
+            return ""
+        with open(self.log, errors="replace") as f:
+            f.seek(self.start)
+            return f.read().strip()
 
 
 def platform_words(platforms):
@@ -267,6 +296,7 @@ class OpenCLBackend(KernelBackend):
         self.gemv_threads = 1 << (min(256, lim.work_group).bit_length() - 1)
         self._programs = {}
         self._bound, self._wrappers = {}, {}    # see _launch and _wrapper
+        self._checked = set()                   # (kernel, group) held to the limits
         self._recording = None                  # a list while capture() records
         self.vendor_gemm = pyclblast is not None and not self.simulator
         self._load_kernels()
@@ -317,7 +347,9 @@ class OpenCLBackend(KernelBackend):
             if bound is None:
                 if len(self._bound) >= BOUND_KERNELS:      # dropout's key changes every step
                     self._bound.clear()
-                self._check_launch(kernel, local_size)
+                if (kernel, local_size) not in self._checked:
+                    self._check_launch(kernel, local_size)
+                    self._checked.add((kernel, local_size))
                 bound = cl.Kernel(kernel.program, kernel.function_name)
                 bound.set_args(*args)
                 self._bound[key] = bound
