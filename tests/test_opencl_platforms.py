@@ -158,10 +158,13 @@ def test_intel_runtime_is_visible_when_installed():
 def test_oclgrind_reports_fail_the_test():
     """The harness that fails a kernel test on the simulator's reports can fail: a fill
     past the end of its buffer and a copy of memory never written are both reported."""
-    from conftest import SIMULATOR, get_backend, oclgrind_log
-    if SIMULATOR not in [f"opencl:{w}" for w in platforms()]:
+    from conftest import oclgrind_log
+    words = platforms()
+    if "oclgrind" not in words:
         pytest.skip("Oclgrind is not installed (extra oclgrind)")
-    bk = get_backend(SIMULATOR)
+    # a context of its own: Oclgrind reuses the memory of released buffers with what it
+    # knew of it, so after other tests a new buffer can read as initialised
+    bk = opencl.OpenCLBackend(words.index("oclgrind"), 0)
     with pytest.raises(pytest.fail.Exception, match="Invalid write of size 4"):
         with oclgrind_log():
             x = bk.upload(np.ones(10, np.float32))
