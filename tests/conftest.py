@@ -20,7 +20,7 @@ from portanet.errors import DeviceError
 # Oclgrind's checks on before any context is made; its reports go to this file
 OCLGRIND_LOG = opencl.simulator_checks()
 
-KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics"}
+KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics", "test_batchnorm"}
 SIMULATOR = "opencl:oclgrind"
 
 
