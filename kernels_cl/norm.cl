@@ -1,0 +1,148 @@
+/* norm.cl: batch normalization. x is viewed as (rows, n), row-major: a row per feature of
+   a Dense layer's (features, batch) activations, or per channel of (C, H, W, N) images
+   (n = H W N). Statistics are per row; mean, inv_std, gamma, beta, running_mean,
+   running_var, dgamma and dbeta hold one value per row. Every pointer is followed by its
+   offset in elements. */
+#include "prelude.h"
+
+#ifndef NORM_THREADS                /* work-items of a row's group: a power of two, set from
+                                       the device's limits */
+#define NORM_THREADS 256
+#endif
+
+/* A copy of elementwise.cl's activate (a kernel family is one program and cannot call
+   another's functions): to be folded into one shared definition. Codes it does not know
+   are refused on the host (norm.py, NORM_ACTIVATIONS). */
+#if REAL_IS_DOUBLE
+#define TANH_ONE 19.061547465          /* ln(2^55 - 1) / 2 */
+#else
+#define TANH_ONE 9.0109134f            /* ln(2^26 - 1) / 2 */
+#endif
+DEVICE real tanh_rounded(const real z) {
+    return fabs(z) > TANH_ONE ? copysign((real)1, z) : tanh(z);     /* NaN: tanh(NaN) */
+}
+
+DEVICE real activate(const int kind, const real z) {
+    switch (kind) {
+    case ACT_RELU: return z < 0 ? (real)0 : z;      /* NaN stays NaN, as in np.maximum */
+    case ACT_SIGMOID: return (real)1 / ((real)1 + exp(-z));
+    case ACT_TANH: return tanh_rounded(z);
+    default: return z;
+    }
+}
+
+/* The sum of every work-item's v, returned to all of them: a tree through local memory.
+   The last barrier keeps the next call from writing partial before all have read it. */
+DEVICE real group_sum(LOCAL_PTR real* partial, const real v) {
+    const int t = LOCAL_ID(0);
+    partial[t] = v;
+    BARRIER();
+    for (int stride = NORM_THREADS / 2; stride > 0; stride /= 2) {
+        if (t < stride) partial[t] += partial[t + stride];
+        BARRIER();
+    }
+    const real total = partial[0];
+    BARRIER();
+    return total;
+}
+
+/* Per row r, over its n values:
+     mean = sum(x) / n;  var = sum((x - mean)^2) / n   (two passes: E[x^2] - E[x]^2
+     cancels catastrophically where the mean is large against the spread)
+     inv_std = 1 / sqrt(var + eps);  z <- gamma (x - mean) inv_std + beta;  a <- f(z)
+     running_mean <- (1 - momentum) running_mean + momentum mean
+     running_var <- (1 - momentum) running_var + momentum var n / (n - 1)   (var if n = 1)
+   One group of NORM_THREADS per row; each work-item reads and writes the same elements in
+   every pass, so z may be x. */
+KERNEL void batchnorm_train(GLOBAL real* z, const int z_off, GLOBAL real* a, const int a_off,
+                            GLOBAL real* mean, const int mean_off, GLOBAL real* inv_std,
+                            const int inv_std_off, GLOBAL real* running_mean, const int rm_off,
+                            GLOBAL real* running_var, const int rv_off, const GLOBAL real* x,
+                            const int x_off, const GLOBAL real* gamma, const int gamma_off,
+                            const GLOBAL real* beta, const int beta_off, const int kind,
+                            const real eps, const real momentum, const int rows, const int n) {
+    LOCAL real partial[NORM_THREADS];
+    const int r = GROUP_ID(0), t = LOCAL_ID(0), row = r * n;
+    real sum = 0;
+    for (int k = t; k < n; k += NORM_THREADS) sum += x[x_off + row + k];
+    const real m = group_sum(partial, sum) / (real)n;
+    real squares = 0;
+    for (int k = t; k < n; k += NORM_THREADS) {
+        const real d = x[x_off + row + k] - m;
+        squares += d * d;
+    }
+    const real var = group_sum(partial, squares) / (real)n;
+    const real s = (real)1 / sqrt(var + eps);
+    if (t == 0) {
+        const real unbiased = n > 1 ? var * (real)n / (real)(n - 1) : var;
+        mean[mean_off + r] = m;
+        inv_std[inv_std_off + r] = s;
+        running_mean[rm_off + r] = ((real)1 - momentum) * running_mean[rm_off + r] + momentum * m;
+        running_var[rv_off + r] = ((real)1 - momentum) * running_var[rv_off + r]
+                                  + momentum * unbiased;
+    }
+    const real g = gamma[gamma_off + r] * s, b = beta[beta_off + r];
+    for (int k = t; k < n; k += NORM_THREADS) {
+        const real zk = g * (x[x_off + row + k] - m) + b;
+        z[z_off + row + k] = zk;
+        a[a_off + row + k] = activate(kind, zk);
+    }
+}
+
+/* z <- gamma (x - running_mean) / sqrt(running_var + eps) + beta; a <- f(z). One work-item
+   per element; dimension 0 runs along the row. */
+KERNEL void batchnorm_infer(GLOBAL real* z, const int z_off, GLOBAL real* a, const int a_off,
+                            const GLOBAL real* x, const int x_off, const GLOBAL real* gamma,
+                            const int gamma_off, const GLOBAL real* beta, const int beta_off,
+                            const GLOBAL real* running_mean, const int rm_off,
+                            const GLOBAL real* running_var, const int rv_off, const int kind,
+                            const real eps, const int rows, const int n) {
+    const int j = GLOBAL_ID(0), r = GLOBAL_ID(1);
+    if (r < rows && j < n) {
+        const real s = (real)1 / sqrt(running_var[rv_off + r] + eps);
+        const real zk = gamma[gamma_off + r] * s * (x[x_off + r * n + j] - running_mean[rm_off + r])
+                        + beta[beta_off + r];
+        z[z_off + r * n + j] = zk;
+        a[a_off + r * n + j] = activate(kind, zk);
+    }
+}
+
+/* Per row, with xhat = (x - mean) inv_std:
+     dbeta <- alpha sum(dz) + beta dbeta;  dgamma <- alpha sum(dz xhat) + beta dgamma
+     (beta = 0: the old values are not read) and, where has_dx,
+     dx <- gamma inv_std (dz - sum(dz) / n - xhat sum(dz xhat) / n).
+   One group of NORM_THREADS per row. dx may be x or dz (the layer's input overwritten by
+   its gradient): each element of dx is written by the work-item that read it, after its
+   last read. Without dx, pass any array as dx and has_dx = 0. */
+KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamma,
+                           const int dgamma_off, GLOBAL real* dbeta, const int dbeta_off,
+                           const GLOBAL real* dz, const int dz_off, const GLOBAL real* x,
+                           const int x_off, const GLOBAL real* gamma, const int gamma_off,
+                           const GLOBAL real* mean, const int mean_off,
+                           const GLOBAL real* inv_std, const int inv_std_off, const real alpha,
+                           const real beta, const int has_dx, const int rows, const int n) {
+    LOCAL real partial[NORM_THREADS];
+    const int r = GROUP_ID(0), t = LOCAL_ID(0), row = r * n;
+    const real m = mean[mean_off + r], s = inv_std[inv_std_off + r];
+    real sum = 0, dot = 0;
+    for (int k = t; k < n; k += NORM_THREADS) {
+        const real d = dz[dz_off + row + k];
+        sum += d;
+        dot += d * ((x[x_off + row + k] - m) * s);
+    }
+    const real sum_dz = group_sum(partial, sum);
+    const real sum_dz_xhat = group_sum(partial, dot);
+    if (t == 0) {
+        dbeta[dbeta_off + r] = alpha * sum_dz
+                               + (beta == (real)0 ? (real)0 : beta * dbeta[dbeta_off + r]);
+        dgamma[dgamma_off + r] = alpha * sum_dz_xhat
+                                 + (beta == (real)0 ? (real)0 : beta * dgamma[dgamma_off + r]);
+    }
+    if (!has_dx) return;
+    const real g = gamma[gamma_off + r] * s;
+    const real mean_dz = sum_dz / (real)n, mean_dz_xhat = sum_dz_xhat / (real)n;
+    for (int k = t; k < n; k += NORM_THREADS) {
+        const real xhat = (x[x_off + row + k] - m) * s;
+        dx[dx_off + row + k] = g * (dz[dz_off + row + k] - mean_dz - xhat * mean_dz_xhat);
+    }
+}
