@@ -89,7 +89,9 @@ class NormKernels:
     """Batch normalization on a KernelBackend (OpenCL, CUDA): the kernels of norm.cl and
     norm.cu. The row-wise kernels (train, grad) run one work-group per row, its size the
     backend's gemv group (a power of two within the device's limits), summed through local
-    memory."""
+    memory. Few long rows leave a GPU mostly idle: 16 rows of 200704 took 237 us to train
+    on an H100 (CUDA, float32), 271 GB/s, against 159 us (1.6 TB/s) for 256 rows of 50176;
+    groups of 1024 took 76 us there, but NVIDIA's OpenCL allows these kernels 256."""
 
     def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
                         running_var, eps, momentum):
