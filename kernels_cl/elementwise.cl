@@ -1,6 +1,6 @@
-/* elementwise.cl: fill, BLAS-1 and the activations. Arrays are row-major, activations
-   (features, batch): element (i, j) of a rows x cols array is x[i * cols + j].
-   Every pointer is followed by its offset in elements. */
+/* elementwise.cl: fill, BLAS-1, the activations and the optimizers' updates. Arrays are
+   row-major, activations (features, batch): element (i, j) of a rows x cols array is
+   x[i * cols + j]. Every pointer is followed by its offset in elements. */
 #include "prelude.h"
 
 KERNEL void fill(GLOBAL real* x, const int x_off, const real value, const int n) {
@@ -67,21 +67,48 @@ DEVICE real tanh_rounded(const real z) {
     return fabs(z) > TANH_ONE ? copysign((real)1, z) : tanh(z);     /* NaN: tanh(NaN) */
 }
 
+/* leaky_relu's slope for z <= 0 (PyTorch's default); 1 / sqrt 2 and 1 / sqrt(2 pi) for gelu */
+#if REAL_IS_DOUBLE
+#define LEAKY_SLOPE 0.01
+#define SQRT1_2 0.70710678118654752440
+#define INV_SQRT_2PI 0.39894228040143267794
+#else
+#define LEAKY_SLOPE 0.01f
+#define SQRT1_2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+#endif
+
+DEVICE real sigmoid(const real z) {
+    return (real)1 / ((real)1 + exp(-z));
+}
+
+/* f(z), in the reference's order of operations (numpy.activate), so that inf and NaN come
+   out where the reference's do: gelu(-inf) and silu(-inf) are NaN (-inf . 0), as in PyTorch */
 DEVICE real activate(const int kind, const real z) {
     switch (kind) {
     case ACT_RELU: return z < 0 ? (real)0 : z;      /* NaN stays NaN, as in np.maximum */
-    case ACT_SIGMOID: return (real)1 / ((real)1 + exp(-z));
+    case ACT_SIGMOID: return sigmoid(z);
     case ACT_TANH: return tanh_rounded(z);
+    case ACT_LEAKY_RELU: return z > 0 ? z : LEAKY_SLOPE * z;
+    case ACT_ELU: return z > 0 ? z : expm1(z);
+    case ACT_GELU: return (real)0.5 * z * erfc(-z * SQRT1_2);  /* 0.5 z (1 + erf(z / sqrt 2)) */
+    case ACT_SILU: return z / ((real)1 + exp(-z));
     default: return z;
     }
 }
 
-/* f'(z) for the elementwise activations (softmax is only used fused with its loss) */
+/* f'(z) for the elementwise activations (softmax is only used fused with its loss), the
+   formulas as written: NaN where they multiply inf by 0 (gelu' and silu' at +-inf) */
 DEVICE real activate_grad(const int kind, const real z) {
     switch (kind) {
     case ACT_RELU: return z > 0 ? (real)1 : (real)0;
-    case ACT_SIGMOID: { const real s = (real)1 / ((real)1 + exp(-z)); return s * ((real)1 - s); }
+    case ACT_SIGMOID: { const real s = sigmoid(z); return s * ((real)1 - s); }
     case ACT_TANH: { const real t = tanh_rounded(z); return (real)1 - t * t; }
+    case ACT_LEAKY_RELU: return z > 0 ? (real)1 : LEAKY_SLOPE;
+    case ACT_ELU: return z > 0 ? (real)1 : exp(z);
+    case ACT_GELU:                                  /* Phi(z) + z phi(z) */
+        return (real)0.5 * erfc(-z * SQRT1_2) + z * exp((real)-0.5 * z * z) * INV_SQRT_2PI;
+    case ACT_SILU: { const real s = sigmoid(z); return s * ((real)1 + z * ((real)1 - s)); }
     default: return (real)1;
     }
 }
@@ -96,6 +123,17 @@ KERNEL void bias_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, con
         const real zij = z[z_off + i * cols + j] + b[b_off + i];
         z[z_off + i * cols + j] = zij;
         a[a_off + i * cols + j] = activate(kind, zij);
+    }
+}
+
+/* z <- z + x; a <- f(z), elementwise: a residual block's sum and its activation */
+KERNEL void add_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
+                           const GLOBAL real* x, const int x_off, const int kind, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) {
+        const real zi = z[z_off + i] + x[x_off + i];
+        z[z_off + i] = zi;
+        a[a_off + i] = activate(kind, zi);
     }
 }
 
@@ -125,4 +163,93 @@ KERNEL void activation_grad(GLOBAL real* z, const int z_off, const GLOBAL real* 
                             const int da_off, const int kind, const int n) {
     const int i = GLOBAL_ID(0);
     if (i < n) z[z_off + i] = activate_grad(kind, z[z_off + i]) * da[da_off + i];
+}
+
+/* The optimizers' updates of a layer's flat parameter vector w (n): its first n_decay
+   elements are weights, which weight decay applies to, the rest (biases) are not decayed.
+   g, the gradient, is only read. Each is torch.optim's step, in the order of operations of
+   the reference (numpy.py). */
+
+/* SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
+   v <- v - decay w (weights; decay = lr weight_decay); w <- w + v */
+KERNEL void momentum_update(GLOBAL real* w, const int w_off, GLOBAL real* v, const int v_off,
+                            const real decay, const int n_decay, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i >= n) return;
+    real vi = v[v_off + i];
+    if (i < n_decay) vi -= decay * w[w_off + i];
+    v[v_off + i] = vi;
+    w[w_off + i] += vi;
+}
+
+/* SGD with Nesterov momentum (v = -lr times PyTorch's buffer): d = g + weight_decay w
+   (weights), v <- momentum v - lr d; w <- w + momentum v - lr d with the new v */
+KERNEL void nesterov_update(GLOBAL real* w, const int w_off, GLOBAL real* v, const int v_off,
+                            const GLOBAL real* g, const int g_off, const real lr,
+                            const real momentum, const real weight_decay, const int n_decay,
+                            const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i >= n) return;
+    const real wi = w[w_off + i];
+    const real d = i < n_decay ? g[g_off + i] + weight_decay * wi : g[g_off + i];
+    const real vi = momentum * v[v_off + i] - lr * d;
+    v[v_off + i] = vi;
+    w[w_off + i] = wi + (momentum * vi - lr * d);
+}
+
+/* Adam and AdamW: on weights d = g + l2 w (Adam's L2) and w <- keep w (AdamW's decoupled
+   decay, keep = 1 - lr wd), else d = g; m <- beta1 m + (1 - beta1) d;
+   v <- beta2 v + (1 - beta2) d^2; w <- w - s[0] m / (sqrt(v) / s[1] + eps), where the host
+   writes s = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] on the device each step t (a recorded
+   step reads them there) */
+KERNEL void adam_update(GLOBAL real* w, const int w_off, GLOBAL real* m, const int m_off,
+                        GLOBAL real* v, const int v_off, const GLOBAL real* g, const int g_off,
+                        const GLOBAL real* s, const int s_off, const real beta1,
+                        const real beta2, const real eps, const real l2, const real keep,
+                        const int n_decay, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i >= n) return;
+    real wi = w[w_off + i], d = g[g_off + i];
+    if (i < n_decay) {
+        d += l2 * wi;
+        wi *= keep;
+    }
+    const real mi = beta1 * m[m_off + i] + ((real)1 - beta1) * d;
+    const real vi = beta2 * v[v_off + i] + ((real)1 - beta2) * (d * d);
+    m[m_off + i] = mi;
+    v[v_off + i] = vi;
+    w[w_off + i] = wi - s[s_off] * (mi / (sqrt(vi) / s[s_off + 1] + eps));
+}
+
+/* RMSprop: d = g + l2 w (weights); v <- alpha v + (1 - alpha) d^2; centered: gavg <- alpha
+   gavg + (1 - alpha) d, den = sqrt(v - gavg^2) + eps, else den = sqrt(v) + eps; with
+   momentum: buf <- momentum buf + d / den, w <- w - lr buf, else w <- w - lr d / den.
+   buf and gavg are read only where their flags say they exist. */
+KERNEL void rmsprop_update(GLOBAL real* w, const int w_off, GLOBAL real* v, const int v_off,
+                           GLOBAL real* buf, const int buf_off, GLOBAL real* gavg,
+                           const int gavg_off, const GLOBAL real* g, const int g_off,
+                           const real lr, const real alpha, const real eps, const real l2,
+                           const real momentum, const int has_buf, const int centered,
+                           const int n_decay, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i >= n) return;
+    const real wi = w[w_off + i];
+    const real d = i < n_decay ? g[g_off + i] + l2 * wi : g[g_off + i];
+    const real vi = alpha * v[v_off + i] + ((real)1 - alpha) * (d * d);
+    v[v_off + i] = vi;
+    real den;
+    if (centered) {
+        const real ai = alpha * gavg[gavg_off + i] + ((real)1 - alpha) * d;
+        gavg[gavg_off + i] = ai;
+        den = sqrt(vi - ai * ai) + eps;
+    } else {
+        den = sqrt(vi) + eps;
+    }
+    if (has_buf) {
+        const real bi = momentum * buf[buf_off + i] + d / den;
+        buf[buf_off + i] = bi;
+        w[w_off + i] = wi - lr * bi;
+    } else {
+        w[w_off + i] = wi - lr * (d / den);
+    }
 }

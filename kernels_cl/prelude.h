@@ -38,3 +38,7 @@ typedef float4 real4;
 #define ACT_SIGMOID 2
 #define ACT_TANH 3
 #define ACT_SOFTMAX 4
+#define ACT_LEAKY_RELU 5
+#define ACT_ELU 6
+#define ACT_GELU 7
+#define ACT_SILU 8

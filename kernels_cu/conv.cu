@@ -85,6 +85,40 @@ KERNEL void maxpool_grad(GLOBAL real* dx, const int dx_off, const GLOBAL real* d
     dx[dx_off + e] = sum;
 }
 
+/* a[c, oh, ow, n] <- mean of the ph x pw window of x at (oh sh, ow sw) */
+KERNEL void avgpool(GLOBAL real* a, const int a_off, const GLOBAL real* x, const int x_off,
+                    const int C, const int H, const int W, const int N, const int ph,
+                    const int pw, const int sh, const int sw, const int Ho, const int Wo) {
+    const int e = GLOBAL_ID(0);
+    if (e >= C * Ho * Wo * N) return;
+    const int n = e % N, ow = (e / N) % Wo, oh = (e / (N * Wo)) % Ho, c = e / (N * Wo * Ho);
+    real sum = 0;
+    for (int pi = 0; pi < ph; ++pi)
+        for (int pj = 0; pj < pw; ++pj)
+            sum += x[x_off + ((c * H + oh * sh + pi) * W + ow * sw + pj) * N + n];
+    a[a_off + e] = sum / (real)(ph * pw);
+}
+
+/* dx[c, h, w, n] <- sum of da / (ph pw) over the windows that hold (h, w), the adjoint of
+   avgpool: rows oh from ceil((h - ph + 1) / sh) to h / sh, within 0 .. Ho - 1, and columns
+   alike (none for a pixel in no window). One work-item per element of dx, gathering, so
+   no atomics are needed; oh and ow run down, which adds in the reference's order. */
+KERNEL void avgpool_grad(GLOBAL real* dx, const int dx_off, const GLOBAL real* da,
+                         const int da_off, const int C, const int H, const int W, const int N,
+                         const int ph, const int pw, const int sh, const int sw, const int Ho,
+                         const int Wo) {
+    const int e = GLOBAL_ID(0);
+    if (e >= C * H * W * N) return;
+    const int n = e % N, w = (e / N) % W, h = (e / (N * W)) % H, c = e / (N * W * H);
+    const int oh_first = h < ph ? 0 : (h - ph) / sh + 1, oh_last = min(h / sh, Ho - 1);
+    const int ow_first = w < pw ? 0 : (w - pw) / sw + 1, ow_last = min(w / sw, Wo - 1);
+    real sum = 0;
+    for (int oh = oh_last; oh >= oh_first; --oh)
+        for (int ow = ow_last; ow >= ow_first; --ow)
+            sum += da[da_off + ((c * Ho + oh) * Wo + ow) * N + n];
+    dx[dx_off + e] = sum / (real)(ph * pw);
+}
+
 /* The counter-based hash behind dropout (lowbias32 by C. Wellons): the same bits on
    every device and in the NumPy reference for the same key and element. */
 DEVICE unsigned int mix32(unsigned int h) {

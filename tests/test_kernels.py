@@ -1,11 +1,21 @@
 """Every backend primitive against a float64 NumPy result, on fresh random inputs of odd
 shapes (not multiples of any tile size). Outputs are poisoned with NaN first, so an
 element the kernel forgot to write fails the test."""
+import math
+
 import numpy as np
 import pytest
 
-from portanet.backends.numpy import activate, activate_grad
-from conftest import F32, gemm_scale, rel_err, simulated
+from portanet.backends.base import conv_out
+from portanet.backends.numpy import NumpyBackend, activate, activate_grad
+from portanet.errors import InputError, ShapeError
+from conftest import F32, F64_GRAD, gemm_scale, get_backend, rel_err, simulated
+
+REF = NumpyBackend("cpu", np.float64)
+# float64 kernels against the float64 reference: rounding alone, a few ulps of each term
+F64 = 1e-12
+TOL = {np.dtype(np.float32): F32, np.dtype(np.float64): F64}
+ELEMENTWISE = ["linear", "relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu"]
 
 GEMM_SHAPES = [(1, 1, 1), (7, 129, 1000), (129, 7, 1), (1000, 1, 7), (33, 65, 17),
                (130, 257, 129)]
@@ -15,6 +25,46 @@ def poisoned(bk, shape, dtype=None):
     x = bk.empty(shape, dtype)
     bk.write(x, np.full(shape, np.nan, dtype or bk.dtype))
     return x
+
+
+@pytest.fixture(params=["float32", "float64"])
+def bk(request, backend):
+    """`backend`'s device in float32, then in float64 (skipped where it has no fp64)."""
+    return backend if request.param == "float32" else _float64(request, backend)
+
+
+@pytest.fixture
+def bk64(request, backend):
+    """`backend`'s device in float64 (skipped where it has no fp64)."""
+    return _float64(request, backend)
+
+
+def _float64(request, backend):
+    return get_backend(request.node.callspec.params["backend"], np.float64)
+
+
+def real(bk, x):
+    """x rounded to bk's real type, as float64: the inputs a test and its reference share."""
+    return np.asarray(x).astype(bk.dtype).astype(np.float64)
+
+
+def packed(bk, *arrays):
+    """The arrays in one buffer, as views at odd offsets between NaN: a kernel that ignored
+    an offset or ran past its view would read or leave NaN. The views, the buffer and a
+    function that writes new values into the i-th view. The buffer is always written
+    whole: Oclgrind takes memory written at an offset (pyopencl's dst_offset) for
+    uninitialised."""
+    host = np.full(sum(a.size + 3 for a in arrays) + 3, np.nan)
+    starts = np.cumsum([3] + [a.size + 3 for a in arrays])[:-1]
+    for a, at in zip(arrays, starts):
+        host[at:at + a.size] = a.ravel()
+    big = bk.upload(host)
+
+    def write(i, values):
+        whole = bk.download(big)
+        whole[starts[i]:starts[i] + values.size] = values.ravel()
+        bk.write(big, whole)
+    return [bk.view(big, a.shape, at) for a, at in zip(arrays, starts)], big, write
 
 
 def gemm_paths(bk):
@@ -133,24 +183,62 @@ def test_ger_axpy_scal_fill_copy(backend, rng):
     assert rel_err(backend.download(W), u) < F32
 
 
-@pytest.mark.parametrize("kind", ["linear", "relu", "sigmoid", "tanh", "softmax"])
-def test_bias_activation(backend, rng, kind):
+@pytest.mark.parametrize("kind", ELEMENTWISE + ["softmax"])
+def test_bias_activation(bk, rng, kind):
     rows, cols = (10, 131) if kind == "softmax" else (67, 131)
-    z = 3 * rng.standard_normal((rows, cols))
-    b = rng.standard_normal(rows)
-    Z, A = backend.upload(z), poisoned(backend, (rows, cols))
-    backend.bias_activation(kind, Z, backend.upload(b), A)
+    z = real(bk, 3 * rng.standard_normal((rows, cols)))
+    b = real(bk, rng.standard_normal(rows))
+    Z, A = bk.upload(z), poisoned(bk, (rows, cols))
+    bk.bias_activation(kind, Z, bk.upload(b), A)
     z_ref = z + b[:, None]
-    assert rel_err(backend.download(Z), z_ref) < F32
-    assert rel_err(backend.download(A), activate(kind, z_ref)) < F32
+    assert rel_err(bk.download(Z), z_ref) < TOL[bk.dtype]
+    assert rel_err(bk.download(A), activate(kind, z_ref)) < TOL[bk.dtype]
 
 
-@pytest.mark.parametrize("kind", ["linear", "relu", "sigmoid", "tanh"])
-def test_activation_grad(backend, rng, kind):
-    z, da = 3 * rng.standard_normal((29, 77)), rng.standard_normal((29, 77))
-    Z = backend.upload(z)
-    backend.activation_grad(kind, Z, backend.upload(da))
-    assert rel_err(backend.download(Z), activate_grad(kind, z) * da) < F32
+@pytest.mark.parametrize("kind", ELEMENTWISE)
+def test_activation_grad(bk, rng, kind):
+    z, da = real(bk, 3 * rng.standard_normal((29, 77))), real(bk, rng.standard_normal((29, 77)))
+    Z = bk.upload(z)
+    bk.activation_grad(kind, Z, bk.upload(da))
+    assert rel_err(bk.download(Z), activate_grad(kind, z) * da) < TOL[bk.dtype]
+
+
+@pytest.mark.parametrize("kind", ELEMENTWISE)
+def test_activation_grad_is_the_derivative(bk64, rng, kind):
+    """f' of the kernels (activation_grad with da = 1) against central differences of
+    their f (bias_activation with b = 0), in float64, away from relu's and leaky_relu's
+    kink at 0."""
+    z = 3 * rng.standard_normal((7, 143))
+    z[np.abs(z) < 1e-2] = 0.5
+    h = 1e-6
+    f = []
+    for shifted in (z + h, z - h):
+        A = bk64.empty(z.shape)
+        bk64.bias_activation(kind, bk64.upload(shifted), bk64.upload(np.zeros(7)), A)
+        f.append(bk64.download(A))
+    Z = bk64.upload(z)
+    bk64.activation_grad(kind, Z, bk64.upload(np.ones_like(z)))
+    assert rel_err(bk64.download(Z), (f[0] - f[1]) / (2 * h)) < F64_GRAD
+
+
+@pytest.mark.parametrize("kind", ELEMENTWISE)
+@pytest.mark.parametrize("shape", [(29, 77), (3, 7, 5, 11), (1001,)])
+def test_add_activation(bk, rng, kind, shape):
+    z, x = real(bk, 2 * rng.standard_normal(shape)), real(bk, 2 * rng.standard_normal(shape))
+    (Z, X), _, _ = packed(bk, z, x)
+    A = poisoned(bk, shape)
+    bk.add_activation(kind, Z, X, A)
+    assert rel_err(bk.download(Z), z + x) < TOL[bk.dtype]
+    assert rel_err(bk.download(A), activate(kind, z + x)) < TOL[bk.dtype]
+    assert rel_err(bk.download(X), x) == 0                  # x is only read
+
+
+def test_add_activation_refuses(backend):
+    z = backend.zeros((3, 4))
+    with pytest.raises(InputError, match="softmax"):
+        backend.add_activation("softmax", z, z, z)
+    with pytest.raises(ShapeError, match="add_activation"):
+        backend.add_activation("relu", z, backend.zeros((4, 3)), z)
 
 
 def _probabilities(rng, rows, cols):
@@ -304,3 +392,273 @@ def test_own_gemm_split_k(backend, rng, m, n, k):
                 assert rel_err(backend.download(C), ref, gemm_scale(0.5, op_a, op_b, -1, c)) < F32
     finally:
         backend.compute_units, backend.gemm_path = saved_units, saved_path
+
+
+# -- optimizer updates: a layer's flat parameter vector, weights first, odd sizes --------
+
+N_PARAMS, N_DECAY = 1001, 693
+STEPS = 3
+
+
+def _state(bk, rng, *scales):
+    """Host vectors of N_PARAMS in bk's precision, normal of each scale (a negative scale:
+    uniform in (0, -scale), for second moments)."""
+    return [real(bk, s * rng.standard_normal(N_PARAMS) if s > 0 else -s * rng.random(N_PARAMS))
+            for s in scales]
+
+
+def _check_steps(bk, rng, call, host, grad=1, scalars=None):
+    """STEPS calls of call(backend, arrays, scalars) on bk and on the reference, from the
+    same host arrays, with a fresh gradient (arrays[grad], unless None) each step; every
+    array compared after each step. scalars(t): Adam's device scalars at step t."""
+    views, _, write = packed(bk, *host)
+    want = [x.copy() for x in host]
+    for t in range(1, STEPS + 1):
+        if grad is not None:
+            want[grad] = real(bk, rng.standard_normal(N_PARAMS))
+            write(grad, want[grad])
+        s = None if scalars is None else real(bk, scalars(t))
+        call(REF, want, s)
+        call(bk, views, None if s is None else bk.upload(s))
+        for i, (got, ref) in enumerate(zip(views, want)):
+            assert rel_err(bk.download(got), ref) < TOL[bk.dtype], f"step {t}, array {i}"
+
+
+def adam_scalars(lr, beta1, beta2, t):
+    """Adam's device scalars at step t: [lr / (1 - beta1^t), sqrt(1 - beta2^t)]."""
+    return np.array([lr / (1 - beta1 ** t), math.sqrt(1 - beta2 ** t)])
+
+
+@pytest.mark.parametrize("decay", [0.0, 3e-3])
+def test_momentum_update(bk, rng, decay):
+    _check_steps(bk, rng, lambda b, x, _: b.momentum_update(*x, decay, N_DECAY),
+                 _state(bk, rng, 1.0, 0.1), grad=None)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 1e-2])
+def test_nesterov_update(bk, rng, weight_decay):
+    _check_steps(bk, rng, lambda b, x, _: b.nesterov_update(*x, 0.1, 0.9, weight_decay, N_DECAY),
+                 _state(bk, rng, 1.0, 1.0, 0.1))
+
+
+@pytest.mark.parametrize("l2,shrink", [(0.0, 0.0), (1e-2, 0.0), (0.0, 1e-4)])
+def test_adam_update(bk, rng, l2, shrink):
+    lr, beta1, beta2 = 1e-3, 0.9, 0.999
+    _check_steps(bk, rng, lambda b, x, s: b.adam_update(*x, s, beta1, beta2, 1e-8, l2, shrink,
+                                                        N_DECAY),
+                 _state(bk, rng, 1.0, 1.0, 0.1, -0.01),
+                 scalars=lambda t: adam_scalars(lr, beta1, beta2, t))
+
+
+@pytest.mark.parametrize("centered", [False, True])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_rmsprop_update(bk, rng, centered, momentum):
+    w, g, gavg, buf = _state(bk, rng, 1.0, 1.0, 0.1, 0.1)
+    v = real(bk, gavg ** 2 + 0.01 * rng.random(N_PARAMS))      # v >= gavg^2, as it stays
+
+    def call(b, x, _):
+        b.rmsprop_update(x[0], x[1], x[2], x[3] if momentum else None,
+                         x[-1] if centered else None, 1e-2, 0.99, 1e-8, 1e-2, momentum, N_DECAY)
+    _check_steps(bk, rng, call, [w, g, v] + [buf] * (momentum > 0) + [gavg] * centered)
+
+
+def test_updates_refuse_mismatched_sizes(backend):
+    w, short = backend.zeros((10,)), backend.zeros((9,))
+    with pytest.raises(ShapeError, match="adam_update"):
+        backend.adam_update(w, w, short, w, backend.zeros((2,)), 0.9, 0.999, 1e-8, 0, 0, 5)
+    with pytest.raises(ShapeError, match="n_decay"):
+        backend.momentum_update(w, w, 0.1, 11)
+
+
+# The reference against PyTorch's torch.optim formulas, transcribed from its single-tensor
+# steps (SGD, Adam/AdamW, RMSprop): the weights with weight decay, the biases in a second
+# parameter group without, from PyTorch's zero state, steps t = 1..5, in float64.
+
+def torch_sgd(w, grads, lr, momentum, wd, nesterov):
+    buf = None
+    for g in grads:
+        d = g + wd * w if wd else g
+        buf = d.copy() if buf is None else momentum * buf + d
+        w = w - lr * (d + momentum * buf if nesterov else buf)
+        yield w, buf
+
+
+def torch_adam(w, grads, lr, beta1, beta2, eps, wd, decoupled):
+    m, v = np.zeros_like(w), np.zeros_like(w)
+    for t, g in enumerate(grads, 1):
+        if wd and decoupled:
+            w = w * (1 - lr * wd)
+        elif wd:
+            g = g + wd * w
+        m = m + (1 - beta1) * (g - m)                   # exp_avg.lerp_(grad, 1 - beta1)
+        v = beta2 * v + (1 - beta2) * g * g
+        denom = np.sqrt(v) / math.sqrt(1 - beta2 ** t) + eps
+        w = w - lr / (1 - beta1 ** t) * m / denom
+        yield w, m, v
+
+
+def torch_rmsprop(w, grads, lr, alpha, eps, wd, momentum, centered):
+    v, buf, gavg = np.zeros_like(w), np.zeros_like(w), np.zeros_like(w)
+    for g in grads:
+        if wd:
+            g = g + wd * w
+        v = alpha * v + (1 - alpha) * g * g
+        if centered:
+            gavg = gavg + (1 - alpha) * (g - gavg)      # grad_avg.lerp_(grad, 1 - alpha)
+            avg = np.sqrt(v - gavg * gavg) + eps
+        else:
+            avg = np.sqrt(v) + eps
+        if momentum > 0:
+            buf = momentum * buf + g / avg
+            w = w - lr * buf
+        else:
+            w = w - lr * g / avg
+        yield w, v, buf, gavg
+
+
+def torch_groups(optimizer, w, grads, wd, **settings):
+    """optimizer's steps of the weights w[:N_DECAY] (weight decay wd) and of the biases (0),
+    joined: per step, each of its outputs for the whole vector."""
+    weights = optimizer(w[:N_DECAY], [g[:N_DECAY] for g in grads], wd=wd, **settings)
+    biases = optimizer(w[N_DECAY:], [g[N_DECAY:] for g in grads], wd=0.0, **settings)
+    for a, b in zip(weights, biases):
+        yield [np.concatenate(pair) for pair in zip(a, b)]
+
+
+TORCH_STEPS = 5
+
+
+@pytest.mark.parametrize("nesterov", [False, True])
+@pytest.mark.parametrize("wd", [0.0, 1e-2])
+def test_reference_sgd_is_torch(rng, nesterov, wd):
+    lr, mu = 0.1, 0.9
+    w0 = rng.standard_normal(N_PARAMS)
+    grads = [rng.standard_normal(N_PARAMS) for _ in range(TORCH_STEPS)]
+    w, v = w0.copy(), np.zeros(N_PARAMS)
+    steps = torch_groups(torch_sgd, w0, grads, wd, lr=lr, momentum=mu, nesterov=nesterov)
+    for g, (w_torch, buf) in zip(grads, steps):
+        if nesterov:
+            REF.nesterov_update(w, g, v, lr, mu, wd, N_DECAY)
+        else:
+            v[...] = mu * v - lr * g                # what the layer's gemm writes into v
+            REF.momentum_update(w, v, lr * wd, N_DECAY)
+        assert rel_err(w, w_torch) < F64
+        assert rel_err(v, -lr * buf) < F64
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_reference_adam_is_torch(rng, decoupled):
+    lr, beta1, beta2, eps, wd = 1e-2, 0.9, 0.999, 1e-8, 0.05
+    w0 = rng.standard_normal(N_PARAMS)
+    grads = [rng.standard_normal(N_PARAMS) for _ in range(TORCH_STEPS)]
+    w, m, v = w0.copy(), np.zeros(N_PARAMS), np.zeros(N_PARAMS)
+    l2, shrink = (0.0, lr * wd) if decoupled else (wd, 0.0)
+    steps = torch_groups(torch_adam, w0, grads, wd, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
+                         decoupled=decoupled)
+    for t, (g, want) in enumerate(zip(grads, steps), 1):
+        REF.adam_update(w, g, m, v, adam_scalars(lr, beta1, beta2, t), beta1, beta2, eps, l2,
+                        shrink, N_DECAY)
+        for got, ref in zip((w, m, v), want):
+            assert rel_err(got, ref) < F64, t
+
+
+@pytest.mark.parametrize("centered", [False, True])
+@pytest.mark.parametrize("momentum", [0.0, 0.9])
+def test_reference_rmsprop_is_torch(rng, centered, momentum):
+    lr, alpha, eps, wd = 1e-2, 0.99, 1e-8, 0.05
+    w0 = rng.standard_normal(N_PARAMS)
+    grads = [rng.standard_normal(N_PARAMS) for _ in range(TORCH_STEPS)]
+    w, v, buf, gavg = w0.copy(), np.zeros(N_PARAMS), np.zeros(N_PARAMS), np.zeros(N_PARAMS)
+    steps = torch_groups(torch_rmsprop, w0, grads, wd, lr=lr, alpha=alpha, eps=eps,
+                         momentum=momentum, centered=centered)
+    for t, (g, want) in enumerate(zip(grads, steps), 1):
+        REF.rmsprop_update(w, g, v, buf if momentum else None, gavg if centered else None, lr,
+                           alpha, eps, wd, momentum, N_DECAY)
+        pairs = [(w, want[0]), (v, want[1])] + [(buf, want[2])] * (momentum > 0) \
+            + [(gavg, want[3])] * centered
+        for got, ref in pairs:
+            assert rel_err(got, ref) < F64, t
+
+
+# -- average pooling -----------------------------------------------------------------------
+
+# (C, H, W, N, pool, stride): windows = strides with a ragged edge, overlapping windows,
+# rectangular ones, gaps between windows (stride > pool), a global pool, the identity
+POOL_SHAPES = [(3, 7, 9, 5, (2, 2), (2, 2)), (2, 8, 7, 3, (3, 2), (2, 1)),
+               (3, 9, 9, 2, (3, 3), (1, 1)), (5, 6, 9, 4, (2, 3), (3, 2)),
+               (4, 7, 5, 3, (7, 5), (7, 5)), (1, 5, 5, 1, (1, 1), (1, 1)),
+               (16, 33, 31, 17, (3, 3), (2, 2))]
+
+
+def _pooled_shape(x_shape, pool, stride):
+    C, H, W, N = x_shape
+    return C, conv_out(H, pool[0], stride[0], 0), conv_out(W, pool[1], stride[1], 0), N
+
+
+@pytest.mark.parametrize("C,H,W,N,pool,stride", POOL_SHAPES[:-1])
+def test_reference_avgpool_is_window_means(rng, C, H, W, N, pool, stride):
+    (ph, pw), (sh, sw) = pool, stride
+    x = rng.standard_normal((C, H, W, N))
+    _, Ho, Wo, _ = _pooled_shape(x.shape, pool, stride)
+    a, da = np.empty((C, Ho, Wo, N)), rng.standard_normal((C, Ho, Wo, N))
+    REF.avgpool(a, x, pool, stride)
+    dx = np.full(x.shape, np.nan)
+    REF.avgpool_grad(dx, da, pool, stride)
+    want = np.zeros_like(x)
+    for oh in range(Ho):
+        for ow in range(Wo):
+            window = (slice(None), slice(oh * sh, oh * sh + ph), slice(ow * sw, ow * sw + pw))
+            assert rel_err(a[:, oh, ow], x[window].mean(axis=(1, 2))) < F64
+            want[window] += da[:, oh, ow, None, None] / (ph * pw)
+    assert rel_err(dx, want) < F64
+
+
+@pytest.mark.parametrize("C,H,W,N,pool,stride", POOL_SHAPES)
+def test_avgpool(bk, rng, C, H, W, N, pool, stride):
+    simulated(bk, C * H * W * N * pool[0] * pool[1])
+    x = real(bk, rng.standard_normal((C, H, W, N)))
+    shape = _pooled_shape(x.shape, pool, stride)
+    da = real(bk, rng.standard_normal(shape))
+    a, dx = np.empty(shape), np.empty(x.shape)
+    REF.avgpool(a, x, pool, stride)
+    REF.avgpool_grad(dx, da, pool, stride)
+    (X, DA), _, _ = packed(bk, x, da)
+    A, DX = poisoned(bk, shape), poisoned(bk, x.shape)
+    bk.avgpool(A, X, pool, stride)
+    bk.avgpool_grad(DX, DA, pool, stride)
+    assert rel_err(bk.download(A), a) < TOL[bk.dtype]
+    assert rel_err(bk.download(DX), dx) < TOL[bk.dtype]
+
+
+@pytest.mark.parametrize("C,H,W,N,pool,stride", POOL_SHAPES[:-1])
+def test_avgpool_grad_is_the_adjoint(bk64, rng, C, H, W, N, pool, stride):
+    """avgpool_grad is avgpool's adjoint, <avgpool(x), da> = <x, avgpool_grad(da)>, and the
+    gradient of L(x) = <avgpool(x), da>: central differences along a random direction u
+    give <avgpool_grad(da), u> (avgpool is linear: the differences are exact but for
+    rounding)."""
+    x, u = rng.standard_normal((C, H, W, N)), rng.standard_normal((C, H, W, N))
+    shape = _pooled_shape(x.shape, pool, stride)
+    da = rng.standard_normal(shape)
+
+    def loss(x):
+        A = bk64.empty(shape)
+        bk64.avgpool(A, bk64.upload(x), pool, stride)
+        return np.sum(bk64.download(A) * da)
+    DX = bk64.empty(x.shape)
+    bk64.avgpool_grad(DX, bk64.upload(da), pool, stride)
+    dx = bk64.download(DX)
+    assert loss(x) == pytest.approx(np.sum(x * dx), rel=F64)
+    h = 1e-3
+    assert (loss(x + h * u) - loss(x - h * u)) / (2 * h) == pytest.approx(np.sum(dx * u),
+                                                                          rel=F64_GRAD)
+
+
+def test_avgpool_refuses_wrong_shapes(backend):
+    x = backend.upload(np.zeros((2, 5, 6, 3)))
+    with pytest.raises(ShapeError, match="avgpool"):
+        backend.avgpool(backend.zeros((2, 2, 2, 3)), x, (2, 2), (2, 2))     # (2, 2, 3, 3)
+    with pytest.raises(ShapeError, match="avgpool_grad"):
+        backend.avgpool_grad(x, backend.zeros((2, 1, 1, 3)), (6, 6), (1, 1))  # larger than H
+    a = poisoned(backend, (2, 1, 1, 3))
+    backend.avgpool(a, x, (5, 6), (5, 6))                   # a global pool: fits
+    assert np.all(backend.download(a) == 0)

@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import InputError, ShapeError
 
-ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax")
+ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu", "elu", "gelu", "silu")
 
 
 class Backend:
@@ -180,6 +180,42 @@ class Backend:
         """w <- w + v; b <- b + vb: a layer's parameter update (one launch on devices)."""
         raise NotImplementedError
 
+    # -- optimizer updates, one launch each on devices -----------------------------------
+    # w is a layer's flat parameter vector (n,): its first n_decay elements are weights,
+    # which weight decay applies to, the rest (biases, ...) are not decayed. The gradient
+    # g and the optimizer's state (v, m, buf, gavg) are (n,) too; g is only read. Each is
+    # PyTorch's torch.optim formula for one step.
+
+    def momentum_update(self, w, v, decay, n_decay):
+        """SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
+        v[i] <- v[i] - decay w[i] for i < n_decay (decay = lr weight_decay); then
+        w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
+        raise NotImplementedError
+
+    def nesterov_update(self, w, g, v, lr, momentum, weight_decay, n_decay):
+        """SGD with Nesterov momentum: d = g + weight_decay w (i < n_decay, else d = g);
+        v <- momentum v - lr d; w <- w + momentum v - lr d, with the new v.
+        v is -lr times torch.optim.SGD(nesterov=True)'s momentum buffer."""
+        raise NotImplementedError
+
+    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay):
+        """Adam and AdamW (torch.optim.Adam, AdamW): for i < n_decay, w <- w (1 - shrink)
+        (AdamW's decoupled decay, shrink = lr wd) and d = g + l2 w_old (Adam's L2, l2 = wd;
+        at most one of shrink, l2 is nonzero); else d = g. Then m <- beta1 m + (1 - beta1) d;
+        v <- beta2 v + (1 - beta2) d^2; w <- w - scalars[0] m / (sqrt(v) / scalars[1] + eps).
+        scalars: a device array (2,) = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] at step
+        t = 1, 2, ..., written by the host each step, so that a recorded step (a CUDA graph)
+        stays valid as t moves on."""
+        raise NotImplementedError
+
+    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay):
+        """RMSprop (torch.optim.RMSprop): d = g + l2 w (i < n_decay, else d = g);
+        v <- alpha v + (1 - alpha) d^2; centered (gavg not None): gavg <- alpha gavg +
+        (1 - alpha) d and den = sqrt(v - gavg^2) + eps, else den = sqrt(v) + eps; with
+        momentum (buf not None): buf <- momentum buf + d / den, w <- w - lr buf, else
+        w <- w - lr d / den. buf and gavg may each be None."""
+        raise NotImplementedError
+
     # -- fused neural-network kernels ----------------------------------------------------
 
     def bias_activation(self, kind, z, b, a):
@@ -188,6 +224,11 @@ class Backend:
 
     def activation_grad(self, kind, z, da):
         """z <- f'(z) * da, the layer's delta, in place in z."""
+        raise NotImplementedError
+
+    def add_activation(self, kind, z, x, a):
+        """z <- z + x; a <- f(z), elementwise (a residual block's sum and its activation).
+        kind is any activation but softmax; z, x, a have the same shape (any rank)."""
         raise NotImplementedError
 
     # The losses write the delta and ADD each sample's loss and hit (1 if classified right)
@@ -227,6 +268,17 @@ class Backend:
 
     def maxpool_grad(self, dx, da, idx, pool, stride):
         """dx (C, H, W, N) <- da summed into the positions idx names."""
+        raise NotImplementedError
+
+    def avgpool(self, a, x, pool, stride):
+        """a (C, Ho, Wo, N) <- means of the ph x pw windows of x (C, H, W, N), no padding:
+        Ho = (H - ph) // sh + 1, Wo = (W - pw) // sw + 1. pool = (ph, pw), stride = (sh, sw)
+        (an int n stands for (n, n)). A global average pool is pool = stride = (H, W)."""
+        raise NotImplementedError
+
+    def avgpool_grad(self, dx, da, pool, stride):
+        """dx (C, H, W, N) <- the adjoint of avgpool: each pixel the sum of da / (ph pw)
+        over the windows that hold it (overwrites dx; pixels in no window get 0)."""
         raise NotImplementedError
 
     def dropout(self, out, x, key, rate):
@@ -284,3 +336,47 @@ def conv_out(size, k, stride, pad):
 def check_activation(kind):
     if kind not in ACTIVATIONS:
         raise InputError(f"unknown activation {kind!r}: use one of {', '.join(ACTIVATIONS)}")
+
+
+def check_add_activation(kind, z, x, a):
+    check_activation(kind)
+    if kind == "softmax":
+        raise InputError("add_activation: softmax is over a sample's features, not "
+                         "elementwise; use bias_activation for it")
+    if not z.shape == x.shape == a.shape:
+        raise ShapeError(f"add_activation: z {z.shape}, x {x.shape} and a {a.shape} must "
+                         f"have one shape")
+
+
+def check_update(op, n_decay, w, *state):
+    """An optimizer update's arrays: w and its gradient and state (None: absent) of one
+    size, n_decay of them decayed."""
+    if any(x is not None and x.size != w.size for x in state) or not 0 <= n_decay <= w.size:
+        shapes = ", ".join("None" if x is None else str(x.shape) for x in state)
+        raise ShapeError(f"{op}: w {w.shape} with {shapes} and n_decay {n_decay}: the "
+                         f"gradient and state must have w's size, n_decay at most that")
+
+
+def check_adam(scalars, n_decay, w, *state):
+    """check_update's checks, and Adam's device scalars two numbers."""
+    check_update("adam_update", n_decay, w, *state)
+    if scalars.size != 2:
+        raise ShapeError(f"adam_update: scalars {scalars.shape} must hold 2 numbers, "
+                         f"[lr / (1 - beta1^t), sqrt(1 - beta2^t)]")
+
+
+def check_pool(op, a, x, pool, stride):
+    """(C, H, W, N, ph, pw, sh, sw, Ho, Wo) of pooling x (C, H, W, N) into a (C, Ho, Wo, N)
+    with windows pool = (ph, pw), stride = (sh, sw) (ints: square), or a ShapeError."""
+    (ph, pw), (sh, sw) = (_pair(pool), _pair(stride))
+    C, H, W, N = x.shape
+    Ho, Wo = conv_out(H, ph, sh, 0), conv_out(W, pw, sw, 0)
+    if min(ph, pw, sh, sw) < 1 or Ho < 1 or Wo < 1 or a.shape != (C, Ho, Wo, N):
+        raise ShapeError(f"{op}: windows {ph}x{pw}, stride {sh}x{sw} of an image "
+                         f"{x.shape} give ({C}, {Ho}, {Wo}, {N}), not {a.shape}; windows and "
+                         f"strides are at least 1 and windows no larger than the image")
+    return C, H, W, N, ph, pw, sh, sw, Ho, Wo
+
+
+def _pair(n):
+    return (int(n), int(n)) if np.isscalar(n) else tuple(int(k) for k in n)

@@ -11,19 +11,24 @@ import numpy as np
 from .. import config
 from ..errors import ShapeError
 from . import sources
-from .base import Backend, check_activation, check_gather, check_gemm, conv_out
+from .base import (Backend, check_activation, check_adam, check_add_activation, check_gather,
+                   check_gemm, check_pool, check_update, conv_out)
 
 log = logging.getLogger("portanet")
 
-ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4}
+# activation codes, as ACT_* in prelude.h
+ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4, "leaky_relu": 5, "elu": 6,
+       "gelu": 7, "silu": 8}
 
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "apply_update", "copy", "bias_activation",
-                            "bias_softmax", "activation_grad", "gather_columns",
-                            "gather_labels"),
+                            "bias_softmax", "activation_grad", "add_activation",
+                            "gather_columns", "gather_labels", "momentum_update",
+                            "nesterov_update", "adam_update", "rmsprop_update"),
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum"),
-            "conv": ("im2col", "col2im", "maxpool", "maxpool_grad", "dropout")}
+            "conv": ("im2col", "col2im", "maxpool", "maxpool_grad", "avgpool", "avgpool_grad",
+                     "dropout")}
 FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 
 
@@ -299,6 +304,31 @@ class KernelBackend(Backend):
     def apply_update(self, w, v, b, vb):
         self._run("apply_update", (w.size + b.size,), w, v, b, vb, w.size, b.size)
 
+    # -- optimizer updates ---------------------------------------------------------------
+
+    def momentum_update(self, w, v, decay, n_decay):
+        check_update("momentum_update", n_decay, w, v)
+        self._run("momentum_update", (w.size,), w, v, float(decay), n_decay, w.size)
+
+    def nesterov_update(self, w, g, v, lr, momentum, weight_decay, n_decay):
+        check_update("nesterov_update", n_decay, w, g, v)
+        self._run("nesterov_update", (w.size,), w, v, g, float(lr), float(momentum),
+                  float(weight_decay), n_decay, w.size)
+
+    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay):
+        check_adam(scalars, n_decay, w, g, m, v)
+        # 1 - shrink is formed here, in double, as PyTorch and the reference form it
+        self._run("adam_update", (w.size,), w, m, v, g, scalars, float(beta1), float(beta2),
+                  float(eps), float(l2), 1.0 - float(shrink), n_decay, w.size)
+
+    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay):
+        check_update("rmsprop_update", n_decay, w, g, v, buf, gavg)
+        # an absent buf or gavg is w, never touched: its flag is off
+        self._run("rmsprop_update", (w.size,), w, v, w if buf is None else buf,
+                  w if gavg is None else gavg, g, float(lr), float(alpha), float(eps),
+                  float(l2), float(momentum), buf is not None, gavg is not None, n_decay,
+                  w.size)
+
     def gather(self, out, x, idx):
         check_gather(out, x, idx)
         if len(out.shape) == 1:
@@ -320,6 +350,10 @@ class KernelBackend(Backend):
     def activation_grad(self, kind, z, da):
         check_activation(kind)
         self._run("activation_grad", (z.size,), z, da, ACT[kind], z.size)
+
+    def add_activation(self, kind, z, x, a):
+        check_add_activation(kind, z, x, a)
+        self._run("add_activation", (z.size,), a, z, x, ACT[kind], z.size)
 
     def softmax_xent(self, delta, loss, hit, a, labels):
         self._run("softmax_xent", (a.shape[1],), delta, loss, hit, a, labels, *a.shape)
@@ -345,6 +379,13 @@ class KernelBackend(Backend):
 
     def maxpool_grad(self, dx, da, idx, pool, stride):
         self._run("maxpool_grad", (dx.size,), dx, da, idx, *_pool_sizes(dx, pool, stride))
+
+    def avgpool(self, a, x, pool, stride):
+        self._run("avgpool", (a.size,), a, x, *check_pool("avgpool", a, x, pool, stride))
+
+    def avgpool_grad(self, dx, da, pool, stride):
+        self._run("avgpool_grad", (dx.size,), dx, da,
+                  *check_pool("avgpool_grad", da, dx, pool, stride))
 
     def dropout(self, out, x, key, rate):
         key = (key & 0xFFFFFFFF) - (1 << 32 if key & 0x80000000 else 0)    # as int32 bits
