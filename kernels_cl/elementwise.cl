@@ -168,7 +168,10 @@ KERNEL void activation_grad(GLOBAL real* z, const int z_off, const GLOBAL real* 
 /* The optimizers' updates of a layer's flat parameter vector w (n): its first n_decay
    elements are weights, which weight decay applies to, the rest (biases) are not decayed.
    g, the gradient, is only read. Each is torch.optim's step, in the order of operations of
-   the reference (numpy.py). */
+   the reference (numpy.py). A decay of 0 is no term at all, as in PyTorch (0 w would make
+   an infinite weight's gradient NaN). Complements of averaging rates (1 - beta) come
+   formed in double by the host, as PyTorch forms them: 1 - 0.999 in float32 is 1.3e-5
+   off. */
 
 /* SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
    v <- v - decay w (weights; decay = lr weight_decay); w <- w + v */
@@ -177,7 +180,7 @@ KERNEL void momentum_update(GLOBAL real* w, const int w_off, GLOBAL real* v, con
     const int i = GLOBAL_ID(0);
     if (i >= n) return;
     real vi = v[v_off + i];
-    if (i < n_decay) vi -= decay * w[w_off + i];
+    if (i < n_decay && decay != 0) vi -= decay * w[w_off + i];
     v[v_off + i] = vi;
     w[w_off + i] += vi;
 }
@@ -191,7 +194,8 @@ KERNEL void nesterov_update(GLOBAL real* w, const int w_off, GLOBAL real* v, con
     const int i = GLOBAL_ID(0);
     if (i >= n) return;
     const real wi = w[w_off + i];
-    const real d = i < n_decay ? g[g_off + i] + weight_decay * wi : g[g_off + i];
+    const real d = i < n_decay && weight_decay != 0 ? g[g_off + i] + weight_decay * wi
+                                                    : g[g_off + i];
     const real vi = momentum * v[v_off + i] - lr * d;
     v[v_off + i] = vi;
     w[w_off + i] = wi + (momentum * vi - lr * d);
@@ -201,21 +205,21 @@ KERNEL void nesterov_update(GLOBAL real* w, const int w_off, GLOBAL real* v, con
    decay, keep = 1 - lr wd), else d = g; m <- beta1 m + (1 - beta1) d;
    v <- beta2 v + (1 - beta2) d^2; w <- w - s[0] m / (sqrt(v) / s[1] + eps), where the host
    writes s = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] on the device each step t (a recorded
-   step reads them there) */
+   step reads them there); rest1 = 1 - beta1, rest2 = 1 - beta2 */
 KERNEL void adam_update(GLOBAL real* w, const int w_off, GLOBAL real* m, const int m_off,
                         GLOBAL real* v, const int v_off, const GLOBAL real* g, const int g_off,
                         const GLOBAL real* s, const int s_off, const real beta1,
-                        const real beta2, const real eps, const real l2, const real keep,
-                        const int n_decay, const int n) {
+                        const real rest1, const real beta2, const real rest2, const real eps,
+                        const real l2, const real keep, const int n_decay, const int n) {
     const int i = GLOBAL_ID(0);
     if (i >= n) return;
     real wi = w[w_off + i], d = g[g_off + i];
     if (i < n_decay) {
-        d += l2 * wi;
+        if (l2 != 0) d += l2 * wi;
         wi *= keep;
     }
-    const real mi = beta1 * m[m_off + i] + ((real)1 - beta1) * d;
-    const real vi = beta2 * v[v_off + i] + ((real)1 - beta2) * (d * d);
+    const real mi = beta1 * m[m_off + i] + rest1 * d;
+    const real vi = beta2 * v[v_off + i] + rest2 * (d * d);
     m[m_off + i] = mi;
     v[v_off + i] = vi;
     w[w_off + i] = wi - s[s_off] * (mi / (sqrt(vi) / s[s_off + 1] + eps));
@@ -224,22 +228,22 @@ KERNEL void adam_update(GLOBAL real* w, const int w_off, GLOBAL real* m, const i
 /* RMSprop: d = g + l2 w (weights); v <- alpha v + (1 - alpha) d^2; centered: gavg <- alpha
    gavg + (1 - alpha) d, den = sqrt(v - gavg^2) + eps, else den = sqrt(v) + eps; with
    momentum: buf <- momentum buf + d / den, w <- w - lr buf, else w <- w - lr d / den.
-   buf and gavg are read only where their flags say they exist. */
+   rest = 1 - alpha. buf and gavg are read only where their flags say they exist. */
 KERNEL void rmsprop_update(GLOBAL real* w, const int w_off, GLOBAL real* v, const int v_off,
                            GLOBAL real* buf, const int buf_off, GLOBAL real* gavg,
                            const int gavg_off, const GLOBAL real* g, const int g_off,
-                           const real lr, const real alpha, const real eps, const real l2,
-                           const real momentum, const int has_buf, const int centered,
-                           const int n_decay, const int n) {
+                           const real lr, const real alpha, const real rest, const real eps,
+                           const real l2, const real momentum, const int has_buf,
+                           const int centered, const int n_decay, const int n) {
     const int i = GLOBAL_ID(0);
     if (i >= n) return;
     const real wi = w[w_off + i];
-    const real d = i < n_decay ? g[g_off + i] + l2 * wi : g[g_off + i];
-    const real vi = alpha * v[v_off + i] + ((real)1 - alpha) * (d * d);
+    const real d = i < n_decay && l2 != 0 ? g[g_off + i] + l2 * wi : g[g_off + i];
+    const real vi = alpha * v[v_off + i] + rest * (d * d);
     v[v_off + i] = vi;
     real den;
     if (centered) {
-        const real ai = alpha * gavg[gavg_off + i] + ((real)1 - alpha) * d;
+        const real ai = alpha * gavg[gavg_off + i] + rest * d;
         gavg[gavg_off + i] = ai;
         den = sqrt(vi - ai * ai) + eps;
     } else {

@@ -10,11 +10,14 @@ admits devices that flush subnormal results to zero (sigmoid(-88) is 6e-39)."""
 import numpy as np
 import pytest
 
+import math
+
 from portanet.backends.base import conv_out
 from portanet.backends.numpy import NumpyBackend, activate
 from conftest import F32
 
 REF = NumpyBackend("cpu", np.float32)
+ELEMENTWISE = ["linear", "relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu"]
 TINY = np.finfo(np.float32).tiny
 # 88 and 100 sit either side of float32's exp overflow (88.72); 1e30 and 3e38 overflow a
 # square, a sum or a product; 1e-30 underflows one
@@ -62,7 +65,11 @@ def test_reference_semantics():
     """The oracle's own choices, stated once: NaN passes through relu, max and argmax (the
     first NaN wins), through dropout (a product with the mask) and into the losses, whose
     log is clamped at the smallest normal float; sigmoid and softmax of finite inputs
-    saturate without NaN, and tanh is exactly +-1 from where it rounds there."""
+    saturate without NaN, and tanh is exactly +-1 from where it rounds there. The
+    activations and derivatives are their formulas as written, as in PyTorch: where one
+    multiplies an infinity by 0 it gives NaN (gelu and silu of -inf, their derivatives at
+    +-inf); NaN goes to the z <= 0 branch of a comparison (relu' and leaky_relu' of NaN
+    are 0 and 0.01, elu' of it exp(NaN))."""
     nan, inf = np.float32(np.nan), np.float32(np.inf)
     z = np.array([[nan, -1, 2, -inf, inf, -1000, 1000]], np.float32)
     a = np.empty_like(z)
@@ -75,6 +82,20 @@ def test_reference_semantics():
     grad = np.array([9.5, -20, inf], np.float32)
     REF.activation_grad("tanh", grad, np.full(3, inf, np.float32))
     assert np.isnan(grad).all()                             # 0 . inf: tanh' is 0 there
+    want = {"leaky_relu": [nan, -0.01, 2, -inf, inf, -10, 1000],
+            "elu": [nan, math.expm1(-1), 2, -1, inf, -1, 1000],
+            "gelu": [nan, -0.15865525, 1.9544997, nan, inf, 0, 1000],
+            "silu": [nan, -0.26894142, 1.7615941, nan, inf, 0, 1000]}
+    for kind, values in want.items():
+        REF.bias_activation(kind, z.copy(), np.zeros(1, np.float32), a)
+        assert np.allclose(a[0], values, rtol=F32, equal_nan=True), kind
+    z_grad = np.array([nan, -inf, inf, -1000, 1000, 0], np.float32)
+    want = {"leaky_relu": [0.01, 0.01, 1, 0.01, 1, 0.01], "elu": [nan, 0, 1, 0, 1, 1],
+            "gelu": [nan, nan, nan, 0, 1, 0.5], "silu": [nan, nan, nan, 0, 1, 0.5]}
+    for kind, values in want.items():
+        grad = z_grad.copy()
+        REF.activation_grad(kind, grad, np.ones(6, np.float32))
+        assert np.allclose(grad, values, rtol=F32, equal_nan=True), kind
     logits = np.array([[1e30, 0, nan, inf, -inf], [1e30, -1e30, 0, 0, -inf]], np.float32)
     p = np.empty_like(logits)
     REF.bias_activation("softmax", logits, np.zeros(2, np.float32), p)
@@ -97,7 +118,7 @@ def test_reference_semantics():
     assert hit.tolist() == [0, 1, 1]
 
 
-@pytest.mark.parametrize("kind", ["linear", "relu", "sigmoid", "tanh", "softmax"])
+@pytest.mark.parametrize("kind", ELEMENTWISE + ["softmax"])
 def test_bias_activation(backend, rng, kind):
     rows, cols = 6, 300
     z = mixed(rng, (rows, cols), 0.05 if kind == "softmax" else 0.3)
@@ -116,19 +137,48 @@ def test_bias_activation(backend, rng, kind):
     assert_same(backend.download(A), want_a, f"{kind}: a")
 
 
-@pytest.mark.parametrize("kind", ["linear", "relu", "sigmoid", "tanh"])
+def grad_terms(kind, z):
+    """|the terms| of f'(z) that cancel in float32 on every device, in float64 (None where
+    nothing cancels): 1 - tanh^2, s (1 - s), Phi(z) + z phi(z), s (1 + z (1 - s))."""
+    z = z.astype(np.float64)
+    f = activate(kind if kind != "silu" else "sigmoid", z)
+    with np.errstate(invalid="ignore", over="ignore"):
+        if kind == "tanh":
+            return 1 + f * f
+        if kind in ("sigmoid", "silu"):
+            return f * (1 + f) if kind == "sigmoid" else f * (1 + np.abs(z) * (1 - f))
+        if kind == "gelu":
+            phi = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+            return np.array([0.5 * math.erfc(-x / math.sqrt(2)) for x in z.ravel()]).reshape(
+                z.shape) + np.abs(z) * phi
+    return None
+
+
+@pytest.mark.parametrize("kind", ELEMENTWISE)
 def test_activation_grad(backend, rng, kind):
     z, da = mixed(rng, (7, 200)), mixed(rng, (7, 200), 0.1)
     z[:, :4], da[:, :4] = [20, -1000, np.inf, -np.inf], np.inf     # f' is 0: da inf gives NaN
     want = z.copy()
     REF.activation_grad(kind, want, da)
-    # f' = 1 - tanh^2 and s (1 - s) lose digits to cancellation in float32, on every device
-    f = activate(kind, z.astype(np.float64))
+    terms = grad_terms(kind, z)
     with np.errstate(invalid="ignore"):             # inf . 0 where the result is NaN anyway
-        scale = {"tanh": (1 + f * f) * np.abs(da), "sigmoid": f * (1 + f) * np.abs(da)}.get(kind)
+        scale = None if terms is None else terms * np.abs(da)
     Z = backend.upload(z)
     backend.activation_grad(kind, Z, backend.upload(da))
     assert_same(backend.download(Z), want, f"{kind}'(z) da", scale)
+
+
+@pytest.mark.parametrize("kind", ELEMENTWISE)
+def test_add_activation(backend, rng, kind):
+    z, x = mixed(rng, (5, 7, 9)), mixed(rng, (5, 7, 9))
+    # overflow, inf - inf, cancellation to 0 and to -0
+    z.reshape(-1)[:4], x.reshape(-1)[:4] = [3e38, np.inf, -1e30, -0.0], [3e38, -np.inf, 1e30, -0.0]
+    want_z, want_a = z.copy(), np.empty_like(z)
+    REF.add_activation(kind, want_z, x, want_a)
+    Z, A = backend.upload(z), poisoned(backend, z.shape)
+    backend.add_activation(kind, Z, backend.upload(x), A)
+    assert_same(backend.download(Z), want_z, f"{kind}: z + x")
+    assert_same(backend.download(A), want_a, f"{kind}: a")
 
 
 def _losses(backend, kernel, a, target, rows, cols, rng):
@@ -217,6 +267,26 @@ def test_maxpool(backend, rng, pool, stride):
     assert_same(backend.download(DX), dx, "maxpool_grad", scale)
 
 
+@pytest.mark.parametrize("pool,stride", [((2, 2), (2, 2)), ((3, 2), (2, 1)), ((7, 8), (7, 8))])
+def test_avgpool(backend, rng, pool, stride):
+    C, H, W, N = 3, 7, 8, 5
+    x = mixed(rng, (C, H, W, N), 0.1)
+    x[0, :2, :2, 0] = [[3e38, 3e38], [3e38, 3e38]]        # the window's sum overflows
+    shape = (C, conv_out(H, pool[0], stride[0], 0), conv_out(W, pool[1], stride[1], 0), N)
+    a, da = np.empty(shape, np.float32), mixed(rng, shape, 0.1)
+    dx = np.empty_like(x)
+    REF.avgpool(a, x, pool, stride)
+    REF.avgpool_grad(dx, da, pool, stride)
+    A, DX = poisoned(backend, shape), poisoned(backend, x.shape)
+    backend.avgpool(A, backend.upload(x), pool, stride)
+    backend.avgpool_grad(DX, backend.upload(da), pool, stride)
+    scale, scale_dx = np.empty(shape, np.float32), np.empty_like(x)     # sums: |terms|
+    REF.avgpool(scale, np.abs(x), pool, stride)
+    REF.avgpool_grad(scale_dx, np.abs(da), pool, stride)
+    assert_same(backend.download(A), a, "avgpool", scale)
+    assert_same(backend.download(DX), dx, "avgpool_grad", scale_dx)
+
+
 def test_im2col_col2im(backend, rng):
     C, H, W, N, k, s, p = 2, 6, 5, 3, 3, 2, 1
     Ho, Wo = conv_out(H, k, s, p), conv_out(W, k, s, p)
@@ -267,3 +337,74 @@ def test_blas1(backend, rng):
     C = poisoned(backend, x.shape)
     backend.copy(backend.upload(x), C)
     assert_same(backend.download(C), x, "copy")
+
+
+def test_optimizer_updates(backend, rng):
+    """NaN and inf in the weights and gradients (and overflowing squares) go where the
+    reference's do through every update; finite values agree relative to the size of the
+    terms (coefficients below 1: a device may fuse a product into a sum, which must not
+    matter). The state is finite, v >= gavg^2 as the updates keep it."""
+    n, n_decay = 600, 350
+    w, g = mixed(rng, (n,)), mixed(rng, (n,))
+    m, buf, gavg = (0.1 * rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    v = (gavg.astype(np.float64) ** 2 + 0.01 * rng.random(n)).astype(np.float32)
+    decayed = np.arange(n) < n_decay
+    lr, mu, wd, beta1, beta2, alpha, eps = 0.1, 0.9, 0.01, 0.9, 0.999, 0.99, 1e-8
+    scalars = np.array([lr / (1 - beta1 ** 3), math.sqrt(1 - beta2 ** 3)], np.float32)
+    runs = {
+        "momentum": (lambda b, x: b.momentum_update(x["w"], x["v"], lr * wd, n_decay),
+                     ("w", "v")),
+        "nesterov": (lambda b, x: b.nesterov_update(x["w"], x["g"], x["v"], lr, mu, wd, n_decay),
+                     ("w", "v")),
+        "adam": (lambda b, x: b.adam_update(x["w"], x["g"], x["m"], x["v"], x["scalars"], beta1,
+                                            beta2, eps, wd, 0.0, n_decay), ("w", "m", "v")),
+        "adamw": (lambda b, x: b.adam_update(x["w"], x["g"], x["m"], x["v"], x["scalars"], beta1,
+                                             beta2, eps, 0.0, lr * wd, n_decay), ("w", "m", "v")),
+        "rmsprop": (lambda b, x: b.rmsprop_update(x["w"], x["g"], x["v"], x["buf"], None, lr,
+                                                  alpha, eps, wd, mu, n_decay), ("w", "v", "buf")),
+        "rmsprop centered": (lambda b, x: b.rmsprop_update(x["w"], x["g"], x["v"], None,
+                                                           x["gavg"], lr, alpha, eps, wd, 0.0,
+                                                           n_decay), ("w", "v", "gavg")),
+    }
+    # centered RMSprop's v - gavg^2 is where a fused multiply-add turns the reference's
+    # inf - inf (an overflowed second moment less an overflowing square) into inf: finite
+    # gradients and weights stay below 1e18 there, whose squares do not overflow
+    huge = np.isfinite(w) & (np.abs(w) > 1e18), np.isfinite(g) & (np.abs(g) > 1e18)
+    tame = np.where(huge[0], np.sign(w) * 1e18, w), np.where(huge[1], np.sign(g) * 1e18, g)
+    for name, (run, outputs) in runs.items():
+        w_, g_ = tame if name == "rmsprop centered" else (w, g)
+        host = {"w": w_, "g": g_, "m": m, "v": v, "buf": buf, "gavg": gavg, "scalars": scalars}
+        want = {k: x.copy() for k, x in host.items()}
+        run(REF, want)
+        got = {k: backend.upload(x) for k, x in host.items()}
+        run(backend, got)
+        with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+            scales = _update_terms(name, host, want, decayed, lr, mu, wd, beta1, alpha,
+                                   scalars)
+        for k in outputs:
+            assert_same(backend.download(got[k]), want[k], f"{name}: {k}", scales.get(k))
+
+
+def _update_terms(name, host, want, decayed, lr, mu, wd, beta1, alpha, scalars):
+    """|the terms| each output of an update sums, in float64, from its inputs (None where
+    all terms have one sign)."""
+    x = {k: np.abs(a.astype(np.float64)) for k, a in host.items()}
+    d_terms = x["g"] + np.where(decayed, wd * x["w"], 0)
+    if name == "momentum":
+        v = x["v"] + np.where(decayed, lr * wd * x["w"], 0)
+        return {"v": v, "w": x["w"] + v}
+    if name == "nesterov":
+        v = mu * x["v"] + lr * d_terms
+        return {"v": v, "w": x["w"] + mu * v + lr * d_terms}
+    if name.startswith("adam"):
+        d = d_terms if name == "adam" else x["g"]
+        m = beta1 * x["m"] + (1 - beta1) * d
+        den = np.sqrt(want["v"].astype(np.float64)) / scalars[1] + 1e-8
+        return {"m": m, "w": x["w"] + scalars[0] * m / den}
+    if name == "rmsprop":
+        den = np.sqrt(want["v"].astype(np.float64)) + 1e-8
+        buf = mu * x["buf"] + d_terms / den
+        return {"buf": buf, "w": x["w"] + lr * buf}
+    den = np.sqrt(np.abs(want["v"].astype(np.float64) - want["gavg"].astype(np.float64) ** 2))
+    den += 1e-8
+    return {"gavg": alpha * x["gavg"] + (1 - alpha) * d_terms, "w": x["w"] + lr * d_terms / den}

@@ -317,15 +317,17 @@ class KernelBackend(Backend):
 
     def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay):
         check_adam(scalars, n_decay, w, g, m, v)
-        # 1 - shrink is formed here, in double, as PyTorch and the reference form it
-        self._run("adam_update", (w.size,), w, m, v, g, scalars, float(beta1), float(beta2),
-                  float(eps), float(l2), 1.0 - float(shrink), n_decay, w.size)
+        # 1 - beta and 1 - shrink in double, as PyTorch and the reference form them
+        beta1, beta2, shrink = float(beta1), float(beta2), float(shrink)
+        self._run("adam_update", (w.size,), w, m, v, g, scalars, beta1, 1.0 - beta1, beta2,
+                  1.0 - beta2, float(eps), float(l2), 1.0 - shrink, n_decay, w.size)
 
     def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay):
         check_update("rmsprop_update", n_decay, w, g, v, buf, gavg)
         # an absent buf or gavg is w, never touched: its flag is off
+        alpha = float(alpha)
         self._run("rmsprop_update", (w.size,), w, v, w if buf is None else buf,
-                  w if gavg is None else gavg, g, float(lr), float(alpha), float(eps),
+                  w if gavg is None else gavg, g, float(lr), alpha, 1.0 - alpha, float(eps),
                   float(l2), float(momentum), buf is not None, gavg is not None, n_decay,
                   w.size)
 

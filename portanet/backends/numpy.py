@@ -88,12 +88,14 @@ class NumpyBackend(Backend):
         w += v
         b += vb
 
-    # -- optimizer updates: in the kernels' order of operations --------------------------
+    # -- optimizer updates: in the kernels' order of operations; 1 - beta, 1 - alpha and
+    # 1 - shrink are formed in double (Python floats), as PyTorch forms them -------------
 
     @_quiet
     def momentum_update(self, w, v, decay, n_decay):
         check_update("momentum_update", n_decay, w, v)
-        v[:n_decay] -= decay * w[:n_decay]
+        if decay != 0:
+            v[:n_decay] -= decay * w[:n_decay]
         w += v
 
     @_quiet
@@ -107,6 +109,7 @@ class NumpyBackend(Backend):
     def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay):
         check_adam(scalars, n_decay, w, g, m, v)
         d = _decayed(g, l2, w, n_decay)
+        beta1, beta2 = float(beta1), float(beta2)
         w[:n_decay] *= 1 - float(shrink)
         m[...] = beta1 * m + (1 - beta1) * d
         v[...] = beta2 * v + (1 - beta2) * (d * d)
@@ -116,6 +119,7 @@ class NumpyBackend(Backend):
     def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay):
         check_update("rmsprop_update", n_decay, w, g, v, buf, gavg)
         d = _decayed(g, l2, w, n_decay)
+        alpha = float(alpha)
         v[...] = alpha * v + (1 - alpha) * (d * d)
         if gavg is None:
             den = np.sqrt(v) + eps
@@ -323,9 +327,11 @@ def _erfc(x):
 
 
 def _decayed(g, decay, w, n_decay):
-    """d = g + decay w on the first n_decay elements (the weights), g on the rest."""
+    """d = g + decay w on the first n_decay elements (the weights), g on the rest; a decay
+    of 0 is no term at all, as in PyTorch (0 w would make an infinite weight's d NaN)."""
     d = g.copy()
-    d[:n_decay] += decay * w[:n_decay]
+    if decay != 0:
+        d[:n_decay] += decay * w[:n_decay]
     return d
 
 
