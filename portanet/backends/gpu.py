@@ -171,7 +171,7 @@ class KernelBackend(Backend):
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
         if offset + int(np.prod(shape)) > x.size:
             raise ShapeError(f"view {shape} at {offset} does not fit in {x}")
-        return DeviceArray(x.buf, x.offset + offset, shape, x.dtype,
+        return DeviceArray(x.buf, x.offset + int(offset), shape, x.dtype,
                            base=x if x.base is None else x.base)
 
     def _check_write(self, dst, host):
