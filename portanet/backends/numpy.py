@@ -291,8 +291,9 @@ def activate(kind, z):
 
 def activate_grad(kind, z):
     """f'(z), the formula as written: NaN where it multiplies inf by 0 (tanh' at inf is
-    exactly 0, gelu' and silu' at +-inf are NaN), NaN from NaN but for relu and leaky_relu,
-    whose comparison sends NaN to the z <= 0 branch's constant."""
+    exactly 0, gelu' and silu' at +-inf are NaN), NaN from NaN but for linear, relu and
+    leaky_relu, whose comparison z > 0 sends NaN to the other branch's constant (PyTorch's
+    elu' tests z <= 0 and gives 1 there; ours gives exp(NaN))."""
     one = z.dtype.type(1)
     if kind in ("linear", "softmax"):      # softmax is only used fused with cross-entropy
         return np.ones_like(z)
@@ -320,8 +321,9 @@ _ERFC = np.frompyfunc(math.erfc, 1, 1)
 
 
 def _erfc(x):
-    """erfc elementwise in x's dtype, by Python's math.erfc (NumPy has none): correctly
-    rounded to float32, within an ulp or so in float64; about 0.1 s a million elements."""
+    """erfc elementwise in x's dtype: Python's math.erfc in double (NumPy has none), rounded
+    once to float32 where x is float32. About 0.1 s a million elements, 150 times np.exp's
+    time: a GELU network's cpu steps pay it twice per layer."""
     x = np.asarray(x)
     return _ERFC(x).astype(x.dtype)
 
