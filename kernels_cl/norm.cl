@@ -10,27 +10,6 @@
 #define NORM_THREADS 256
 #endif
 
-/* A copy of elementwise.cl's activate (a kernel family is one program and cannot call
-   another's functions): to be folded into one shared definition. Codes it does not know
-   are refused on the host (norm.py, NORM_ACTIVATIONS). */
-#if REAL_IS_DOUBLE
-#define TANH_ONE 19.061547465          /* ln(2^55 - 1) / 2 */
-#else
-#define TANH_ONE 9.0109134f            /* ln(2^26 - 1) / 2 */
-#endif
-DEVICE real tanh_rounded(const real z) {
-    return fabs(z) > TANH_ONE ? copysign((real)1, z) : tanh(z);     /* NaN: tanh(NaN) */
-}
-
-DEVICE real activate(const int kind, const real z) {
-    switch (kind) {
-    case ACT_RELU: return z < 0 ? (real)0 : z;      /* NaN stays NaN, as in np.maximum */
-    case ACT_SIGMOID: return (real)1 / ((real)1 + exp(-z));
-    case ACT_TANH: return tanh_rounded(z);
-    default: return z;
-    }
-}
-
 /* The sum of every work-item's v, returned to all of them: a tree through local memory.
    The last barrier keeps the next call from writing partial before all have read it. */
 DEVICE real group_sum(LOCAL_PTR real* partial, const real v) {

@@ -42,3 +42,62 @@ typedef float4 real4;
 #define ACT_ELU 6
 #define ACT_GELU 7
 #define ACT_SILU 8
+
+/* the activations, shared by the kernel families that apply them (elementwise, norm) */
+/* tanh, exactly +-1 from where it rounds there (1 - tanh z under half an ulp of 1), as the
+   reference's: libraries differ by an ulp there (PoCL's tanh is 1 - 2^-24 even at inf), and
+   1 - tanh^2 made of that ulp a derivative of 1.2e-7 or 0, of an inf gradient inf or NaN */
+#if REAL_IS_DOUBLE
+#define TANH_ONE 19.061547465          /* ln(2^55 - 1) / 2 */
+#else
+#define TANH_ONE 9.0109134f            /* ln(2^26 - 1) / 2 */
+#endif
+DEVICE real tanh_rounded(const real z) {
+    return fabs(z) > TANH_ONE ? copysign((real)1, z) : tanh(z);     /* NaN: tanh(NaN) */
+}
+
+/* leaky_relu's slope for z <= 0 (PyTorch's default); 1 / sqrt 2 and 1 / sqrt(2 pi) for gelu */
+#if REAL_IS_DOUBLE
+#define LEAKY_SLOPE 0.01
+#define SQRT1_2 0.70710678118654752440
+#define INV_SQRT_2PI 0.39894228040143267794
+#else
+#define LEAKY_SLOPE 0.01f
+#define SQRT1_2 0.70710678118654752440f
+#define INV_SQRT_2PI 0.39894228040143267794f
+#endif
+
+DEVICE real sigmoid(const real z) {
+    return (real)1 / ((real)1 + exp(-z));
+}
+
+/* f(z), in the reference's order of operations (numpy.activate), so that inf and NaN come
+   out where the reference's do: gelu(-inf) and silu(-inf) are NaN (-inf . 0), as in PyTorch */
+DEVICE real activate(const int kind, const real z) {
+    switch (kind) {
+    case ACT_RELU: return z < 0 ? (real)0 : z;      /* NaN stays NaN, as in np.maximum */
+    case ACT_SIGMOID: return sigmoid(z);
+    case ACT_TANH: return tanh_rounded(z);
+    case ACT_LEAKY_RELU: return z > 0 ? z : LEAKY_SLOPE * z;
+    case ACT_ELU: return z > 0 ? z : expm1(z);
+    case ACT_GELU: return (real)0.5 * z * erfc(-z * SQRT1_2);  /* 0.5 z (1 + erf(z / sqrt 2)) */
+    case ACT_SILU: return z / ((real)1 + exp(-z));
+    default: return z;
+    }
+}
+
+/* f'(z) for the elementwise activations (softmax is only used fused with its loss), the
+   formulas as written: NaN where they multiply inf by 0 (gelu' and silu' at +-inf) */
+DEVICE real activate_grad(const int kind, const real z) {
+    switch (kind) {
+    case ACT_RELU: return z > 0 ? (real)1 : (real)0;
+    case ACT_SIGMOID: { const real s = sigmoid(z); return s * ((real)1 - s); }
+    case ACT_TANH: { const real t = tanh_rounded(z); return (real)1 - t * t; }
+    case ACT_LEAKY_RELU: return z > 0 ? (real)1 : LEAKY_SLOPE;
+    case ACT_ELU: return z > 0 ? (real)1 : exp(z);
+    case ACT_GELU:                                  /* Phi(z) + z phi(z) */
+        return (real)0.5 * erfc(-z * SQRT1_2) + z * exp((real)-0.5 * z * z) * INV_SQRT_2PI;
+    case ACT_SILU: { const real s = sigmoid(z); return s * ((real)1 + z * ((real)1 - s)); }
+    default: return (real)1;
+    }
+}

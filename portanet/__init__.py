@@ -3,16 +3,19 @@ from .backends import device, list_devices
 from .data import load_dataset
 from .errors import (DataError, DeviceError, DivergedError, InputError, ModelFileError,
                      OutOfMemoryError, PortanetError, ShapeError)
-from .layers import Conv2D, Dense, Dropout, Flatten, MaxPool2D
-from .models import lenet, mlp, from_description
+from .layers import (AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Flatten, GlobalAvgPool2D,
+                     MaxPool2D, Residual)
+from .models import lenet, mlp, resnet, from_description
 from .network import Sequential
-from .optim import SGD
+from .optim import SGD, Adam, AdamW, RMSprop
 from .saving import load
-from . import schedules
+from . import callbacks, schedules
 
 __version__ = "0.1.0"
 
-__all__ = ["device", "list_devices", "load_dataset", "Sequential", "load", "SGD", "Dense",
-           "Flatten", "Conv2D", "MaxPool2D", "Dropout", "mlp", "lenet", "from_description",
+__all__ = ["device", "list_devices", "load_dataset", "Sequential", "load", "SGD", "Adam",
+           "AdamW", "RMSprop", "Dense", "Flatten", "Conv2D", "MaxPool2D", "Dropout",
+           "AvgPool2D", "GlobalAvgPool2D", "BatchNorm", "Residual", "mlp", "lenet", "resnet",
+           "from_description", "callbacks",
            "PortanetError", "DeviceError", "OutOfMemoryError", "ShapeError", "InputError",
            "DataError", "ModelFileError", "DivergedError", "schedules"]

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from . import __version__, backends, models
+from . import __version__, backends, models, training
 from .errors import PortanetError
 from .layers import Dense
 from .network import Sequential
@@ -135,7 +135,8 @@ def training_step(workload, bk, batch, rng, eager=False):
         raise PortanetError(f"{workload!r} has no training step: use one of "
                             f"{', '.join(sorted(STEPS))}")
     net.train_batch(x, y, opt)            # sizes the buffers; the batch stays on the device
-    return net, (lambda: net._step(opt)) if eager else (lambda: net._train_step(opt))
+    return net, (lambda: training.step(net, opt)) if eager else \
+        (lambda: training.train_step(net, opt))
 
 
 def _step_timing(bk, step, flops=None, repeats=10, inner=3):

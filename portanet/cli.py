@@ -6,11 +6,11 @@ import time
 
 import click
 
-from . import backends, checkpoint, data, models, schedules
+from . import backends, checkpoint as files, data, models, optim, schedules
 from .errors import PortanetError
-from .optim import SGD
 
 CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
+DEFAULT_LR = {"sgd": 0.02, "adam": 0.001, "adamw": 0.001, "rmsprop": 0.001}
 
 
 @click.group()
@@ -79,75 +79,120 @@ def _check_devices(specs):
 
 @main.command()
 @click.option("--model", default="mlp", show_default=True,
-              help="mlp, lenet, or a description such as "
+              help="mlp, lenet, resnet, or a description such as "
                    "'conv(8, 3, relu) maxpool(2) flatten dense(10, softmax)'")
 @click.option("--dataset", type=click.Choice(sorted(CLASSES)), default="fashion-mnist",
               show_default=True)
 @click.option("--epochs", type=click.IntRange(1), default=5, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True)
-@click.option("--lr", type=float, default=0.02, show_default=True,
-              help="learning rate eta (of the first epoch, under a schedule)")
+@click.option("--optimizer", type=click.Choice(sorted(optim.OPTIMIZERS)), default="sgd",
+              show_default=True)
+@click.option("--lr", type=float, default=None,
+              help="learning rate (of the first epoch, under a schedule); default 0.02 for "
+                   "sgd, 0.001 for adam, adamw and rmsprop")
 @click.option("--schedule", default="constant", show_default=True,
               help="learning rate per epoch, as portanet.schedules: constant, "
-                   "'exponential(0.6)', 'step(10, 0.1)', 'cosine(30)', 'warmup(2, cosine(30))'")
-@click.option("--momentum", type=float, default=0.9, show_default=True)
-@click.option("--weight-decay", type=float, default=0.0, show_default=True)
+                   "'exponential(0.6)', 'step(10, 0.1)', 'cosine(30)', 'warmup(2, cosine(30))'"
+                   "; 'cosine' alone spans --epochs")
+@click.option("--momentum", type=float, default=None,
+              help="sgd's and rmsprop's momentum (default 0.9 for sgd, 0 for rmsprop)")
+@click.option("--nesterov", is_flag=True, help="sgd: Nesterov momentum")
+@click.option("--weight-decay", type=float, default=None,
+              help="L2 on the weights (adamw: decoupled; default 0, adamw 0.01)")
 @click.option("--device", default=None, help="cpu, opencl, opencl:P, opencl:P:D, cuda, cuda:N "
               "(default: $PORTANET_DEVICE, else cpu)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(1), default=None,
               help="train on the first N training samples only (quick runs)")
+@click.option("--validation-split", type=float, default=0.0, show_default=True,
+              help="validate after each epoch on this last fraction of the training set")
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
               help="write the trained network to this file (checked before training)")
+@click.option("--checkpoint", type=click.Path(dir_okay=False), default=None,
+              help="save the network and the training state here after each epoch")
+@click.option("--resume", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="go on from this checkpoint (give the same options as the run that wrote "
+                   "it); checkpoints go on being written to it unless --checkpoint says where")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="draw loss and accuracy per epoch to this PNG (needs matplotlib: "
+                   "pip install 'portanet[plot]')")
 @click.option("--plan", is_flag=True,
               help="print the memory plan of the network at this batch size and exit")
 @click.option("--download", is_flag=True, help="download the dataset if it is missing")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line of results")
-def train(model, dataset, epochs, batch_size, lr, schedule, momentum, weight_decay, device, seed,
-          limit, save, plan, download, as_json):
+def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum, nesterov,
+          weight_decay, device, seed, limit, validation_split, save, checkpoint, resume,
+          plot_path, plan, download, as_json):
     """Train a network and report test accuracy."""
     try:
-        if save:
-            checkpoint.check_destination(save)      # before the training, not after it
-        optimizer = SGD(lr, momentum, weight_decay)
-        lr_schedule = schedules.parse(schedule)
+        checkpoint = checkpoint or resume
+        for path in (save, checkpoint, plot_path):
+            if path:
+                files.check_destination(path)    # before the training, not after it
+        opt = make_optimizer(optimizer, lr, momentum, nesterov, weight_decay)
+        lr_schedule = schedules.parse("cosine({})".format(epochs) if schedule.strip().lower()
+                                      == "cosine" else schedule)
         (x, y), (x_test, y_test) = data.load_dataset(dataset, download=download) \
             if dataset != "coordinates" else data.coordinates(seed=seed)
         if limit:
             x, y = x[:limit], y[:limit]
         net = build_model(model, dataset, x.shape[1:], device, seed)
         if plan:
-            click.echo(net.memory_plan(min(batch_size, len(x))))
+            click.echo(net.memory_plan(min(batch_size, len(x)), opt))
             return
-        click.echo(net.summary(), err=True)
+        click.echo(net.summary(opt), err=True)
         bar = Progress(epochs)
 
         def on_epoch(epoch, logs):
             bar.clear()
+            val = "".join(f"  {k} {logs[k]:.4f}" for k in ("val_loss", "val_accuracy")
+                          if k in logs)
             click.echo(f"epoch {epoch + 1}/{epochs}  loss {logs['loss']:.4f}  "
-                       f"accuracy {logs['accuracy']:.4f}  lr {logs['lr']:.3g}  "
+                       f"accuracy {logs['accuracy']:.4f}{val}  lr {logs['lr']:.3g}  "
                        f"{logs['seconds']:.2f} s")
             bar.epoch = epoch + 1
 
-        history = net.fit(x, y, epochs=epochs, batch_size=batch_size, optimizer=optimizer,
+        history = net.fit(x, y, epochs=epochs, batch_size=batch_size, optimizer=opt,
                           schedule=lr_schedule, seed=seed, progress=bar.update,
-                          on_epoch=on_epoch)
+                          on_epoch=on_epoch, validation_split=validation_split,
+                          checkpoint=checkpoint, resume=resume)
         test_loss, test_acc = net.evaluate(x_test, y_test)
         click.echo(f"test loss {test_loss:.4f}  test accuracy {test_acc:.4f}")
         if save:
             net.save(save)
             click.echo(f"saved to {save}", err=True)
+        if plot_path:
+            from . import curves
+            curves.plot(history, plot_path, title=f"{model} on {dataset}, {net.backend.name}")
+            click.echo(f"curves drawn to {plot_path}", err=True)
         if as_json:
             click.echo(json.dumps({
                 "device": net.backend.name, "device_name": net.backend.info()["name"],
                 "gemm": net.backend.gemm_path, "model": model, "dataset": dataset,
-                "epochs": epochs, "batch_size": batch_size, "lr": lr, "schedule": schedule,
-                "lrs": history["lr"], "momentum": momentum,
+                "epochs": epochs, "batch_size": batch_size, "optimizer": repr(opt),
+                "lr": opt.lr, "schedule": repr(lr_schedule), "lrs": history["lr"],
                 "seed": seed, "train_samples": len(x), "test_accuracy": test_acc,
                 "test_loss": test_loss, "final_loss": history["loss"][-1],
-                "epoch_seconds": history["seconds"]}))
+                "epoch_seconds": history["seconds"],
+                **{k: history[k] for k in ("val_loss", "val_accuracy") if k in history}}))
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
+
+
+def make_optimizer(name, lr, momentum, nesterov, weight_decay):
+    """The optimizer the train command's options describe."""
+    lr = DEFAULT_LR[name] if lr is None else lr
+    extra = {} if weight_decay is None else {"weight_decay": weight_decay}
+    if name == "sgd":
+        return optim.SGD(lr, 0.9 if momentum is None else momentum, nesterov=nesterov, **extra)
+    if nesterov:
+        raise click.UsageError("--nesterov is an option of --optimizer sgd")
+    if name == "rmsprop":
+        return optim.RMSprop(lr, momentum=momentum or 0.0, **extra)
+    if momentum is not None:
+        raise click.UsageError(f"--momentum is an option of sgd and rmsprop, not {name} "
+                               f"(whose betas are 0.9, 0.999)")
+    return optim.OPTIMIZERS[name](lr, **extra)
 
 
 class Progress:

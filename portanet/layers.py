@@ -18,6 +18,7 @@ from .rng import mix32
 class Layer:
     trainable = False
     capturable = True           # its step launches the same work every time (see _train_step)
+    decayed = ()                # parameters that weight decay applies to (listed first)
 
     def config(self):
         """The constructor arguments, for save files."""
@@ -26,7 +27,7 @@ class Layer:
     def configure(self, backend, in_shape):
         """Shapes for inputs of per-sample shape `in_shape`; returns the output's. Nothing
         is allocated: the network plans memory from what the layer declares (parameters,
-        state, batch_buffers, shared_sizes) and then allocates it."""
+        buffers, batch_buffers, shared_sizes) and then allocates it."""
         self.backend = backend
         self.in_shape = tuple(in_shape)
         self.out_shape = self.output_shape(self.in_shape)
@@ -36,15 +37,19 @@ class Layer:
         return in_shape
 
     def parameters(self):
-        """{name: shape} of the parameters, saved and loaded with the network."""
+        """{name: shape} of the trained parameters, the `decayed` ones first. The network
+        keeps them in one flat vector per layer (`flat`), each name a view of it, so that
+        an optimizer updates a layer in one launch."""
         return {}
 
-    def state(self):
-        """{name: shape} of the optimizer's state (SGD: the momentum buffers)."""
+    def buffers(self):
+        """{name: shape} of state that is saved with the network but not trained
+        (BatchNorm's running statistics)."""
         return {}
 
     def initial(self, rng):
-        """{name: host array} of initial parameter values (missing names start at zero)."""
+        """{name: host array} of initial parameter and buffer values (missing names start
+        at zero)."""
         return {}
 
     def batch_buffers(self, m):
@@ -57,6 +62,10 @@ class Layer:
         for a batch of m: the ones vector of bias gradients, the im2col workspace."""
         return 0, 0
 
+    def sublayers(self):
+        """[(name, layer)] of the layers inside this one (Residual's), in order."""
+        return []
+
     def bind(self, a_prev, m, shared):
         """Views for a batch of m samples: a_prev is the previous layer's output; shared
         holds the network's ones vector and workspace."""
@@ -65,20 +74,41 @@ class Layer:
         self.shared = shared
 
     def params(self):
-        """{name: device array} saved and loaded with the network."""
-        return {name: getattr(self, name) for name in self.parameters()}
+        """{name: device array} of the parameters and buffers saved with the network."""
+        return {name: getattr(self, name) for name in (*self.parameters(), *self.buffers())}
+
+    @property
+    def n_decay(self):
+        """Elements of the flat parameter vector that weight decay applies to."""
+        shapes = self.parameters()
+        return sum(elements(shapes[name]) for name in self.decayed)
 
     def forward(self, training=True):
         raise NotImplementedError
 
-    def backward(self, opt, first, delta_in_z=False):
+    def backward(self, train, first, delta_in_z=False):
         """On entry self.a holds dL/da (or self.z the delta, if delta_in_z); on exit
-        a_prev holds dL/da_prev (unless first) and the parameters are updated."""
+        a_prev holds dL/da_prev (unless first) and the parameters are updated: the layer
+        writes its gradient products where train.gradient(self) says, and train.update(self)
+        applies the optimizer (training.Step)."""
         raise NotImplementedError
 
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({args})"
+
+
+def walk(layers, prefix=""):
+    """(name, layer) of every layer, those inside others included, parents first: the
+    names of their parameters in save files ("0.w", "3.1.gamma", "3.proj.w")."""
+    for i, layer in enumerate(layers):
+        yield from walk_one(f"{prefix}{i}", layer)
+
+
+def walk_one(name, layer):
+    yield name, layer
+    for sub, inner in layer.sublayers():
+        yield from walk_one(f"{name}.{sub}", inner)
 
 
 def _count(name, value, low, layer):
@@ -93,6 +123,7 @@ class Dense(Layer):
     """Fully connected: z = w a_prev + b, a = f(z). Inputs of any per-sample shape are
     taken flattened, (prod(in_shape), batch), which is a free view."""
     trainable = True
+    decayed = ("w",)
 
     def __init__(self, units, activation="linear"):
         self.units = _count("units", units, 1, type(self).__name__)
@@ -116,9 +147,6 @@ class Dense(Layer):
     def parameters(self):
         return {"w": (self.units, self.n_in), "b": (self.units,)}
 
-    def state(self):
-        return {"v": (self.units, self.n_in), "vb": (self.units,)}
-
     def initial(self, rng):
         # He for relu, Glorot otherwise; drawn on the host so every backend starts equal
         fan = self.n_in if self.activation == "relu" else (self.n_in + self.units) / 2
@@ -140,27 +168,28 @@ class Dense(Layer):
         self.a = self.backend.view(self._a, (self.units, m))
         self.ones = self.backend.view(shared.ones, (m,))
         self.inputs = self.a_prev           # what w multiplies: a_prev here, im2col's cols in Conv2D
+        self.da_prev = self.a_prev          # where dL/da_prev goes (Residual's projection: apart)
 
     def forward(self, training=True):
         bk = self.backend
         bk.gemm(1.0, self.w, self.inputs, 0.0, self.z)          # z <- w a_prev
         bk.bias_activation(self.activation, self.z, self.b, self.a)  # z <- z + b 1^T; a <- f(z)
 
-    def backward(self, opt, first, delta_in_z=False):
-        bk, eta_m = self.backend, opt.lr / self.m
+    def backward(self, train, first, delta_in_z=False):
+        bk = self.backend
         if not delta_in_z:
             bk.activation_grad(self.activation, self.z, self.a)  # (1) dz <- f'(z) . da
-        # (2) v <- mu v - eta/m dz a_prev^T: before a_prev is overwritten (the river crossing)
-        bk.gemm(-eta_m, self.z, self.inputs, opt.momentum, self.v, trans_b=True)
-        if opt.weight_decay:
-            bk.axpy(-opt.lr * opt.weight_decay, self.w, self.v)  # ... - eta lambda w
+        g, alpha, beta = train.gradient(self)
+        # (2) gw <- alpha dz a_prev^T + beta gw: before a_prev is overwritten (the river
+        # crossing); for SGD, gw is the velocity, alpha = -eta/m and beta = mu
+        bk.gemm(alpha, self.z, self.inputs, beta, g["w"], trans_b=True)
         if not first:
             self.input_grad()                                    # (3) da_prev <- w^T dz
-        bk.gemv(-eta_m, self.z, self.ones, opt.momentum, self.vb)  # (4) vb <- mu vb - eta/m dz 1
-        bk.apply_update(self.w, self.v, self.b, self.vb)         # (5) w <- w + v, b <- b + vb
+        bk.gemv(alpha, self.z, self.ones, beta, g["b"])          # (4) gb <- alpha dz 1 + beta gb
+        train.update(self)                                       # (5) the optimizer's kernel
 
     def input_grad(self):
-        self.backend.gemm(1.0, self.w, self.z, 0.0, self.a_prev, trans_a=True)
+        self.backend.gemm(1.0, self.w, self.z, 0.0, self.da_prev, trans_a=True)
 
 
 class Conv2D(Dense):
@@ -203,22 +232,23 @@ class Conv2D(Dense):
         self.a = self.backend.view(self._a, (self.units, positions))
         self.ones = self.backend.view(shared.ones, (positions,))
         self.inputs = self.backend.view(shared.workspace, (self.n_in, positions))
+        self.da_prev = self.a_prev
 
     def forward(self, training=True):
         self.backend.im2col(self.inputs, self.a_prev, self.k, self.stride, self.pad)
         self.shared.workspace_holds = id(self)
         super().forward(training)
 
-    def backward(self, opt, first, delta_in_z=False):
+    def backward(self, train, first, delta_in_z=False):
         if self.shared.workspace_holds != id(self):     # a later conv layer used it since
             self.backend.im2col(self.inputs, self.a_prev, self.k, self.stride, self.pad)
-        super().backward(opt, first, delta_in_z)
+        super().backward(train, first, delta_in_z)
         self.shared.workspace_holds = None
 
     def input_grad(self):
         bk = self.backend
         bk.gemm(1.0, self.w, self.z, 0.0, self.inputs, trans_a=True)   # dcols <- w^T dz
-        bk.col2im(self.a_prev, self.inputs, self.k, self.stride, self.pad)  # da_prev <- col2im
+        bk.col2im(self.da_prev, self.inputs, self.k, self.stride, self.pad)  # da_prev <- col2im
         self.shared.workspace_holds = None
 
 
@@ -250,7 +280,7 @@ class MaxPool2D(Layer):
     def forward(self, training=True):
         self.backend.maxpool(self.a, self.idx, self.a_prev, self.pool, self.stride)
 
-    def backward(self, opt, first, delta_in_z=False):
+    def backward(self, train, first, delta_in_z=False):
         if not first:
             self.backend.maxpool_grad(self.a_prev, self.a, self.idx, self.pool, self.stride)
 
@@ -286,11 +316,262 @@ class Dropout(Layer):
         else:
             self.backend.copy(self.a_prev, self.a)
 
-    def backward(self, opt, first, delta_in_z=False):
+    def backward(self, train, first, delta_in_z=False):
         if not first:
             self.backend.dropout(self.a_prev, self.a, self.key, self.rate)
 
 
+
+
+class AvgPool2D(Layer):
+    """Average pooling over pool x pool windows (no padding)."""
+
+    def __init__(self, pool=2, stride=None):
+        self.pool = _count("pool", pool, 1, "AvgPool2D")
+        self.stride = _count("stride", pool if stride is None else stride, 1, "AvgPool2D")
+
+    def config(self):
+        return {"pool": self.pool, "stride": self.stride}
+
+    def output_shape(self, in_shape):
+        if len(in_shape) != 3 or min(in_shape[1:]) < self.pool:
+            raise ShapeError(f"{self} takes images (C, H, W) of at least {self.pool}x{self.pool},"
+                             f" got inputs of shape {in_shape}")
+        c, h, w = in_shape
+        return (c, conv_out(h, self.pool, self.stride, 0), conv_out(w, self.pool, self.stride, 0))
+
+    def windows(self):
+        """(pool, stride) as the backend takes them: (rows, columns) each."""
+        return (self.pool, self.pool), (self.stride, self.stride)
+
+    def batch_buffers(self, m):
+        return {"_a": (elements(self.out_shape) * m, None)}
+
+    def bind(self, a_prev, m, shared):
+        super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
+        self._pooled = self.backend.view(self._a, (*self.pooled_shape(), m))
+        self.a = self.backend.view(self._a, (*self.out_shape, m)) \
+            if len(self.out_shape) == 3 else self.backend.view(self._a, (self.out_shape[0], m))
+
+    def pooled_shape(self):
+        return self.out_shape
+
+    def forward(self, training=True):
+        self.backend.avgpool(self._pooled, self.a_prev, *self.windows())
+
+    def backward(self, train, first, delta_in_z=False):
+        if not first:
+            self.backend.avgpool_grad(self.a_prev, self._pooled, *self.windows())
+
+
+class GlobalAvgPool2D(AvgPool2D):
+    """The mean of each channel over the whole image: (C, H, W) -> (C,)."""
+
+    def __init__(self):
+        pass
+
+    def config(self):
+        return {}
+
+    def output_shape(self, in_shape):
+        if len(in_shape) != 3:
+            raise ShapeError(f"{self} takes images (C, H, W), got inputs of shape {in_shape}")
+        return (in_shape[0],)
+
+    def windows(self):
+        _, h, w = self.in_shape
+        return (h, w), (h, w)
+
+    def pooled_shape(self):
+        return (self.in_shape[0], 1, 1)
+
+
+class BatchNorm(Layer):
+    """Batch normalization (Ioffe and Szegedy), then an activation: per feature after a
+    Dense layer, per channel (over the batch and the image) after a Conv2D. Training
+    normalizes with the batch's mean and variance and keeps running averages of them
+    (momentum as PyTorch's: new = (1 - momentum) old + momentum batch; the variance's
+    unbiased); inference normalizes with the running ones. Both are saved with the network.
+    Inputs viewed (rows, n): (features, batch) or (channels, H.W.batch), as stored."""
+    trainable = True
+
+    def __init__(self, activation="linear", momentum=0.1, eps=1e-5):
+        if activation not in ACTIVATIONS or activation == "softmax":
+            raise InputError(f"BatchNorm: activation must be one of "
+                             f"{', '.join(a for a in ACTIVATIONS if a != 'softmax')}, "
+                             f"got {activation!r}")
+        self.activation = activation
+        for name, value, low_open in (("momentum", momentum, False), ("eps", eps, True)):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and math.isfinite(value) and (0 < value if low_open else 0 <= value) and value <= 1
+            if not ok:
+                raise InputError(f"BatchNorm: {name} must be a number in "
+                                 f"{'(' if low_open else '['}0, 1], got {value!r}")
+        self.momentum, self.eps = float(momentum), float(eps)
+
+    def config(self):
+        return {"activation": self.activation, "momentum": self.momentum, "eps": self.eps}
+
+    def output_shape(self, in_shape):
+        if len(in_shape) not in (1, 3):
+            raise ShapeError(f"{self} takes features (F,) or images (C, H, W), got inputs of "
+                             f"shape {in_shape}")
+        return in_shape
+
+    @property
+    def rows(self):
+        return self.in_shape[0]
+
+    def parameters(self):
+        return {"gamma": (self.rows,), "beta": (self.rows,)}
+
+    def buffers(self):
+        return {"running_mean": (self.rows,), "running_var": (self.rows,)}
+
+    def initial(self, rng):
+        return {"gamma": np.ones(self.rows), "running_var": np.ones(self.rows)}
+
+    def batch_buffers(self, m):
+        n = elements(self.in_shape) * m
+        return {"_z": (n, None), "_a": (n, None), "_mean": (self.rows, None),
+                "_inv_std": (self.rows, None)}
+
+    def bind(self, a_prev, m, shared):
+        cols = elements(self.in_shape) // self.rows * m
+        bk = self.backend
+        super().bind(bk.view(a_prev, (self.rows, cols)), m, shared)
+        self.z = bk.view(self._z, (self.rows, cols))
+        self.a = bk.view(self._a, (self.rows, cols))
+        self.mean, self.inv_std = self._mean, self._inv_std
+
+    def forward(self, training=True):
+        bk = self.backend
+        if training:
+            bk.batchnorm_train(self.activation, self.z, self.a, self.mean, self.inv_std,
+                               self.a_prev, self.gamma, self.beta, self.running_mean,
+                               self.running_var, self.eps, self.momentum)
+        else:
+            bk.batchnorm_infer(self.activation, self.z, self.a, self.a_prev, self.gamma,
+                               self.beta, self.running_mean, self.running_var, self.eps)
+
+    def backward(self, train, first, delta_in_z=False):
+        bk = self.backend
+        if not delta_in_z:
+            bk.activation_grad(self.activation, self.z, self.a)
+        g, alpha, beta = train.gradient(self)
+        # dgamma, dbeta and (in place of the input) dx in one pass over the batch
+        bk.batchnorm_grad(None if first else self.a_prev, g["gamma"], g["beta"], self.z,
+                          self.a_prev, self.gamma, self.mean, self.inv_std, alpha, beta)
+        train.update(self)
+
+
+class Residual(Layer):
+    """x -> f(inner(x) + shortcut(x)): the inner layers' output plus the block's input,
+    then an activation. The shortcut is the input itself where the shapes agree, else a
+    1x1 convolution with the stride that makes them agree (Dense for vectors), trained
+    with the block. The sum is made in place of the last inner layer's output, which then
+    holds the sum's gradient for the inner layers' backward."""
+
+    def __init__(self, layers, activation="linear"):
+        self.layers = list(layers) if isinstance(layers, (list, tuple)) else None
+        if not self.layers or not all(isinstance(l, Layer) for l in self.layers):
+            raise InputError(f"Residual needs a non-empty list of layers, got {layers!r}")
+        if all(isinstance(l, Flatten) for l in self.layers):
+            raise InputError("Residual: its layers must compute something (not only Flatten)")
+        if activation not in ACTIVATIONS or activation == "softmax":
+            raise InputError(f"Residual: activation must be one of "
+                             f"{', '.join(a for a in ACTIVATIONS if a != 'softmax')}, "
+                             f"got {activation!r}")
+        self.activation = activation
+        self.projection = None
+
+    def config(self):
+        return {"layers": [[type(l).__name__, l.config()] for l in self.layers],
+                "activation": self.activation}
+
+    @property
+    def trainable(self):
+        return True if self.projection else any(l.trainable for l in self.layers)
+
+    @property
+    def capturable(self):
+        return all(l.capturable for l in self.layers)
+
+    def configure(self, backend, in_shape):
+        self.backend, self.in_shape = backend, tuple(in_shape)
+        shape = self.in_shape
+        for layer in self.layers:
+            shape = layer.configure(backend, shape)
+        self.out_shape = shape
+        self.projection = None
+        if shape != self.in_shape:
+            self.projection = self._projection(shape)
+            self.projection.configure(backend, self.in_shape)
+        return shape
+
+    def _projection(self, out):
+        inp = self.in_shape
+        if len(inp) == len(out) == 1:
+            return Dense(out[0])
+        if len(inp) == len(out) == 3:
+            for stride in range(1, max(inp[1:]) + 1):
+                if (conv_out(inp[1], 1, stride, 0), conv_out(inp[2], 1, stride, 0)) == out[1:]:
+                    return Conv2D(out[0], 1, stride=stride)
+        raise ShapeError(f"{self}: its layers turn {inp} into {out}, which no 1x1 "
+                         f"convolution (or Dense) of the input can match; keep the shapes "
+                         f"or change them by a stride")
+
+    def sublayers(self):
+        return [(str(i), l) for i, l in enumerate(self.layers)] + \
+            ([("proj", self.projection)] if self.projection else [])
+
+    def batch_buffers(self, m):
+        out = {"_a": (elements(self.out_shape) * m, None)}
+        if self.projection:
+            out["_dx"] = (elements(self.in_shape) * m, None)
+        return out
+
+    def shared_sizes(self, m):
+        sizes = [l.shared_sizes(m) for _, l in self.sublayers()]
+        return max(n for n, _ in sizes), max(w for _, w in sizes)
+
+    def bind(self, a_prev, m, shared):
+        bk = self.backend
+        super().bind(bk.view(a_prev, (*self.in_shape, m)), m, shared)
+        a = self.a_prev
+        for layer in self.layers:
+            layer.bind(a, m, shared)
+            a = layer.a
+        self.z = bk.view(a, (*self.out_shape, m))            # the sum, in place
+        self.a = bk.view(self._a, (*self.out_shape, m))
+        if self.projection:
+            self.projection.bind(self.a_prev, m, shared)
+            self.projection.da_prev = bk.view(self._dx, self.a_prev.shape)
+            self.shortcut = bk.view(self.projection.a, self.z.shape)
+        else:
+            self.shortcut = self.a_prev
+
+    def forward(self, training=True):
+        for layer in self.layers:
+            layer.forward(training)
+        if self.projection:
+            self.projection.forward(training)
+        self.backend.add_activation(self.activation, self.z, self.shortcut, self.a)
+
+    def backward(self, train, first, delta_in_z=False):
+        bk = self.backend
+        if not delta_in_z:
+            bk.activation_grad(self.activation, self.z, self.a)  # dL/d(sum), in z
+        if self.projection:             # its delta is the sum's; its dL/dx goes to _dx
+            proj = self.projection
+            bk.copy(self.z, proj.z)
+            proj.backward(train, first, delta_in_z=True)
+        for i in reversed(range(len(self.layers))):
+            inner_first = first and not any(l.trainable for l in self.layers[:i])
+            self.layers[i].backward(train, inner_first)
+        if not first:                   # plus the shortcut's part of dL/dx
+            bk.axpy(1.0, bk.view(self._dx, self.a_prev.shape) if self.projection else
+                    bk.view(self.z, self.a_prev.shape), self.a_prev)
 
 
 class Flatten(Layer):
@@ -306,12 +587,13 @@ class Flatten(Layer):
     def forward(self, training=True):
         pass
 
-    def backward(self, opt, first, delta_in_z=False):
+    def backward(self, train, first, delta_in_z=False):
         pass                                                     # the gradient is the same view
 
 
 LAYERS = {"Dense": Dense, "Flatten": Flatten, "Conv2D": Conv2D, "MaxPool2D": MaxPool2D,
-          "Dropout": Dropout}
+          "Dropout": Dropout, "AvgPool2D": AvgPool2D, "GlobalAvgPool2D": GlobalAvgPool2D,
+          "BatchNorm": BatchNorm, "Residual": Residual}
 
 
 def from_config(name, config):
@@ -321,8 +603,17 @@ def from_config(name, config):
     if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
         raise InputError(f"{name}: its configuration must be a mapping of argument names, "
                          f"got {config!r}")
+    if name == "Residual" and isinstance(config.get("layers"), list):
+        config = dict(config, layers=[from_config(*_pair(l)) for l in config["layers"]])
     try:
         return LAYERS[name](**config)
     except TypeError as e:           # a missing or unknown argument
         raise InputError(f"{name}({', '.join(config)}): {e}") from e
 
+
+
+def _pair(saved):
+    if not (isinstance(saved, (list, tuple)) and len(saved) == 2 and isinstance(saved[0], str)):
+        raise InputError(f"Residual: each of its saved layers must be [name, configuration], "
+                         f"got {saved!r}")
+    return saved

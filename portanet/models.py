@@ -4,28 +4,46 @@ A description is a sequence of layers, each `name(arguments)`:
 
     conv(16, 3, relu) conv(32, 3, relu) maxpool(2) flatten dense(10, softmax)
 
-    dense(units, activation)                 Dense
-    conv(filters, kernel, activation, stride=1, padding=0)   Conv2D
-    maxpool(pool, stride=pool)               MaxPool2D
-    dropout(rate)                            Dropout
-    flatten                                  Flatten
+    dense(units, activation)                              Dense
+    conv(filters, kernel, activation, stride=1, padding=0)   Conv2D (pad= for padding=)
+    maxpool(pool, stride=pool)                            MaxPool2D
+    avgpool(pool, stride=pool)                            AvgPool2D
+    globalavgpool                                         GlobalAvgPool2D
+    batchnorm(activation, momentum=0.1, eps=1e-5)         BatchNorm
+    residual(layers..., activation)                       Residual
+    dropout(rate)                                         Dropout
+    flatten                                               Flatten
 
+A residual block holds a description of its own, then its activation after a comma:
+`residual(conv(32, 3, pad=1) batchnorm(relu) conv(32, 3, pad=1) batchnorm, relu)`.
 The loss follows the last activation: softmax -> softmax cross-entropy, sigmoid -> binary
 cross-entropy, anything else -> MSE (or give loss=...).
 """
-import re
-
 from .errors import InputError
-from .layers import Conv2D, Dense, Dropout, Flatten, MaxPool2D
+from .layers import (AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Flatten, GlobalAvgPool2D,
+                     MaxPool2D, Residual)
 from .network import Sequential
 
-LAYER_NAMES = {"dense": Dense, "conv": Conv2D, "maxpool": MaxPool2D, "dropout": Dropout,
-               "flatten": Flatten}
+LAYER_NAMES = {"dense": Dense, "conv": Conv2D, "maxpool": MaxPool2D, "avgpool": AvgPool2D,
+               "globalavgpool": GlobalAvgPool2D, "batchnorm": BatchNorm, "residual": Residual,
+               "dropout": Dropout, "flatten": Flatten}
+ALIASES = {"conv2d": "conv", "bn": "batchnorm", "gap": "globalavgpool"}
+KEYWORDS = {"pad": "padding"}
 LOSS_FOR = {"softmax": "softmax_cross_entropy", "sigmoid": "binary_cross_entropy"}
-_NAME = re.compile(r"\s*(\w+)\s*")
-_SEPARATOR = re.compile(r"\s*(?:,|->|;)?\s*")
+SEPARATORS = " \t\n,;->"
 
 LENET = "conv(16, 3, relu) conv(32, 3, relu) maxpool(2) flatten dense({classes}, {output})"
+
+# A ResNet for 28 x 28 images: a stem, three residual blocks of two 3x3 convolutions with
+# batch normalization (the second and third halve the image and double the channels,
+# with a 1x1 projection on the shortcut), global average pooling, the classifier.
+RESNET = ("conv(32, 3, pad=1) batchnorm(relu) "
+          "residual(conv(32, 3, pad=1) batchnorm(relu) conv(32, 3, pad=1) batchnorm, relu) "
+          "residual(conv(64, 3, stride=2, pad=1) batchnorm(relu) conv(64, 3, pad=1) "
+          "batchnorm, relu) "
+          "residual(conv(128, 3, stride=2, pad=1) batchnorm(relu) conv(128, 3, pad=1) "
+          "batchnorm, relu) "
+          "globalavgpool dense({classes}, {output})")
 
 
 def parse(description):
@@ -33,43 +51,75 @@ def parse(description):
     if not isinstance(description, str):
         raise InputError(f"a model description is text such as 'dense(10, softmax)', got "
                          f"{description!r}")
-    layers, pos = [], 0
-    text = description.strip()
-    while pos < len(text):
-        match = _NAME.match(text, pos)
-        if not match:
-            raise InputError(f"cannot read the model description at {text[pos:]!r}; write "
-                             f"layers as name(arguments), e.g. 'dense(10, softmax)'")
-        start, name, pos = pos, match.group(1).lower(), match.end()
-        args = None
-        if text.startswith("(", pos):
-            close = text.find(")", pos)
-            if close < 0 or "(" in text[pos + 1:close]:
-                raise InputError(f"missing ')' in the model description after "
-                                 f"{text[start:close if close >= 0 else None]!r}")
-            args, pos = text[pos + 1:close], close + 1
-        pos = _SEPARATOR.match(text, pos).end()
-        layers.append(_layer(name, args))
+    layers = _layers(description.strip())
     if not layers:
         raise InputError("the model description is empty")
     return layers
 
 
+def _layers(text):
+    layers, pos = [], 0
+    while True:
+        while pos < len(text) and text[pos] in SEPARATORS:
+            pos += 1
+        if pos == len(text):
+            return layers
+        start = pos
+        while pos < len(text) and (text[pos].isalnum() or text[pos] == "_"):
+            pos += 1
+        if pos == start:
+            raise InputError(f"cannot read the model description at {text[start:]!r}; write "
+                             f"layers as name(arguments), e.g. 'dense(10, softmax)'")
+        name, args = text[start:pos].lower(), None
+        while pos < len(text) and text[pos] == " ":
+            pos += 1
+        if text.startswith("(", pos):
+            close = _closing(text, pos, start)
+            args, pos = text[pos + 1:close], close + 1
+        layers.append(_layer(name, args))
+
+
+def _closing(text, open_at, start):
+    """The index of the ')' that closes the '(' at open_at (of the layer from start)."""
+    depth = 0
+    for i in range(open_at, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[i], 0)
+        if depth == 0:
+            return i
+    raise InputError(f"missing ')' in the model description at {text[start:]!r}")
+
+
+def _split(args):
+    """The top-level comma-separated pieces of an argument list."""
+    pieces, depth, start = [], 0, 0
+    for i, c in enumerate(args):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if c == "," and depth == 0:
+            pieces.append(args[start:i])
+            start = i + 1
+    return [p.strip() for p in pieces + [args[start:]] if p.strip()]
+
+
 def _layer(name, args):
     """The layer for name(args), args being the text between the parentheses."""
-    name = "conv" if name == "conv2d" else name
+    name = ALIASES.get(name, name)
     if name not in LAYER_NAMES:
         raise InputError(f"unknown layer {name!r} in the model description; use one of "
                          f"{', '.join(LAYER_NAMES)} (or a ready-made model: "
                          f"{', '.join(MODELS)})")
     positional, keywords = [], {}
-    for arg in filter(None, (a.strip() for a in (args or "").split(","))):
-        key, _, value = arg.rpartition("=")
-        value = _value(value.strip())
-        if key:
-            keywords[key.strip()] = value
+    pieces = _split(args or "")
+    if name == "residual":
+        if not pieces:
+            raise InputError("residual(...) needs its layers, e.g. "
+                             "'residual(conv(8, 3, pad=1) batchnorm, relu)'")
+        positional.append(_layers(pieces.pop(0)))
+    for arg in pieces:
+        key, eq, value = arg.partition("=")
+        if eq and "(" not in key:
+            keywords[KEYWORDS.get(key.strip(), key.strip())] = _value(value.strip())
         else:
-            positional.append(value)
+            positional.append(_value(arg))
     cls = LAYER_NAMES[name]
     if cls is Conv2D and len(positional) > 2 and isinstance(positional[2], str):
         keywords["activation"] = positional.pop(2)
@@ -115,4 +165,11 @@ def lenet(input_shape=(1, 28, 28), classes=10, device=None, dtype="float32", see
                             input_shape, device=device, dtype=dtype, seed=seed)
 
 
-MODELS = {"mlp": mlp, "lenet": lenet}
+def resnet(input_shape=(1, 28, 28), classes=10, device=None, dtype="float32", seed=0):
+    """A small ResNet for 28 x 28 images (RESNET): 0.3 M parameters, three residual blocks
+    of 32, 64 and 128 channels with batch normalization; train it with Adam."""
+    return from_description(RESNET.format(classes=classes, output=_output(classes)),
+                            input_shape, device=device, dtype=dtype, seed=seed)
+
+
+MODELS = {"mlp": mlp, "lenet": lenet, "resnet": resnet}

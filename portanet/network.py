@@ -5,20 +5,12 @@ transposed once on upload to the device layout (features, batch) and predictions
 on download. Batch buffers are sized for the largest batch seen and viewed for smaller
 ones, so after the first step of a size training allocates nothing.
 """
-import dataclasses
-import math
-import time
-
 import numpy as np
 
-from . import backends, config, layers as layer_module, losses, saving, schedules
-from .errors import DivergedError, InputError, OutOfMemoryError, ShapeError, check_count
+from . import backends, config, layers as layer_module, losses, saving, training
+from .errors import InputError, OutOfMemoryError, ShapeError, check_count
 from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refuse,
                      size_text as _size)
-from .optim import SGD
-
-MAX_GRAPHS = 16         # recorded steps kept per network (see Sequential._train_step)
-DATA_SHARE = 0.5        # fit keeps the training set on a GPU if all fits in this share
 
 
 class Shared:
@@ -31,12 +23,8 @@ class Shared:
         self.ones, self.workspace, self.workspace_holds = ones, workspace, None
 
 
-class History(dict):
-    """Per-epoch lists: loss, accuracy, lr, seconds (and val_loss, val_accuracy if asked)."""
-
-
 class Sequential:
-    """A stack of layers trained with a fused loss and SGD with momentum.
+    """A stack of layers trained with a fused loss and an optimizer (portanet.optim).
 
     >>> net = Sequential([Dense(30, "relu"), Dense(1, "sigmoid")], input_shape=2,
     ...                  loss="binary_cross_entropy", device="cpu")
@@ -75,7 +63,11 @@ class Sequential:
         #                                 None (seen once) or False (cannot be recorded)
         self._capturable = config.graphs() and all(l.capturable for l in self.layers)
         self._batch = []                # (owner, Buffer, device array) of the batch buffers
-        self._params = []               # the same for parameters and optimizer state
+        self._params = []               # the same for parameters and saved buffers
+        self.optimizer_state = None     # training.OptimizerState, made by the first fit
+        self.stop_training = False      # a callback sets it to end fit after this epoch
+        for _, layer in self.walk():
+            layer.state, layer.grad_views, layer.grad_flat = {}, {}, {}
         self._allocate_parameters(np.random.default_rng(self.seed))
 
     def _check_output(self):
@@ -105,62 +97,90 @@ class Sequential:
 
     # -- memory: planned, then allocated all or nothing ----------------------------------
 
+    def walk(self):
+        """(path, layer) of every layer, those inside Residual blocks included: "0",
+        "3.1", "3.proj"; the prefixes of their parameters' names."""
+        return layer_module.walk(self.layers)
+
     def _parameter_buffers(self):
-        """[(layer, Buffer)] of parameters and optimizer state."""
-        out = []
-        for layer in self.layers:
-            for kind, shapes in (("parameters", layer.parameters()),
-                                 ("optimizer state", layer.state())):
-                out += [(layer, Buffer(repr(layer), name, kind, shape, self.backend.dtype))
-                        for name, shape in shapes.items()]
+        """[(layer, Buffer)] of parameters (one flat vector per layer, see
+        Layer.parameters) and saved buffers (BatchNorm's running statistics)."""
+        real, out = self.backend.dtype, []
+        for _, layer in self.walk():
+            n = training.flat_size(layer)
+            if n:
+                out.append((layer, Buffer(repr(layer), "flat", "parameters", (n,), real)))
+            out += [(layer, Buffer(repr(layer), name, "parameters", shape, real))
+                    for name, shape in layer.buffers().items()]
         return out
 
     def _batch_buffers(self, m):
         """[(owner, Buffer)] of everything sized by the batch, for up to m samples."""
         real = self.backend.dtype
         target = np.dtype(np.int32) if self.loss.name == "softmax_cross_entropy" else real
-        sizes = [layer.shared_sizes(m) for layer in self.layers]
+        sizes = [layer.shared_sizes(m) for layer in self.layers]     # Residual: its inner
         own = [("_x", "batch", self.n_in * m, real), ("_y", "batch", self.n_out * m, target),
                ("_loss_sum", "batch", m, real), ("_hit_sum", "batch", m, real),
                ("_order", "batch", m, np.dtype(np.int32)),
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
         out = [(self, Buffer("network", name, kind, (n,), dtype)) for name, kind, n, dtype in own]
-        for layer in self.layers:
+        for _, layer in self.walk():
             out += [(layer, Buffer(repr(layer), name, "batch", (n,), dtype or real))
                     for name, (n, dtype) in layer.batch_buffers(m).items()]
         return out
 
-    def memory_plan(self, batch_size):
-        """Every buffer the network holds when it runs batches of `batch_size` (0: the
-        parameters and optimizer state alone), with their bytes, the total and the room
-        on the device (free memory plus what the network holds already)."""
+    def memory_plan(self, batch_size, optimizer=None):
+        """Every buffer the network holds when it trains on batches of `batch_size` (0:
+        without batch buffers) with `optimizer` (default: the one it trains with, or before
+        its first fit fit's default, SGD with momentum), with their bytes, the total and the
+        room on the device (free memory plus what the network holds already)."""
+        if optimizer is None:
+            state = self.optimizer_state
+            optimizer = state.optimizer if state else training.DEFAULT_OPTIMIZER
+        return self._plan(batch_size, optimizer)
+
+    def _plan(self, batch_size, optimizer=None):
+        """memory_plan, where optimizer None means the optimizer state held now (none
+        before the first fit): what growing the batch buffers has room for."""
         m = check_count("batch_size", batch_size, 0)
+        if optimizer is None and self.optimizer_state:
+            optimizer = self.optimizer_state.optimizer
         buffers = [b for _, b in self._parameter_buffers()]
+        if optimizer is not None:
+            buffers += [b for _, b in training.state_buffers(self, optimizer)]
         if m:
             buffers += [b for _, b in self._batch_buffers(m)]
         free, _ = self.backend.memory_info()
         held = sum(b.nbytes for _, b, _ in self._params + self._batch)
+        if self.optimizer_state:
+            held += sum(b.nbytes for _, b, _ in self.optimizer_state._arrays)
         return MemoryPlan(buffers, m, self.backend.name, free + held,
                           getattr(self.backend, "max_alloc_bytes", None))
 
     def _largest_batch(self, limit):
-        return largest_batch(self.memory_plan, limit)
+        return largest_batch(self._plan, limit)
 
     def _allocate_parameters(self, rng):
-        plan = self.memory_plan(0)
+        plan = self._plan(0)
         if not plan.fits:
             raise refuse(plan, f"the network {self._describe()}")
         self._params = self._allocate(self._parameter_buffers())
+        bk = self.backend
         for layer, buf, x in self._params:
             setattr(layer, buf.name, x)
-        for layer in self.layers:       # drawn on the host, layer by layer, after the plan
+            if buf.name == "flat":              # each parameter a view of the flat vector
+                offset = 0
+                for name, shape in layer.parameters().items():
+                    setattr(layer, name, bk.view(x, shape, offset))
+                    offset += elements(shape)
+        for _, layer in self.walk():    # drawn on the host, layer by layer, after the plan
             values = layer.initial(rng)
-            for name in list(layer.parameters()) + list(layer.state()):
+            for name in list(layer.parameters()) + list(layer.buffers()):
                 if name in values:
-                    self.backend.write(getattr(layer, name), values[name])   # cast there
+                    bk.write(getattr(layer, name), values[name])   # cast there
                 else:
-                    self.backend.fill(getattr(layer, name), 0.0)
+                    bk.fill(getattr(layer, name), 0.0)
 
     def _bind(self, m):
         """Make every layer's buffers views for a batch of m samples."""
@@ -184,7 +204,7 @@ class Sequential:
     def _grow(self, m):
         """Batch buffers for m samples in place of the smaller ones; refused by the plan
         when they do not fit, and put back as they were when an allocation fails."""
-        plan = self.memory_plan(m)
+        plan = self._plan(m)
         if not plan.fits:
             raise refuse(plan, f"a batch of {m} samples", self._largest_batch(m))
         old = self.capacity
@@ -225,6 +245,9 @@ class Sequential:
         """Give back every device buffer of the network now (it cannot be used afterwards;
         a network that is simply dropped gives its memory back when it is collected)."""
         self._free_batch_buffers()
+        if self.optimizer_state:
+            self.optimizer_state.free()
+            self.optimizer_state = None
         for layer, buf, x in self._params:
             self.backend.free(x)
             setattr(layer, buf.name, None)
@@ -257,87 +280,33 @@ class Sequential:
         the epoch's sums (per batch position: the first m of the capacity)."""
         self.loss(self.backend, self.layers[-1], self.loss_sum, self.hit_sum, self.y)
 
-    def _backward(self, opt):
+    def _backward(self, state):
         for i in reversed(range(len(self.layers))):
             last = i == len(self.layers) - 1
-            self.layers[i].backward(opt, self._first[i], delta_in_z=last and self.loss.fused)
-
-    def _step(self, opt):
-        """Forward, loss, backward and update on the batch already on the device."""
-        self._forward(training=True)
-        self._loss()
-        self._backward(opt)
-
-    def _gather_step(self, opt, data):
-        """The batch whose indices are in self.order, gathered from the training set on the
-        device into the input and target buffers; then the step."""
-        self.backend.gather(self.x, data[0], self.order)
-        self.backend.gather(self.y, data[1], self.order)
-        self._step(opt)
-
-    def _data_on_device(self, x, t, mode):
-        """(x (N, features), targets (N,) or (N, outputs)) uploaded to the device, or None
-        (see fit's data_on_device)."""
-        if mode not in ("auto", True, False):
-            raise InputError(f"data_on_device must be 'auto', True or False, got {mode!r}")
-        if mode is False or (mode == "auto" and not self.backend.is_gpu):
-            return None
-        samples = np.ascontiguousarray(x.reshape(len(x), -1))
-        targets = t if t.ndim == 1 else np.ascontiguousarray(t.T)
-        plan = self.memory_plan(self.capacity)
-        need = [Buffer("fit", "training inputs", "dataset", samples.shape, samples.dtype),
-                Buffer("fit", "training targets", "dataset", targets.shape, targets.dtype)]
-        with_data = MemoryPlan(plan.buffers + need, plan.batch_size, plan.device,
-                               plan.available, plan.max_alloc)
-        if mode == "auto" and not (with_data.fits and with_data.total <= DATA_SHARE * plan.available):
-            return None
-        if not with_data.fits:
-            raise refuse(with_data, "the training set on the device")
-        made = allocate(self.backend, need)
-        self.backend.write(made[0], samples)
-        self.backend.write(made[1], targets)
-        return made
-
-    def _train_step(self, opt, data=None):
-        """_step (after gathering the batch, with data on the device), replayed from a
-        recorded graph where the device records them (CUDA; OpenCL's launch lists):
-        the second step of a batch size and optimizer setting is captured, later ones are
-        one launch. The first runs eagerly, so that kernels are built, GEMM shapes routed
-        and workspaces grown before capture. The recorded step reads the same buffers
-        (a new batch is uploaded into them) and bakes in its scalars (the rate: a new
-        graph per setting); layers whose launches change every step (Dropout's key) keep
-        the network eager. Replays give bit for bit the eager step's results."""
-        key = (self.m, opt, data is not None)
-        graph = self._graphs.get(key)
-        if graph and not graph.current:         # it points at a workspace since freed
-            graph = self._graphs[key] = None
-        step = (lambda: self._gather_step(opt, data)) if data else (lambda: self._step(opt))
-        if graph is None and key in self._graphs and self._capturable:
-            graph = self._graphs[key] = self.backend.capture(step) or False
-        if graph:
-            graph()
-        else:
-            step()
-            if key not in self._graphs and len(self._graphs) >= MAX_GRAPHS:
-                self._graphs.clear()                    # a schedule makes one per epoch
-            self._graphs.setdefault(key, None)          # seen once: capture next time
-
-    def train_batch(self, x, y, optimizer=SGD()):
-        """One forward, loss and backward step on one batch (no host synchronisation)."""
-        _check_optimizer(optimizer)
-        x, t = self._check_data(x, y)
-        self._upload_batch(x, t)
-        self._step(optimizer)
+            self.layers[i].backward(state, self._first[i], delta_in_z=last and self.loss.fused)
 
     # -- the user's API ------------------------------------------------------------------
 
-    def fit(self, x, y, epochs=1, batch_size=32, optimizer=SGD(0.01, 0.9), seed=None,
-            shuffle=True, validation_data=None, progress=None, on_epoch=None, schedule=None,
-            data_on_device=False):
-        """Train; returns a History of per-epoch loss, accuracy, lr and seconds.
+    def train_batch(self, x, y, optimizer=training.DEFAULT_OPTIMIZER):
+        """One forward, loss, backward and update on one batch (no host synchronisation)."""
+        training.train_batch(self, x, y, optimizer)
 
-        schedule (portanet.schedules, or its text such as "exponential(0.6)") sets each
-        epoch's learning rate from optimizer.lr; without one the rate is constant.
+    def fit(self, x, y, epochs=1, batch_size=32, optimizer=training.DEFAULT_OPTIMIZER,
+            seed=None, shuffle=True, validation_data=None, validation_split=0.0,
+            callbacks=None, schedule=None, checkpoint=None, resume=None, progress=None,
+            on_epoch=None, data_on_device=False):
+        """Train; returns a History (a dict) of per-epoch lists: loss, accuracy, lr,
+        seconds, and val_loss, val_accuracy when validating.
+
+        optimizer: pn.SGD, pn.Adam, pn.AdamW or pn.RMSprop; its state is allocated at the
+        first fit and kept by later ones of the same kind. schedule (portanet.schedules, or
+        its text such as "cosine(30)") sets each epoch's learning rate from optimizer.lr.
+        validation_split sets the last fraction of x, y apart (before shuffling) to
+        validate on after each epoch; or give validation_data=(x_val, y_val).
+        callbacks: portanet.callbacks objects (EarlyStopping, ModelCheckpoint).
+        checkpoint: a file saved atomically after each epoch with all that resuming needs
+        (optimizer state, epoch, random generator); resume: such a file to go on from,
+        with the same arguments: the run then ends bit for bit as an uninterrupted one.
         progress(done, total) is called after each batch; on_epoch(epoch, logs) after each
         epoch. The last batch of an epoch may be smaller than batch_size. A loss that
         becomes NaN or infinite ends training with a DivergedError.
@@ -348,64 +317,9 @@ class Sequential:
         False (the default) sends every batch from the host, which measured as fast or
         faster for LeNet on Fashion-MNIST on an H100 (bench/README.md).
         """
-        _check_optimizer(optimizer)
-        schedule = schedules.get(schedule)
-        epochs = check_count("epochs", epochs, 1)
-        batch_size = check_count("batch_size", batch_size, 1)
-        x, t = self._check_data(x, y)
-        n = len(x)
-        rng = np.random.default_rng(self.seed if seed is None else
-                                    check_count("seed", seed, 0))
-        self._bind(min(batch_size, n))              # refused here, before any step, if too big
-        data = self._data_on_device(x, t, data_on_device)
-        try:
-            return self._epochs(x, t, data, epochs, batch_size, optimizer, schedule, rng,
-                                shuffle, validation_data, progress, on_epoch)
-        finally:
-            if data:
-                for array in data:
-                    self.backend.free(array)
-                for key in [k for k in self._graphs if k[2]]:
-                    del self._graphs[key]           # recorded with the data's buffers
-
-    def _epochs(self, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuffle,
-                validation_data, progress, on_epoch):
-        n = len(x)
-        history = History(loss=[], accuracy=[], lr=[], seconds=[])
-        batches = -(-n // batch_size)
-        for epoch in range(epochs):
-            start = time.perf_counter()
-            lr = schedule(epoch, optimizer.lr)
-            opt = dataclasses.replace(optimizer, lr=lr)
-            order = rng.permutation(n) if shuffle else np.arange(n)
-            self._bind(min(batch_size, n))
-            self._reset_sums()
-            for i in range(batches):
-                idx = order[i * batch_size:(i + 1) * batch_size]
-                if data:                            # the batch's indices, gathered there
-                    self._bind(len(idx))
-                    self.backend.write(self.order, idx.astype(np.int32))
-                else:
-                    self._upload_batch(x[idx], t[..., idx])
-                self._train_step(opt, data)
-                if progress:
-                    progress(i + 1, batches)
-            loss, acc = self._read_sums(n)      # the one host read of the epoch
-            logs = {"loss": loss, "accuracy": acc, "lr": lr,
-                    "seconds": time.perf_counter() - start}
-            if not math.isfinite(loss):
-                raise DivergedError(
-                    f"training diverged in epoch {epoch + 1}: the loss is {loss} at learning "
-                    f"rate {lr:g}; lower the learning rate (e.g. {lr / 10:g}), scale the "
-                    f"inputs, or add a schedule with warmup", epoch=epoch, loss=loss, lr=lr,
-                    history=history)
-            if validation_data is not None:
-                logs["val_loss"], logs["val_accuracy"] = self.evaluate(*validation_data)
-            for k, v in logs.items():
-                history.setdefault(k, []).append(v)
-            if on_epoch:
-                on_epoch(epoch, logs)
-        return history
+        return training.fit(self, x, y, epochs, batch_size, optimizer, seed, shuffle,
+                            validation_data, validation_split, progress, on_epoch, schedule,
+                            data_on_device, callbacks, checkpoint, resume)
 
     def evaluate(self, x, y, batch_size=None):
         """(mean loss, accuracy) over the whole of x, y."""
@@ -440,7 +354,7 @@ class Sequential:
         if batch_size is not None:
             return min(check_count("batch_size", batch_size, 1), n)
         chunk = min(max(self.capacity, 1000), n)
-        if chunk <= self.capacity or self.memory_plan(chunk).fits:
+        if chunk <= self.capacity or self._plan(chunk).fits:
             return chunk
         return max(self._largest_batch(chunk), 1)      # 0: _bind raises with the numbers
 
@@ -503,20 +417,54 @@ class Sequential:
         whole before any is written, so a bad file leaves the network as it was."""
         saving.load_weights(self, path)
 
-    def summary(self):
-        """The layers, their output shapes and parameters, and the bytes they hold."""
+    def summary(self, optimizer=None):
+        """The layers, their output shapes and parameters, and the bytes they hold in
+        training with `optimizer` (default as memory_plan's)."""
         lines = [f"Sequential on {self.backend.name} ({self.backend.dtype}), "
                  f"input {self.input_shape}, loss {self.loss.name}"]
         total = 0
-        for layer in self.layers:
-            n = sum(elements(shape) for shape in layer.parameters().values())
-            total += n
-            lines.append(f"  {layer!r:48s} -> {str(layer.out_shape):16s} {n:>10,d} parameters")
-        plan = self.memory_plan(self.capacity)
+        for path, layer in self.walk():
+            n = sum(training.flat_size(l) for p, l in self.walk()         # with its inner
+                    if p == path or p.startswith(path + "."))
+            total += n if "." not in path else 0
+            indent = "  " * path.count(".")
+            text = repr(layer) if not layer.sublayers() else f"{type(layer).__name__}(...)"
+            lines.append(f"  {indent}{text:{48 - len(indent)}s} -> {str(layer.out_shape):16s} "
+                         f"{n:>10,d} parameters")
+        if optimizer is None:
+            state = self.optimizer_state
+            optimizer = state.optimizer if state else training.DEFAULT_OPTIMIZER
+        plan = self.memory_plan(self.capacity, optimizer)
         kinds = ", ".join(f"{kind} {_size(nbytes)}" for kind, nbytes in plan.by_kind().items())
         lines.append(f"  {total:,d} parameters; {_size(plan.total)} on the device "
                      f"({kinds}{'' if self.capacity else '; batch buffers come with the first batch'})")
+        lines.append(f"  training with {repr(optimizer)}: "
+                     f"{optimizer.bytes_per_parameter(self.backend.dtype.itemsize)} bytes per "
+                     f"parameter" + (" and a gradient workspace as large as the largest layer"
+                                     if optimizer.uses_workspace else ""))
         return "\n".join(lines)
+
+    def get_weights(self):
+        """{name: host array} of every parameter and saved buffer, named as in files
+        ("0.w", "0.b", "2.running_mean", "3.1.gamma", "3.proj.w")."""
+        return {name: self.backend.download(x) for name, x in saving._parameters(self).items()}
+
+    def set_weights(self, weights):
+        """Set parameters and buffers from {name: array} as get_weights gives them: all
+        names and shapes are checked before any is written."""
+        targets = saving._parameters(self)
+        if not isinstance(weights, dict):
+            raise InputError(f"set_weights takes a dict {{name: array}} as get_weights "
+                             f"gives, got {type(weights).__name__}")
+        missing, unknown = sorted(set(targets) - set(weights)), sorted(set(weights) - set(targets))
+        wrong = [f"{n} is {np.shape(weights[n])}, the network's is {targets[n].shape}"
+                 for n in targets if n in weights and tuple(np.shape(weights[n])) != targets[n].shape]
+        if missing or unknown or wrong:
+            raise ShapeError("set_weights: " + "; ".join(
+                ([f"missing {', '.join(missing)}"] if missing else [])
+                + ([f"not in the network: {', '.join(unknown)}"] if unknown else []) + wrong))
+        for name, x in targets.items():
+            self.backend.write(x, np.asarray(weights[name], dtype=self.backend.dtype))
 
     def _describe(self):
         return saving.describe(self.architecture())
@@ -529,10 +477,3 @@ def _input_shape(shape):
         raise ShapeError(f"input_shape must be a number of features or a tuple such as "
                          f"(1, 28, 28), got {shape!r}")
     return tuple(check_count("input_shape entries", d, 1) for d in dims)
-
-
-def _check_optimizer(optimizer):
-    if not isinstance(optimizer, SGD):
-        raise InputError(f"optimizer must be an optimizer object such as "
-                         f"pn.SGD(lr=0.01, momentum=0.9), got {optimizer!r}")
-

@@ -1,32 +1,202 @@
-"""Stochastic gradient descent with momentum, the one optimizer the layer protocol fuses.
+"""Optimizers: the numbers of an update rule, and the one fused kernel that applies it.
 
-The update is not a separate pass: each layer's backward does it with BLAS calls,
+An optimizer does not run a pass of its own over the gradients. Each trainable layer keeps
+its parameters in one flat vector (weights first, then biases and the like), and its
+backward writes the gradient products straight into a flat target that the optimizer
+names, with the gemm's alpha and beta it names:
 
-    v <- mu v - eta/m dL/dz a_prev^T - eta lambda w      (momentum is gemm's beta)
-    vb <- mu vb - eta/m dL/dz ones                         (gemv with a ones vector)
-    w <- w + v,  b <- b + vb
+    SGD (no Nesterov)   into its velocity v:  v <- mu v - eta/m dz a_prev^T   (beta = mu)
+    the others          into the network's one gradient workspace, g <- 1/m dz a_prev^T
 
-so the optimizer only carries the numbers.
+Then one elementwise kernel per layer applies the rest of the rule to the whole flat
+vector (`update`). Weight decay applies to the first `n_decay` elements (the weights of
+Dense and Conv2D), never to biases nor BatchNorm's scale and shift. The formulas are
+torch.optim's (SGD keeps -lr times torch's buffer, which is the same at a constant rate).
+
+Each optimizer declares its state: `slots` are buffers like the parameters (SGD with
+momentum: v; Adam: m and v), `uses_workspace` whether it needs the gradient workspace,
+and `bytes_per_parameter` what that costs beside the parameters themselves.
 """
 import math
 import numbers
 from dataclasses import dataclass
 
+import numpy as np
+
 from .errors import InputError
 
 
+class Optimizer:
+    """The interface. Subclasses are frozen dataclasses: equal settings are one key of a
+    recorded training step (network._train_step)."""
+
+    name = "optimizer"
+
+    def slots(self):
+        """Names of the state buffers kept per parameter, each as large as the parameters."""
+        return ()
+
+    @property
+    def uses_workspace(self):
+        return True
+
+    def bytes_per_parameter(self, itemsize):
+        """Bytes a parameter holds in training: itself and its state (the gradient
+        workspace is shared by the network, sized for its largest layer)."""
+        return (1 + len(self.slots())) * itemsize
+
+    def target(self):
+        """(slot, scale, beta): the layer writes scale/m (its dL/dparams summed over a
+        batch of m) + beta target into the state buffer `slot`, or into the gradient
+        workspace where slot is None."""
+        return None, 1.0, 0.0
+
+    def step_scalars(self, t):
+        """Numbers of step t (1, 2, ...) that the update reads from the device (so that a
+        recorded step stays valid), or None."""
+        return None
+
+    def update(self, bk, flat, grad, state, n_decay, scalars):
+        """Apply the rule to one layer's flat parameters: one kernel launch."""
+        raise NotImplementedError
+
+    def describe(self):
+        return f"{self.name} ({self.bytes_per_parameter(4)} bytes per float32 parameter)"
+
+
 @dataclass(frozen=True)
-class SGD:
+class SGD(Optimizer):
     lr: float = 0.01            # eta
     momentum: float = 0.0       # mu; 0 is plain SGD
     weight_decay: float = 0.0   # lambda, L2 on the weights (not the biases)
+    nesterov: bool = False
+
+    name = "sgd"
 
     def __post_init__(self):
-        for name, low, high in (("lr", 0, math.inf), ("momentum", 0, 1),
-                                ("weight_decay", 0, math.inf)):
-            value = getattr(self, name)
-            real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-            if not real or not math.isfinite(value) or not low <= value < high \
-                    or (name == "lr" and value == 0):
-                raise InputError(f"SGD: {name} must be a finite number in "
-                                 f"{'(' if name == 'lr' else '['}{low}, {high}), got {value!r}")
+        _check(self, "lr", 0, math.inf, low_open=True)
+        _check(self, "momentum", 0, 1, high_open=True)
+        _check(self, "weight_decay", 0, math.inf)
+        _flag(self, "nesterov")
+        if self.nesterov and not self.momentum:
+            raise InputError("SGD: nesterov=True needs a momentum > 0, e.g. momentum=0.9")
+
+    def slots(self):
+        return ("v",) if self.momentum else ()
+
+    @property
+    def uses_workspace(self):
+        return self.nesterov or not self.momentum
+
+    def target(self):
+        if self.nesterov:
+            return None, 1.0, 0.0
+        if self.momentum:                    # momentum is gemm's beta: v <- mu v - eta/m g
+            return "v", -self.lr, self.momentum
+        return None, -self.lr, 0.0
+
+    def update(self, bk, flat, grad, state, n_decay, scalars):
+        if self.nesterov:
+            bk.nesterov_update(flat, grad, state["v"], self.lr, self.momentum,
+                               self.weight_decay, n_decay)
+        else:                                # v -= eta lambda w; w += v
+            bk.momentum_update(flat, grad, self.lr * self.weight_decay, n_decay)
+
+
+@dataclass(frozen=True)
+class Adam(Optimizer):
+    lr: float = 0.001
+    betas: tuple = (0.9, 0.999)
+    eps: float = 1e-8
+    weight_decay: float = 0.0       # L2 added to the gradient (Adam); decoupled in AdamW
+
+    name = "adam"
+    decoupled = False
+
+    def __post_init__(self):
+        _check(self, "lr", 0, math.inf, low_open=True)
+        betas = self.betas
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise InputError(f"{type(self).__name__}: betas must be two numbers in [0, 1), "
+                             f"e.g. (0.9, 0.999), got {betas!r}")
+        object.__setattr__(self, "betas", tuple(betas))      # hashable, equal either way
+        for b in betas:
+            _number(self, "betas", b, 0, 1, high_open=True)
+        _check(self, "eps", 0, math.inf, low_open=True)
+        _check(self, "weight_decay", 0, math.inf)
+
+    def slots(self):
+        return ("m", "v")
+
+    def step_scalars(self, t):
+        b1, b2 = self.betas
+        return np.array([self.lr / (1 - b1 ** t), math.sqrt(1 - b2 ** t)])
+
+    def update(self, bk, flat, grad, state, n_decay, scalars):
+        l2, shrink = (0.0, self.lr * self.weight_decay) if self.decoupled else (self.weight_decay, 0.0)
+        bk.adam_update(flat, grad, state["m"], state["v"], scalars, self.betas[0],
+                       self.betas[1], self.eps, l2, shrink, n_decay)
+
+
+@dataclass(frozen=True)
+class AdamW(Adam):
+    weight_decay: float = 0.01      # decoupled: w <- w (1 - lr wd) before Adam's step
+
+    name = "adamw"
+    decoupled = True
+
+
+@dataclass(frozen=True)
+class RMSprop(Optimizer):
+    lr: float = 0.01
+    alpha: float = 0.99
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+    momentum: float = 0.0
+    centered: bool = False
+
+    name = "rmsprop"
+
+    def __post_init__(self):
+        _check(self, "lr", 0, math.inf, low_open=True)
+        _check(self, "alpha", 0, 1, high_open=True)
+        _check(self, "eps", 0, math.inf, low_open=True)
+        _check(self, "weight_decay", 0, math.inf)
+        _check(self, "momentum", 0, 1, high_open=True)
+        _flag(self, "centered")
+
+    def slots(self):
+        return ("v",) + (("buf",) if self.momentum else ()) + (("gavg",) if self.centered else ())
+
+    def update(self, bk, flat, grad, state, n_decay, scalars):
+        bk.rmsprop_update(flat, grad, state["v"], state.get("buf"), state.get("gavg"), self.lr,
+                          self.alpha, self.eps, self.weight_decay, self.momentum, n_decay)
+
+
+OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
+
+
+def get(optimizer):
+    if not isinstance(optimizer, Optimizer):
+        raise InputError(f"optimizer must be an optimizer object such as "
+                         f"pn.SGD(lr=0.01, momentum=0.9) or pn.Adam(), got {optimizer!r}")
+    return optimizer
+
+
+def _number(opt, name, value, low, high, low_open=False, high_open=False):
+    real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if not real or not math.isfinite(value) or value < low or value > high \
+            or (low_open and value == low) or (high_open and value == high):
+        raise InputError(f"{type(opt).__name__}: {name} must be a finite number in "
+                         f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}, "
+                         f"got {value!r}")
+
+
+def _check(opt, name, low, high, low_open=False, high_open=False):
+    _number(opt, name, getattr(opt, name), low, high, low_open, high_open)
+
+
+def _flag(opt, name):
+    if not isinstance(getattr(opt, name), bool):
+        raise InputError(f"{type(opt).__name__}: {name} must be True or False, "
+                         f"got {getattr(opt, name)!r}")

@@ -15,20 +15,62 @@ def architecture(net):
             "layers": [[type(l).__name__, l.config()] for l in net.layers]}
 
 
-def save(net, path):
+TRAINING = "optimizer."      # the prefix of the optimizer's tensors in a checkpoint
+
+
+def save(net, path, run=None):
+    """The network to `path`; with run (a training.Run, from fit's checkpoints) also the
+    optimizer's state and what resuming needs, in the metadata's "training" entry."""
+    from . import training
     tensors = {name: net.backend.download(x) for name, x in _parameters(net).items()}
-    checkpoint.write(path, architecture(net), tensors)
+    metadata = None
+    if run is not None:
+        tensors.update({name: net.backend.download(x)
+                        for name, x in net.optimizer_state.tensors().items()})
+        metadata = {"training": training.training_metadata(net, run)}
+    checkpoint.write(path, architecture(net), tensors, metadata)
+
+
+def resume(net, path, settings):
+    """The training.Run saved in checkpoint `path`, after writing its parameters, optimizer
+    state, step count and Dropout steps into net, whose optimizer state fit has prepared.
+    The file must come from fit(checkpoint=...) of this architecture with the same
+    settings (batch size, optimizer, schedule, seed, shuffling, samples): else resuming
+    could not end where the uninterrupted run would."""
+    from . import training
+    with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
+        _check_same(net, f, path)
+        if "training" not in f.metadata:
+            raise ModelFileError(f"{path} holds a network but no training state; resume "
+                                 f"from a file written by fit(checkpoint=...)")
+        run, step, dropout_steps = training.read_training(f.metadata["training"], path)
+        differ = [f"{k}: {run.settings.get(k)!r} in the file, {v!r} now"
+                  for k, v in settings.items() if run.settings.get(k) != v]
+        if differ:
+            raise InputError(f"cannot resume from {path} with other settings ("
+                             f"{'; '.join(differ)}); give fit the same ones")
+        state = net.optimizer_state.tensors()
+        _write_parameters(net, f, path, extra=state)
+        net.optimizer_state.t = step
+        for name, layer in net.walk():
+            if name in dropout_steps:
+                layer.step = int(dropout_steps[name])
+    return run
 
 
 def load_weights(net, path):
     with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
-        mine = architecture(net)
-        theirs = _architecture(f.architecture, path)
-        if [theirs[k] for k in ("layers", "input_shape")] != [mine[k] for k in ("layers", "input_shape")]:
-            raise ModelFileError(f"{path} holds a different architecture: {describe(theirs)} "
-                                 f"vs this network's {describe(mine)}; use "
-                                 f"portanet.load({str(path)!r}) to rebuild it")
+        _check_same(net, f, path)
         _write_parameters(net, f, path)
+
+
+def _check_same(net, f, path):
+    mine = architecture(net)
+    theirs = _architecture(f.architecture, path)
+    if [theirs[k] for k in ("layers", "input_shape")] != [mine[k] for k in ("layers", "input_shape")]:
+        raise ModelFileError(f"{path} holds a different architecture: {describe(theirs)} "
+                             f"vs this network's {describe(mine)}; use "
+                             f"portanet.load({str(path)!r}) to rebuild it")
 
 
 def load(path, device=None, dtype="float32"):
@@ -48,29 +90,34 @@ def load(path, device=None, dtype="float32"):
 
 
 def _parameters(net):
-    """{"i.name": device array} of every parameter, the names in the file."""
-    return {f"{i}.{name}": x for i, layer in enumerate(net.layers)
+    """{"path.name": device array} of every parameter and saved buffer, the names in the
+    file ("0.w", "3.1.gamma", "3.proj.b": see Sequential.walk)."""
+    return {f"{path}.{name}": x for path, layer in net.walk()
             for name, x in layer.params().items()}
 
 
-def _write_parameters(net, f, path):
-    """Every parameter from the open file f: names and shapes checked against the network
-    first, then each tensor read (real, finite) before any is written to the device."""
-    wanted = {name: x.shape for name, x in _parameters(net).items()}
-    found = {name: tuple(shape) for name, (_, shape) in f.entries.items()}
+def _write_parameters(net, f, path, extra=None):
+    """Every parameter (and the `extra` tensors, {name: device array}) from the open file
+    f: names and shapes checked against the network first, then each tensor read (real,
+    finite) before any is written to the device. A checkpoint's optimizer state is
+    skipped unless asked for in extra."""
+    targets = {**_parameters(net), **(extra or {})}
+    wanted = {name: x.shape for name, x in targets.items()}
+    found = {name: tuple(shape) for name, (_, shape) in f.entries.items()
+             if extra is not None or not name.startswith(TRAINING)}
     missing = sorted(set(wanted) - set(found))
-    extra = sorted(set(found) - set(wanted))
+    unexpected = sorted(set(found) - set(wanted))
     wrong = [f"{n} is {found[n]}, the network's is {wanted[n]}"
              for n in wanted if n in found and found[n] != wanted[n]]
-    if missing or extra or wrong:
+    if missing or unexpected or wrong:
         raise ModelFileError(
             f"{path}: its tensors do not match the network's parameters"
             + (f"; missing: {', '.join(missing)}" if missing else "")
-            + (f"; not in the network: {', '.join(extra[:5])}" if extra else "")
+            + (f"; not in the network: {', '.join(unexpected[:5])}" if unexpected else "")
             + (f"; {'; '.join(wrong)}" if wrong else "")
             + ": the file is damaged or was not written by net.save()")
     values = {name: f.tensor(name) for name in wanted}
-    for name, x in _parameters(net).items():
+    for name, x in targets.items():
         net.backend.write(x, values[name].astype(net.backend.dtype))
 
 

@@ -1,38 +1,25 @@
-"""Batch normalization (portanet/backends/norm.py; kernels norm.cl and norm.cu): the NumPy
+"""Batch normalization (the backends' batchnorm_*; kernels norm.cl and norm.cu): the NumPy
 reference against direct formulas and central differences, then every backend against the
 reference in float32 and float64, on awkward shapes (rows 1, 3, 17; n 1, 2, 5, 333, 2049),
 in place, with beta != 0 and without dx. Outputs are poisoned with NaN first, so an
 element a kernel forgot to write fails the test."""
-import inspect
 import shutil
 import subprocess
-import types
 
 import numpy as np
 import pytest
 
 from portanet.backends import gpu, sources
-from portanet.backends.norm import NORM_ACTIVATIONS, NORM_FAMILY, NormKernels, NormReference
+from portanet.backends.base import ACTIVATIONS
 from portanet.backends.numpy import NumpyBackend, activate
 from portanet.errors import InputError, ShapeError
 from conftest import F32, F64_GRAD, get_backend, rel_err, simulated
 
-# Glue until the methods join NumpyBackend and KernelBackend: the kernel family registered
-# (build_all and the sources digest see it) and the methods bound to the fixtures' backends
-gpu.FAMILIES.setdefault("norm", NORM_FAMILY)
-gpu.FAMILY_OF.update(dict.fromkeys(NORM_FAMILY, "norm"))
+NORM_FAMILY = gpu.FAMILIES["norm"]
+NORM_ACTIVATIONS = [a for a in ACTIVATIONS if a != "softmax"]
 
 
-def with_norm(bk):
-    """bk with the batchnorm methods of its kind bound to it."""
-    cls = NormKernels if isinstance(bk, gpu.KernelBackend) else NormReference
-    for name, method in vars(cls).items():
-        if inspect.isfunction(method):
-            setattr(bk, name, types.MethodType(method, bk))
-    return bk
-
-
-REF = with_norm(NumpyBackend("cpu", np.float64))
+REF = NumpyBackend("cpu", np.float64)
 # relative error per dtype: float32 as conftest's F32; float64 kernels against the float64
 # reference differ by the order of their sums alone
 TOL = {np.dtype(np.float32): F32, np.dtype(np.float64): 1e-12}
@@ -43,11 +30,11 @@ EPS, MOMENTUM = 1e-5, 0.1
 @pytest.fixture(params=["float32", "float64"])
 def bk(request, backend):
     """The test's device in float32 and in float64 (skipped, saying why, where it has no
-    float64), with the batchnorm methods."""
+    float64)."""
     dtype = np.dtype(request.param)
     if backend.dtype != dtype:
         backend = get_backend(request.node.callspec.params["backend"], dtype)
-    return with_norm(backend)
+    return backend
 
 
 def rounded(bk, *arrays):

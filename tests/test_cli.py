@@ -71,8 +71,8 @@ def test_train_model_description():
                  "--model", "dense(16, tanh) dense(1, sigmoid)", "--lr", "0.1", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.output.strip().splitlines()[-1])["test_accuracy"] > 0.9
-    bad = run("train", "--dataset", "coordinates", "--model", "dense(16, gelu)")
-    assert bad.exit_code != 0 and "unknown activation 'gelu'" in bad.output
+    bad = run("train", "--dataset", "coordinates", "--model", "dense(16, mish)")
+    assert bad.exit_code != 0 and "unknown activation 'mish'" in bad.output
     preset = run("train", "--dataset", "coordinates", "--model", "mlpp")
     assert preset.exit_code != 0 and "ready-made model: mlp, lenet" in preset.output
 
@@ -174,3 +174,39 @@ def test_kernel_builds_are_announced(caplog, tmp_path, monkeypatch):
     assert said[0][0].startswith(f"building kernels for opencl:{p}:{d}")
     assert f"first use, cached in {tmp_path}" in said[0][0]
     assert said[1] == [], "a second build of the same kernels on the device is announced again"
+
+def test_train_with_adam_schedule_validation_checkpoint_and_resume(tmp_path):
+    """The CLI's options make the library's objects: an interrupted `train --checkpoint`
+    resumed with `--resume` ends where the uninterrupted command does."""
+    pytest.importorskip("matplotlib")
+    common = ("train", "--dataset", "coordinates", "--model", "dense(16, gelu) batchnorm(silu) "
+              "residual(dense(16, elu), tanh) dense(1, sigmoid)", "--optimizer", "adamw",
+              "--lr", "0.01", "--schedule", "cosine(4)", "--batch-size", "32",
+              "--validation-split", "0.25", "--device", "cpu", "--json")
+    whole = run(*common, "--epochs", "4", "--plot", str(tmp_path / "curves.png"))
+    assert whole.exit_code == 0, whole.output
+    report = json.loads(whole.output.strip().splitlines()[-1])
+    assert report["optimizer"].startswith("AdamW(lr=0.01") and len(report["val_loss"]) == 4
+    assert report["lrs"][0] == 0.01 and report["lrs"][-1] < 0.002          # cosine(4)
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    ck = tmp_path / "run.safetensors"
+    first = run(*common, "--epochs", "2", "--checkpoint", str(ck))
+    assert first.exit_code == 0, first.output
+    resumed = run(*common, "--epochs", "4", "--resume", str(ck))
+    assert resumed.exit_code == 0, resumed.output
+    again = json.loads(resumed.output.strip().splitlines()[-1])
+    assert again["test_loss"] == report["test_loss"] and again["lrs"] == report["lrs"]
+    assert again["val_loss"] == report["val_loss"]
+    # "cosine" alone spans --epochs: a 2-epoch run's rates are not a 4-epoch run's, and
+    # resuming one as the other is refused rather than silently different
+    short = [a if a != "cosine(4)" else "cosine" for a in common]
+    assert run(*short, "--epochs", "2", "--checkpoint", str(ck)).exit_code == 0
+    refused = run(*short, "--epochs", "4", "--resume", str(ck))
+    assert refused.exit_code != 0 and "schedule: 'Cosine(epochs=2" in refused.output
+
+
+def test_train_option_errors():
+    bad = run("train", "--dataset", "coordinates", "--optimizer", "adam", "--momentum", "0.9")
+    assert bad.exit_code != 0 and "--momentum is an option of sgd and rmsprop" in bad.output
+    bad = run("train", "--dataset", "coordinates", "--optimizer", "rmsprop", "--nesterov")
+    assert bad.exit_code != 0 and "--nesterov is an option of --optimizer sgd" in bad.output

@@ -156,14 +156,6 @@ def test_gemv(backend, rng, rows, cols, trans):
     assert rel_err(backend.download(Y), (a.T if trans else a) @ x) < F32
 
 
-def test_apply_update(backend, rng):
-    w, v, b, vb = (rng.standard_normal(s) for s in ((7, 13), (7, 13), (7,), (7,)))
-    W, B = backend.upload(w), backend.upload(b)
-    backend.apply_update(W, backend.upload(v), B, backend.upload(vb))
-    assert rel_err(backend.download(W), w + v) < F32
-    assert rel_err(backend.download(B), b + vb) < F32
-
-
 def test_ger_axpy_scal_fill_copy(backend, rng):
     rows, cols = 13, 37
     a, x, y = rng.standard_normal((rows, cols)), rng.standard_normal(rows), rng.standard_normal(cols)

@@ -35,7 +35,7 @@ def test_plan_is_what_the_network_allocates(device_name):
     # and the buffers the plan names are the ones the layers hold
     conv = net.layers[0]
     names = {(b.owner, b.name): b.nbytes for b in plan.buffers}
-    assert names[(repr(conv), "w")] == conv.w.size * 4
+    assert names[(repr(conv), "flat")] == (conv.w.size + conv.b.size) * 4     # w, b in one
     assert names[("network", "_workspace")] == 2 * 9 * 49 * 16 * 4     # C.k.k x Ho.Wo.N
     assert "batch 16" in str(plan) and "total" in str(plan)
 

@@ -31,7 +31,7 @@ def test_profile_lists_every_call_of_a_lenet_step(device, tmp_path):
     assert calls[:10] == ["im2col", "gemm", "bias_activation", "im2col", "gemm",
                           "bias_activation", "maxpool", "gemm", "bias_softmax", "softmax_xent"]
     assert calls.count("gemm") == 8 and "col2im" in calls and "maxpool_grad" in calls
-    assert calls.count("apply_update") == 3                 # one per trainable layer
+    assert calls.count("momentum_update") == 3              # one per trainable layer
     assert all(r["device_us"] >= 0 and r["host_us"] > 0 for r in report["calls"])
     assert report["wall_us"] > 0 and "costliest on the device" in result.output
     assert bk.trace is None

@@ -176,16 +176,6 @@ class Backend:
         samples-first, or out (m,) <- x[idx] for int32 labels x (N,). idx: int32 (m,)."""
         raise NotImplementedError
 
-    def apply_update(self, w, v, b, vb):
-        """w <- w + v; b <- b + vb: a layer's parameter update (one launch on devices)."""
-        raise NotImplementedError
-
-    # -- optimizer updates, one launch each on devices -----------------------------------
-    # w is a layer's flat parameter vector (n,): its first n_decay elements are weights,
-    # which weight decay applies to, the rest (biases, ...) are not decayed. The gradient
-    # g and the optimizer's state (v, m, buf, gavg) are (n,) too; g is only read. Each is
-    # PyTorch's torch.optim formula for one step.
-
     def momentum_update(self, w, v, decay, n_decay):
         """SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
         v[i] <- v[i] - decay w[i] for i < n_decay (decay = lr weight_decay); then
@@ -286,6 +276,29 @@ class Backend:
         same on every backend. The backward is the same call on the gradients."""
         raise NotImplementedError
 
+    # batch normalization: x viewed as (rows, n), a row per feature of (features, batch) or
+    # per channel of (C, H, W, N) images (n = H W N); per-row vectors hold a value per row
+
+    def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
+                        running_var, eps, momentum):
+        """Per row r of x (rows, n): mean[r] and the biased variance var over the row;
+        inv_std[r] <- 1 / sqrt(var + eps); z <- gamma[r] (x - mean) inv_std + beta[r];
+        a <- f(z); running_mean <- (1 - momentum) running_mean + momentum mean;
+        running_var <- (1 - momentum) running_var + momentum var n / (n - 1) (the unbiased
+        variance, as PyTorch's; var for n = 1). z may be x; a may be z."""
+        raise NotImplementedError
+
+    def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
+        """z <- gamma (x - running_mean) / sqrt(running_var + eps) + beta; a <- f(z)."""
+        raise NotImplementedError
+
+    def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
+        """Per row, xhat = (x - mean) inv_std: dbeta <- alpha sum(dz) + beta dbeta;
+        dgamma <- alpha sum(dz xhat) + beta dgamma (beta = 0: the old values are not read),
+        and unless dx is None dx <- gamma inv_std (dz - sum(dz) / n - xhat sum(dz xhat) / n).
+        dx may be x or dz: all of them are read before it is written."""
+        raise NotImplementedError
+
     # -- description ---------------------------------------------------------------------
 
     def info(self):
@@ -380,3 +393,29 @@ def check_pool(op, a, x, pool, stride):
 
 def _pair(n):
     return (int(n), int(n)) if np.isscalar(n) else tuple(int(k) for k in n)
+
+
+def check_rows(op, x, like_x, per_row):
+    """(rows, n) of x viewed as (rows, n); or a ShapeError naming the array that does not
+    fit: like_x (name -> array or None) must have x's shape, per_row (name -> array) one
+    element per row."""
+    if len(x.shape) < 2 or x.size == 0:
+        raise ShapeError(f"{op}: x {tuple(x.shape)} must be (features, batch) or (C, H, W, N), "
+                         f"not empty")
+    rows = x.shape[0]
+    for name, y in like_x.items():
+        if y is not None and tuple(y.shape) != tuple(x.shape):
+            raise ShapeError(f"{op}: {name} {tuple(y.shape)} must have the shape of x "
+                             f"{tuple(x.shape)}")
+    for name, v in per_row.items():
+        if tuple(v.shape) != (rows,):
+            raise ShapeError(f"{op}: {name} {tuple(v.shape)} must be ({rows},), one value per "
+                             f"row of x {tuple(x.shape)}")
+    return rows, x.size // rows
+
+
+def check_norm_kind(kind):
+    check_activation(kind)
+    if kind == "softmax":
+        raise InputError("batch normalization takes an elementwise activation, not softmax: "
+                         "normalize, then apply softmax in a layer of its own")

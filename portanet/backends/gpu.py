@@ -12,7 +12,7 @@ from .. import config
 from ..errors import ShapeError
 from . import sources
 from .base import (Backend, check_activation, check_adam, check_add_activation, check_gather,
-                   check_gemm, check_pool, check_update, conv_out)
+                   check_gemm, check_norm_kind, check_pool, check_rows, check_update, conv_out)
 
 log = logging.getLogger("portanet")
 
@@ -21,14 +21,15 @@ ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4, "leaky_rel
        "gelu": 7, "silu": 8}
 
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
-FAMILIES = {"elementwise": ("fill", "axpy", "scal", "apply_update", "copy", "bias_activation",
+FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "bias_softmax", "activation_grad", "add_activation",
                             "gather_columns", "gather_labels", "momentum_update",
                             "nesterov_update", "adam_update", "rmsprop_update"),
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum"),
             "conv": ("im2col", "col2im", "maxpool", "maxpool_grad", "avgpool", "avgpool_grad",
-                     "dropout")}
+                     "dropout"),
+            "norm": ("batchnorm_train", "batchnorm_infer", "batchnorm_grad")}
 FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 
 
@@ -121,6 +122,8 @@ class KernelBackend(Backend):
                     pass                    # a read-only cache: the note comes each time
         if family == "blas":
             options = [*options, f"-DGEMV_THREADS={self.gemv_threads}"]
+        elif family == "norm":          # a row's group: its local memory and summing tree
+            options = [*options, f"-DNORM_THREADS={self.gemv_threads}"]
         start = time.perf_counter()
         kernel = self._kernel(family, name, list(options))
         log.debug("%s: built %s %s in %.2f s", self.name, name, " ".join(options),
@@ -301,11 +304,6 @@ class KernelBackend(Backend):
     def scal(self, alpha, x):
         self._run("scal", (x.size,), x, float(alpha), x.size)
 
-    def apply_update(self, w, v, b, vb):
-        self._run("apply_update", (w.size + b.size,), w, v, b, vb, w.size, b.size)
-
-    # -- optimizer updates ---------------------------------------------------------------
-
     def momentum_update(self, w, v, decay, n_decay):
         check_update("momentum_update", n_decay, w, v)
         self._run("momentum_update", (w.size,), w, v, float(decay), n_decay, w.size)
@@ -394,6 +392,44 @@ class KernelBackend(Backend):
         self._run("dropout", (out.size,), out, x, key, float(rate), 1.0 / (1.0 - rate),
                   out.size)
 
+
+    # -- batch normalization (norm.cl): one work-group of gemv_threads per row ------------
+
+    def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
+                        running_var, eps, momentum):
+        """See NormReference.batchnorm_train."""
+        check_norm_kind(kind)
+        act = ACT[kind]
+        rows, n = check_rows("batchnorm_train", x, {"z": z, "a": a},
+                             {"mean": mean, "inv_std": inv_std, "gamma": gamma, "beta": beta,
+                              "running_mean": running_mean, "running_var": running_var})
+        threads = self.gemv_threads
+        self._run("batchnorm_train", (rows * threads,), z, a, mean,
+                  inv_std, running_mean, running_var, x, gamma, beta, act, float(eps),
+                  float(momentum), rows, n, local=(threads,))
+
+    def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
+        """See NormReference.batchnorm_infer."""
+        check_norm_kind(kind)
+        act = ACT[kind]
+        rows, n = check_rows("batchnorm_infer", x, {"z": z, "a": a},
+                             {"gamma": gamma, "beta": beta, "running_mean": running_mean,
+                              "running_var": running_var})
+        self._run("batchnorm_infer", (n, rows), z, a, x, gamma, beta,
+                  running_mean, running_var, act, float(eps), rows, n,
+                  label="batchnorm_infer")
+
+    def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
+        """See NormReference.batchnorm_grad. Without dx the kernel gets x in its place,
+        never written (has_dx = 0)."""
+        rows, n = check_rows("batchnorm_grad", x, {"dx": dx, "dz": dz},
+                             {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
+                              "inv_std": inv_std})
+        threads = self.gemv_threads
+        self._run("batchnorm_grad", (rows * threads,),
+                  x if dx is None else dx, dgamma, dbeta, dz, x, gamma, mean, inv_std,
+                  float(alpha), float(beta), dx is not None, rows, n, local=(threads,),
+                  label="batchnorm_grad")
 
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
 # parts so that about 8 work-groups of 64 work-items run per compute unit

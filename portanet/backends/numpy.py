@@ -7,7 +7,7 @@ import numpy as np
 
 from ..rng import dropout_mask
 from .base import (Backend, check_activation, check_adam, check_add_activation, check_gather,
-                   check_gemm, check_pool, check_update, conv_out)
+                   check_gemm, check_norm_kind, check_pool, check_rows, check_update, conv_out)
 
 
 def _quiet(method):
@@ -82,14 +82,6 @@ class NumpyBackend(Backend):
     def gather(self, out, x, idx):
         check_gather(out, x, idx)
         out[...] = x[idx].T
-
-    @_quiet
-    def apply_update(self, w, v, b, vb):
-        w += v
-        b += vb
-
-    # -- optimizer updates: in the kernels' order of operations; 1 - beta, 1 - alpha and
-    # 1 - shrink are formed in double (Python floats), as PyTorch forms them -------------
 
     @_quiet
     def momentum_update(self, w, v, decay, n_decay):
@@ -243,6 +235,65 @@ class NumpyBackend(Backend):
     @_quiet
     def dropout(self, out, x, key, rate):
         out[...] = x * dropout_mask(x.size, key, rate).reshape(x.shape).astype(x.dtype) / (1 - rate)
+
+    @_quiet
+    def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
+                        running_var, eps, momentum):
+        """Per row r of x (rows, n): mean[r] and the biased variance var over the row;
+        inv_std[r] <- 1 / sqrt(var + eps); z <- gamma[r] (x - mean) inv_std + beta[r];
+        a <- f(z); running_mean <- (1 - momentum) running_mean + momentum mean;
+        running_var <- (1 - momentum) running_var + momentum var n / (n - 1) (the unbiased
+        variance, as PyTorch's; var for n = 1). z may be x; a may be z."""
+        check_norm_kind(kind)
+        rows, n = check_rows("batchnorm_train", x, {"z": z, "a": a},
+                             {"mean": mean, "inv_std": inv_std, "gamma": gamma, "beta": beta,
+                              "running_mean": running_mean, "running_var": running_var})
+        xs = x.reshape(rows, n)
+        mu = xs.mean(axis=1)
+        d = xs - mu[:, None]
+        var = (d * d).mean(axis=1)                   # two passes, not E[x^2] - E[x]^2
+        s = 1 / np.sqrt(var + eps)
+        zs = gamma[:, None] * (d * s[:, None]) + beta[:, None]
+        z[...] = zs.reshape(z.shape)                 # x is read: z may be x
+        a[...] = activate(kind, z)
+        mean[...] = mu
+        inv_std[...] = s
+        unbiased = var * (n / (n - 1)) if n > 1 else var
+        running_mean[...] = (1 - momentum) * running_mean + momentum * mu
+        running_var[...] = (1 - momentum) * running_var + momentum * unbiased
+
+    @_quiet
+    def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
+        """z <- gamma (x - running_mean) / sqrt(running_var + eps) + beta; a <- f(z)."""
+        check_norm_kind(kind)
+        rows, n = check_rows("batchnorm_infer", x, {"z": z, "a": a},
+                             {"gamma": gamma, "beta": beta, "running_mean": running_mean,
+                              "running_var": running_var})
+        s = 1 / np.sqrt(running_var + eps)
+        zs = (gamma * s)[:, None] * (x.reshape(rows, n) - running_mean[:, None]) + beta[:, None]
+        z[...] = zs.reshape(z.shape)
+        a[...] = activate(kind, z)
+
+    @_quiet
+    def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
+        """Per row, xhat = (x - mean) inv_std:
+        dbeta <- alpha sum(dz) + beta dbeta; dgamma <- alpha sum(dz xhat) + beta dgamma
+        (beta = 0: the old values are not read), and unless dx is None
+        dx <- gamma inv_std (dz - sum(dz) / n - xhat sum(dz xhat) / n).
+        dx may be x or dz: all of them are read before it is written."""
+        rows, n = check_rows("batchnorm_grad", x, {"dx": dx, "dz": dz},
+                             {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
+                              "inv_std": inv_std})
+        dzs = dz.reshape(rows, n)
+        xhat = (x.reshape(rows, n) - mean[:, None]) * inv_std[:, None]
+        sum_dz = dzs.sum(axis=1)
+        sum_dz_xhat = (dzs * xhat).sum(axis=1)
+        if dx is not None:
+            g = (gamma * inv_std)[:, None] * (dzs - sum_dz[:, None] / n
+                                              - xhat * (sum_dz_xhat[:, None] / n))
+            dx[...] = g.reshape(dx.shape)
+        dbeta[...] = alpha * sum_dz + (beta * dbeta if beta != 0 else 0)
+        dgamma[...] = alpha * sum_dz_xhat + (beta * dgamma if beta != 0 else 0)
 
     def info(self):
         return {"name": "NumPy reference on the host CPU", "vendor": "numpy " + np.__version__,

@@ -1,0 +1,399 @@
+"""Training a Sequential network: the optimizer's state, one step, and fit's epochs.
+
+network.py holds what a network is (layers, memory, inference, files); this module holds
+what training adds to it:
+
+- `OptimizerState`: the optimizer's buffers for every trainable layer (its `slots`, each a
+  flat vector like the layer's parameters), the network's one gradient workspace (sized
+  for the largest layer), the device scalars of Adam's bias correction, and the step count.
+  It is planned with the network's memory and allocated once, when fit first sees an
+  optimizer of its kind; layers ask it where their gradient goes (`gradient`) and for the
+  optimizer's kernel (`update`).
+- a training step (`train_step`): forward, loss, backward, recorded and replayed where the
+  device records steps.
+- `fit`: epochs of shuffled batches, validation, callbacks, checkpoints and resume.
+
+Checkpoints hold the parameters, the optimizer's state and step count, the epoch, fit's
+random generator, Dropout's step counters and the history so far, so that a run resumed
+from one ends bit for bit where the uninterrupted run would have (on a device whose
+kernels are deterministic: the NumPy reference, PoCL, and CUDA/OpenCL without atomics).
+"""
+import dataclasses
+import json
+import math
+import time
+
+import numpy as np
+
+from . import callbacks as callback_module, optim, schedules
+from .errors import DivergedError, InputError, ModelFileError, check_count
+from .layers import Dropout
+from .memory import Buffer, MemoryPlan, allocate, elements, refuse
+
+MAX_GRAPHS = 16         # recorded steps kept per network (see train_step)
+DATA_SHARE = 0.5        # fit keeps the training set on a GPU if all fits in this share
+DEFAULT_OPTIMIZER = optim.SGD(0.01, 0.9)
+
+
+class OptimizerState:
+    """The buffers an optimizer keeps for one network, and its step count t."""
+
+    def __init__(self, net, optimizer, planned):
+        self.net, self.backend = net, net.backend
+        self.kind = state_kind(optimizer)
+        self.optimizer = optimizer          # the one of this epoch (its lr follows the schedule)
+        self.t = 0
+        self._arrays = net._allocate(planned)
+        self.workspace = self.scalars = None
+        bk = self.backend
+        for owner, buf, x in self._arrays:
+            bk.fill(x, 0.0)
+            if owner is net:
+                setattr(self, buf.name, x)
+            else:
+                owner.state[buf.name] = x
+        for _, layer in trainable(net):
+            views = {slot: _named_views(bk, layer, flat) for slot, flat in layer.state.items()}
+            if self.workspace is not None:
+                views[None] = _named_views(bk, layer, self.workspace)
+            layer.grad_views = views
+            layer.grad_flat = {slot: views[slot]["flat"] for slot in views}
+
+    def use(self, optimizer):
+        """Train with `optimizer` (the same kind, this epoch's rate) from now on."""
+        self.optimizer = optimizer
+        self._slot, self._scale, self._beta = optimizer.target()
+
+    def begin_step(self):
+        """Count the step; give the update the numbers of step t (Adam's bias correction)."""
+        self.t += 1
+        scalars = self.optimizer.step_scalars(self.t)
+        if scalars is not None:
+            self.backend.write(self.scalars, scalars)
+
+    def gradient(self, layer):
+        """({parameter name: view}, alpha, beta): where the layer writes its gradient."""
+        return layer.grad_views[self._slot], self._scale / layer.m, self._beta
+
+    def update(self, layer):
+        self.optimizer.update(self.backend, layer.flat, layer.grad_flat[self._slot],
+                              layer.state, layer.n_decay, self.scalars)
+
+    def tensors(self):
+        """{name in a checkpoint: device array} of every state buffer."""
+        return {f"optimizer.{path}.{slot}": x for path, layer in trainable(self.net)
+                for slot, x in layer.state.items()}
+
+    def free(self):
+        for owner, buf, x in self._arrays:
+            self.backend.free(x)
+        for _, layer in trainable(self.net):
+            layer.state, layer.grad_views, layer.grad_flat = {}, {}, {}
+        self._arrays = []
+
+
+def state_kind(optimizer):
+    """What decides an optimizer's buffers: equal kinds share them (and their values)."""
+    return type(optimizer), optimizer.slots(), optimizer.uses_workspace
+
+
+def trainable(net):
+    """(path, layer) of the layers with parameters, those inside Residual blocks included."""
+    return [(path, layer) for path, layer in net.walk() if layer.parameters()]
+
+
+def state_buffers(net, optimizer):
+    """[(owner, Buffer)] of an optimizer's state for this network."""
+    real = net.backend.dtype
+    out, largest = [], 0
+    for path, layer in trainable(net):
+        n = flat_size(layer)
+        largest = max(largest, n)
+        out += [(layer, Buffer(repr(layer), slot, "optimizer state", (n,), real))
+                for slot in optimizer.slots()]
+    if optimizer.uses_workspace:
+        out.append((net, Buffer("network", "workspace", "workspace", (max(largest, 1),), real)))
+    if optimizer.step_scalars(1) is not None:
+        out.append((net, Buffer("network", "scalars", "optimizer state", (2,), real)))
+    return out
+
+
+def flat_size(layer):
+    return sum(elements(shape) for shape in layer.parameters().values())
+
+
+def _named_views(bk, layer, flat):
+    """{name: view} of a flat vector laid out as the layer's parameters, and "flat"."""
+    views, offset = {"flat": bk.view(flat, (flat_size(layer),))}, 0
+    for name, shape in layer.parameters().items():
+        views[name] = bk.view(flat, shape, offset)
+        offset += elements(shape)
+    return views
+
+
+def prepare(net, optimizer):
+    """The network's OptimizerState for `optimizer`: kept if it is of the same kind (its
+    values carry on, as in Keras and PyTorch), else planned and made anew; a state that
+    does not fit is refused before anything is freed or allocated."""
+    optimizer = optim.get(optimizer)
+    state = net.optimizer_state
+    if state is None or state.kind != state_kind(optimizer):
+        plan = net.memory_plan(net.capacity, optimizer)
+        if not plan.fits:
+            raise refuse(plan, f"training with {optimizer.describe()}")
+        if state is not None:
+            state.free()
+            net.optimizer_state = None
+            net._graphs.clear()
+        state = net.optimizer_state = OptimizerState(net, optimizer,
+                                                     state_buffers(net, optimizer))
+    state.use(optimizer)
+    return state
+
+
+# -- one step ------------------------------------------------------------------------------
+
+
+def step(net, opt):
+    """Forward, loss, backward and update on the batch already on the device."""
+    net._forward(training=True)
+    net._loss()
+    net._backward(net.optimizer_state)
+
+
+def gather_step(net, opt, data):
+    """The batch whose indices are in net.order, gathered from the training set on the
+    device into the input and target buffers; then the step."""
+    net.backend.gather(net.x, data[0], net.order)
+    net.backend.gather(net.y, data[1], net.order)
+    step(net, opt)
+
+
+def train_step(net, opt, data=None):
+    """step (after gathering the batch, with data on the device), replayed from a recorded
+    graph where the device records them (CUDA; OpenCL's launch lists): the second step of a
+    batch size and optimizer setting is captured, later ones are one launch. The first runs
+    eagerly, so that kernels are built, GEMM shapes routed and workspaces grown before
+    capture. The recorded step reads the same buffers (a new batch is uploaded into them,
+    Adam's step numbers into its scalars) and bakes in its other numbers (the rate: a new
+    graph per setting); layers whose launches change every step (Dropout's key) keep the
+    network eager. Replays give bit for bit the eager step's results."""
+    net.optimizer_state.begin_step()
+    key = (net.m, opt, data is not None)
+    graphs = net._graphs
+    graph = graphs.get(key)
+    if graph and not graph.current:             # it points at a workspace since freed
+        graph = graphs[key] = None
+    work = (lambda: gather_step(net, opt, data)) if data else (lambda: step(net, opt))
+    if graph is None and key in graphs and net._capturable:
+        graph = graphs[key] = net.backend.capture(work) or False
+    if graph:
+        graph()
+    else:
+        work()
+        if key not in graphs and len(graphs) >= MAX_GRAPHS:
+            graphs.clear()                      # a schedule makes one per epoch
+        graphs.setdefault(key, None)            # seen once: capture next time
+
+
+def train_batch(net, x, y, optimizer):
+    """One forward, loss and backward step on one batch (no host synchronisation)."""
+    prepare(net, optimizer)
+    x, t = net._check_data(x, y)
+    net._upload_batch(x, t)
+    net.optimizer_state.begin_step()
+    step(net, optimizer)
+
+
+def data_on_device(net, x, t, mode):
+    """(x (N, features), targets (N,) or (N, outputs)) uploaded to the device, or None
+    (see fit's data_on_device)."""
+    if mode not in ("auto", True, False):
+        raise InputError(f"data_on_device must be 'auto', True or False, got {mode!r}")
+    if mode is False or (mode == "auto" and not net.backend.is_gpu):
+        return None
+    samples = np.ascontiguousarray(x.reshape(len(x), -1))
+    targets = t if t.ndim == 1 else np.ascontiguousarray(t.T)
+    plan = net._plan(net.capacity)
+    need = [Buffer("fit", "training inputs", "dataset", samples.shape, samples.dtype),
+            Buffer("fit", "training targets", "dataset", targets.shape, targets.dtype)]
+    with_data = MemoryPlan(plan.buffers + need, plan.batch_size, plan.device,
+                           plan.available, plan.max_alloc)
+    if mode == "auto" and not (with_data.fits and with_data.total <= DATA_SHARE * plan.available):
+        return None
+    if not with_data.fits:
+        raise refuse(with_data, "the training set on the device")
+    made = allocate(net.backend, need)
+    net.backend.write(made[0], samples)
+    net.backend.write(made[1], targets)
+    return made
+
+
+# -- fit -----------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Run:
+    """What fit needs to go on from where it stopped: saved in checkpoints."""
+    epoch: int                  # epochs done
+    history: dict
+    rng: dict                   # the shuffling generator's bit_generator.state
+    settings: dict              # what must be the same to resume (batch size, optimizer...)
+
+
+def fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data,
+        validation_split, progress, on_epoch, schedule, data_mode, callbacks, checkpoint,
+        resume):
+    from . import checkpoint as files, saving
+    optimizer = optim.get(optimizer)
+    schedule = schedules.get(schedule)
+    epochs = check_count("epochs", epochs, 1)
+    batch_size = check_count("batch_size", batch_size, 1)
+    callbacks = callback_module.checked(callbacks)
+    x, t = net._check_data(x, y)
+    if validation_split:
+        if validation_data is not None:
+            raise InputError("give validation_data or validation_split, not both")
+        x, t, validation_data = _split(net, x, t, validation_split)
+    elif validation_data is not None:
+        validation_data = net._check_data(*_pair(validation_data))
+    if checkpoint is not None:
+        files.check_destination(checkpoint)         # before the training, not after it
+    n = len(x)
+    seed = net.seed if seed is None else check_count("seed", seed, 0)
+    settings = {"batch_size": batch_size, "optimizer": optimizer_config(optimizer),
+                "schedule": repr(schedule), "seed": seed, "shuffle": bool(shuffle),
+                "samples": n}
+    rng = np.random.default_rng(seed)
+    run = Run(0, {}, rng.bit_generator.state, settings)
+    prepare(net, optimizer)                 # refused here, before any step, if too big
+    net._bind(min(batch_size, n))
+    if resume is not None:
+        run = saving.resume(net, resume, settings)
+        rng.bit_generator.state = run.rng
+        if run.epoch >= epochs:
+            raise InputError(f"{resume} holds {run.epoch} epochs already, fit asks for "
+                             f"{epochs}: give epochs > {run.epoch} to train on")
+    data = data_on_device(net, x, t, data_mode)
+    try:
+        return _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuffle,
+                       validation_data, progress, on_epoch, callbacks, checkpoint, run)
+    finally:
+        if data:
+            for array in data:
+                net.backend.free(array)
+            for key in [k for k in net._graphs if k[2]]:
+                del net._graphs[key]           # recorded with the data's buffers
+
+
+def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuffle,
+            validation_data, progress, on_epoch, callbacks, checkpoint, run):
+    from . import saving
+    n = len(x)
+    history = net.history = _History(run.history or
+                                     {k: [] for k in ("loss", "accuracy", "lr", "seconds")})
+    batches = -(-n // batch_size)
+    net.stop_training = False
+    metrics = ["loss", "accuracy", "lr", "seconds"] + \
+        (["val_loss", "val_accuracy"] if validation_data is not None else [])
+    for c in callbacks:
+        c.on_train_begin(net, {"epochs": epochs, "metrics": metrics})
+    logs = {}
+    for epoch in range(run.epoch, epochs):
+        start = time.perf_counter()
+        lr = schedule(epoch, optimizer.lr)
+        opt = dataclasses.replace(optimizer, lr=lr)
+        net.optimizer_state.use(opt)
+        order = rng.permutation(n) if shuffle else np.arange(n)
+        net._bind(min(batch_size, n))
+        net._reset_sums()
+        for i in range(batches):
+            idx = order[i * batch_size:(i + 1) * batch_size]
+            if data:                            # the batch's indices, gathered there
+                net._bind(len(idx))
+                net.backend.write(net.order, idx.astype(np.int32))
+            else:
+                net._upload_batch(x[idx], t[..., idx])
+            train_step(net, opt, data)
+            if progress:
+                progress(i + 1, batches)
+        loss, acc = net._read_sums(n)           # the one host read of the epoch
+        logs = {"loss": loss, "accuracy": acc, "lr": lr,
+                "seconds": time.perf_counter() - start}
+        if not math.isfinite(loss):
+            raise DivergedError(
+                f"training diverged in epoch {epoch + 1}: the loss is {loss} at learning "
+                f"rate {lr:g}; lower the learning rate (e.g. {lr / 10:g}), scale the "
+                f"inputs, or add a schedule with warmup", epoch=epoch, loss=loss, lr=lr,
+                history=history)
+        if validation_data is not None:
+            logs["val_loss"], logs["val_accuracy"] = net.evaluate(*validation_data)
+        for k, v in logs.items():
+            history.setdefault(k, []).append(v)
+        if checkpoint is not None:
+            saving.save(net, checkpoint, Run(epoch + 1, dict(history), rng.bit_generator.state,
+                                             run.settings))
+        if on_epoch:
+            on_epoch(epoch, logs)
+        for c in callbacks:
+            c.on_epoch_end(net, epoch, logs)
+        if net.stop_training:
+            break
+    for c in callbacks:
+        c.on_train_end(net, logs)
+    return history
+
+
+class _History(dict):
+    """Per-epoch lists: loss, accuracy, lr, seconds (and val_loss, val_accuracy if asked)."""
+
+
+def _pair(validation_data):
+    if not isinstance(validation_data, (tuple, list)) or len(validation_data) != 2:
+        raise InputError("validation_data must be a pair (x_val, y_val)")
+    return validation_data
+
+
+def _split(net, x, t, fraction):
+    """The last `fraction` of the samples (before any shuffling) set apart for validation,
+    as Keras does."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
+            or not 0 < fraction < 1:
+        raise InputError(f"validation_split must be a fraction in (0, 1), got {fraction!r}")
+    keep = len(x) - int(round(len(x) * fraction))
+    if keep < 1 or keep == len(x):
+        raise InputError(f"validation_split={fraction} of {len(x)} samples leaves "
+                         f"{keep} to train on and {len(x) - keep} to validate: both need one")
+    return x[:keep], t[..., :keep], (x[keep:], _host_targets(t[..., keep:]))
+
+
+def _host_targets(t):
+    """Device-layout targets back in the user's layout, for evaluate."""
+    return t if t.ndim == 1 else t.T
+
+
+def optimizer_config(optimizer):
+    return {"name": optimizer.name,
+            "config": {k: list(v) if isinstance(v, tuple) else v
+                       for k, v in dataclasses.asdict(optimizer).items()}}
+
+
+def training_metadata(net, run):
+    """The JSON of a checkpoint's training state (beside the optimizer's tensors)."""
+    state = net.optimizer_state
+    return json.dumps({"epoch": run.epoch, "history": run.history, "rng": run.rng,
+                       "settings": run.settings, "step": state.t,
+                       "optimizer": optimizer_config(state.optimizer),
+                       "dropout_steps": {path: layer.step for path, layer in net.walk()
+                                         if isinstance(layer, Dropout)}})
+
+
+def read_training(text, path):
+    try:
+        saved = json.loads(text)
+        run = Run(int(saved["epoch"]), dict(saved["history"]), dict(saved["rng"]),
+                  dict(saved["settings"]))
+        return run, int(saved["step"]), dict(saved["dropout_steps"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelFileError(f"{path}: its training state cannot be read ({e}); the file is "
+                             f"damaged or was not written by fit(checkpoint=...)") from e
