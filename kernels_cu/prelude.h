@@ -26,7 +26,7 @@ typedef float4 real4;
 #define LOCAL_ID(d) ((int)((d) == 0 ? threadIdx.x : (d) == 1 ? threadIdx.y : threadIdx.z))
 #define GROUP_ID(d) ((int)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
 #define RESTRICT __restrict__
-#define DEVICE static __device__  /* a helper function called by kernels */
+#define DEVICE static __device__ inline  /* a helper function called by kernels */
 
 /* whether x takes best's place in an argmax scan (argmax, maxpool): it is larger, or it
    is the first NaN. NumPy's argmax and max, the reference, rank NaN above every number. */

@@ -104,6 +104,8 @@ def _check_devices(specs):
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(1), default=None,
               help="train on the first N training samples only (quick runs)")
+@click.option("--test-limit", type=click.IntRange(1), default=None,
+              help="test on the first N test samples only (quick runs)")
 @click.option("--validation-split", type=float, default=0.0, show_default=True,
               help="validate after each epoch on this last fraction of the training set")
 @click.option("--save", type=click.Path(dir_okay=False), default=None,
@@ -121,8 +123,8 @@ def _check_devices(specs):
 @click.option("--download", is_flag=True, help="download the dataset if it is missing")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line of results")
 def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum, nesterov,
-          weight_decay, device, seed, limit, validation_split, save, checkpoint, resume,
-          plot_path, plan, download, as_json):
+          weight_decay, device, seed, limit, test_limit, validation_split, save, checkpoint,
+          resume, plot_path, plan, download, as_json):
     """Train a network and report test accuracy."""
     try:
         checkpoint = checkpoint or resume
@@ -136,6 +138,8 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
             if dataset != "coordinates" else data.coordinates(seed=seed)
         if limit:
             x, y = x[:limit], y[:limit]
+        if test_limit:
+            x_test, y_test = x_test[:test_limit], y_test[:test_limit]
         net = build_model(model, dataset, x.shape[1:], device, seed)
         if plan:
             click.echo(net.memory_plan(min(batch_size, len(x)), opt))
@@ -171,7 +175,8 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
                 "gemm": net.backend.gemm_path, "model": model, "dataset": dataset,
                 "epochs": epochs, "batch_size": batch_size, "optimizer": repr(opt),
                 "lr": opt.lr, "schedule": repr(lr_schedule), "lrs": history["lr"],
-                "seed": seed, "train_samples": len(x), "test_accuracy": test_acc,
+                "seed": seed, "train_samples": len(x), "test_samples": len(x_test),
+                "test_accuracy": test_acc,
                 "test_loss": test_loss, "final_loss": history["loss"][-1],
                 "epoch_seconds": history["seconds"],
                 **{k: history[k] for k in ("val_loss", "val_accuracy") if k in history}}))
