@@ -129,13 +129,15 @@ DEVICE unsigned int mix32(unsigned int h) {
 }
 
 /* out <- x . mask / (1 - rate), mask[i] = (uniform(key, i) >= rate): a product, as in the
-   reference, so a dropped NaN or inf gives NaN. The backward is the same call with the
-   gradients, and the same key. */
+   reference, so a dropped NaN or inf gives NaN. The key is read from the device (the host
+   writes each step's before the step), so a recorded step draws a new mask at each replay.
+   The backward is the same call with the gradients, and the same key. */
 KERNEL void dropout(GLOBAL real* out, const int out_off, const GLOBAL real* x, const int x_off,
-                    const int key, const real rate, const real scale, const int n) {
+                    const GLOBAL int* key, const int key_off, const real rate,
+                    const real scale, const int n) {
     const int i = GLOBAL_ID(0);
     if (i >= n) return;
-    const unsigned int h = mix32((unsigned int)i * 0x9e3779b1u + (unsigned int)key);
+    const unsigned int h = mix32((unsigned int)i * 0x9e3779b1u + (unsigned int)key[key_off]);
     const real u = (real)(h >> 8) * (real)(1.0f / 16777216.0f);
     out[out_off + i] = x[x_off + i] * (u >= rate ? scale : (real)0);
 }

@@ -12,12 +12,12 @@ import numpy as np
 from .backends.base import ACTIVATIONS, conv_out
 from .errors import InputError, ShapeError, check_count
 from .memory import elements
-from .rng import mix32
+from .rng import key_array, mix32
 
 
 class Layer:
     trainable = False
-    capturable = True           # its step launches the same work every time (see _train_step)
+    capturable = True           # its step launches the same work every time (see train_step)
     decayed = ()                # parameters that weight decay applies to (listed first)
 
     def config(self):
@@ -65,6 +65,10 @@ class Layer:
     def sublayers(self):
         """[(name, layer)] of the layers inside this one (Residual's), in order."""
         return []
+
+    def begin_step(self):
+        """Host work before each training step, outside what a recorded step replays
+        (Dropout writes its new key to the device)."""
 
     def bind(self, a_prev, m, shared):
         """Views for a batch of m samples: a_prev is the previous layer's output; shared
@@ -289,8 +293,9 @@ class MaxPool2D(Layer):
 class Dropout(Layer):
     """Zeroes each input with probability `rate` while training and scales the rest by
     1 / (1 - rate); the identity in inference. The mask is not stored: a counter-based hash
-    of (seed, step, element) recomputes it for the backward, the same on every backend."""
-    capturable = False          # a new mask key every step
+    of (seed, step, element) recomputes it for the backward, the same on every backend.
+    Each step's key is written to the device before the step (begin_step), where the
+    kernels read it: a recorded step stays valid."""
 
     def __init__(self, rate=0.5, seed=0):
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
@@ -302,23 +307,26 @@ class Dropout(Layer):
         return {"rate": self.rate, "seed": self.seed}
 
     def batch_buffers(self, m):
-        return {"_a": (elements(self.in_shape) * m, None)}
+        return {"_a": (elements(self.in_shape) * m, None), "_key": (1, np.int32)}
 
     def bind(self, a_prev, m, shared):
         super().bind(a_prev, m, shared)
         self.a = self.backend.view(self._a, a_prev.shape)
 
+    def begin_step(self):
+        self.step += 1
+        self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step))
+        self.backend.write(self._key, key_array(self.key))
+
     def forward(self, training=True):
         if training:
-            self.step += 1
-            self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step))
-            self.backend.dropout(self.a, self.a_prev, self.key, self.rate)
+            self.backend.dropout(self.a, self.a_prev, self._key, self.rate)
         else:
             self.backend.copy(self.a_prev, self.a)
 
     def backward(self, train, first, delta_in_z=False):
         if not first:
-            self.backend.dropout(self.a_prev, self.a, self.key, self.rate)
+            self.backend.dropout(self.a_prev, self.a, self._key, self.rate)
 
 
 

@@ -62,6 +62,9 @@ class Sequential:
         self._graphs = {}               # (m, optimizer, data on device) -> recorded step,
         #                                 None (seen once) or False (cannot be recorded)
         self._capturable = config.graphs() and all(l.capturable for l in self.layers)
+        # layers with host work before each step (Dropout's key)
+        self._stepped = [l for _, l in self.walk()
+                         if type(l).begin_step is not layer_module.Layer.begin_step]
         self._batch = []                # (owner, Buffer, device array) of the batch buffers
         self._params = []               # the same for parameters and saved buffers
         self.optimizer_state = None     # training.OptimizerState, made by the first fit
@@ -124,7 +127,10 @@ class Sequential:
                ("_order", "batch", m, np.dtype(np.int32)),
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
-        out = [(self, Buffer("network", name, kind, (n,), dtype)) for name, kind, n, dtype in own]
+        # owner None: the network's own (not the network itself, which the list of what it
+        # holds would then hold: a reference cycle, and a dropped network would keep its
+        # memory until the next cycle collection)
+        out = [(None, Buffer("network", name, kind, (n,), dtype)) for name, kind, n, dtype in own]
         for _, layer in self.walk():
             out += [(layer, Buffer(repr(layer), name, "batch", (n,), dtype or real))
                     for name, (n, dtype) in layer.batch_buffers(m).items()]
@@ -224,7 +230,7 @@ class Sequential:
     def _allocate_batch(self, m):
         self._batch = self._allocate(self._batch_buffers(m))
         for owner, buf, x in self._batch:
-            setattr(owner, buf.name, x)
+            setattr(owner or self, buf.name, x)
         self.shared = Shared(self._ones, self._workspace)
         self.backend.fill(self._ones, 1.0)
         # train_batch adds into the sums without an epoch to zero them (Oclgrind saw the
@@ -237,7 +243,7 @@ class Sequential:
         self._graphs.clear()            # they point at these buffers
         for owner, buf, x in self._batch:
             self.backend.free(x)
-            setattr(owner, buf.name, None)
+            setattr(owner or self, buf.name, None)
         self._batch = []
         self.capacity, self.m = 0, None
 

@@ -15,6 +15,11 @@ def mix32(h):
         return h ^ (h >> 16)
 
 
+def key_array(key):
+    """The 32 bits of a key as the one-element int32 array a backend's dropout reads."""
+    return np.array([key & 0xFFFFFFFF], dtype=np.uint32).view(np.int32)
+
+
 def dropout_mask(n, key, rate):
     """The kernels' mask: uniform(key, i) >= rate for i < n."""
     with np.errstate(over="ignore"):

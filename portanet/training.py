@@ -36,10 +36,13 @@ DEFAULT_OPTIMIZER = optim.SGD(0.01, 0.9)
 
 
 class OptimizerState:
-    """The buffers an optimizer keeps for one network, and its step count t."""
+    """The buffers an optimizer keeps for one network, and its step count t. It holds the
+    network's trainable layers, not the network: no reference cycle, so a dropped network
+    gives its memory back at once rather than at the next cycle collection."""
 
     def __init__(self, net, optimizer, planned):
-        self.net, self.backend = net, net.backend
+        self.backend = net.backend
+        self._layers = trainable(net)
         self.kind = state_kind(optimizer)
         self.optimizer = optimizer          # the one of this epoch (its lr follows the schedule)
         self.t = 0
@@ -48,11 +51,11 @@ class OptimizerState:
         bk = self.backend
         for owner, buf, x in self._arrays:
             bk.fill(x, 0.0)
-            if owner is net:
+            if owner is None:               # the network's (see state_buffers)
                 setattr(self, buf.name, x)
             else:
                 owner.state[buf.name] = x
-        for _, layer in trainable(net):
+        for _, layer in self._layers:
             views = {slot: _named_views(bk, layer, flat) for slot, flat in layer.state.items()}
             if self.workspace is not None:
                 views[None] = _named_views(bk, layer, self.workspace)
@@ -81,13 +84,13 @@ class OptimizerState:
 
     def tensors(self):
         """{name in a checkpoint: device array} of every state buffer."""
-        return {f"optimizer.{path}.{slot}": x for path, layer in trainable(self.net)
+        return {f"optimizer.{path}.{slot}": x for path, layer in self._layers
                 for slot, x in layer.state.items()}
 
     def free(self):
         for owner, buf, x in self._arrays:
             self.backend.free(x)
-        for _, layer in trainable(self.net):
+        for _, layer in self._layers:
             layer.state, layer.grad_views, layer.grad_flat = {}, {}, {}
         self._arrays = []
 
@@ -103,7 +106,8 @@ def trainable(net):
 
 
 def state_buffers(net, optimizer):
-    """[(owner, Buffer)] of an optimizer's state for this network."""
+    """[(owner, Buffer)] of an optimizer's state for this network; owner None for the
+    network-wide ones (kept by the OptimizerState)."""
     real = net.backend.dtype
     out, largest = [], 0
     for path, layer in trainable(net):
@@ -112,9 +116,9 @@ def state_buffers(net, optimizer):
         out += [(layer, Buffer(repr(layer), slot, "optimizer state", (n,), real))
                 for slot in optimizer.slots()]
     if optimizer.uses_workspace:
-        out.append((net, Buffer("network", "workspace", "workspace", (max(largest, 1),), real)))
+        out.append((None, Buffer("network", "workspace", "workspace", (max(largest, 1),), real)))
     if optimizer.step_scalars(1) is not None:
-        out.append((net, Buffer("network", "scalars", "optimizer state", (2,), real)))
+        out.append((None, Buffer("network", "scalars", "optimizer state", (2,), real)))
     return out
 
 
@@ -161,6 +165,14 @@ def step(net, opt):
     net._backward(net.optimizer_state)
 
 
+def begin_step(net):
+    """What the host writes to the device before a step, outside what a recorded step
+    replays: the optimizer's step numbers, Dropout's keys."""
+    net.optimizer_state.begin_step()
+    for layer in net._stepped:
+        layer.begin_step()
+
+
 def gather_step(net, opt, data):
     """The batch whose indices are in net.order, gathered from the training set on the
     device into the input and target buffers; then the step."""
@@ -175,10 +187,11 @@ def train_step(net, opt, data=None):
     batch size and optimizer setting is captured, later ones are one launch. The first runs
     eagerly, so that kernels are built, GEMM shapes routed and workspaces grown before
     capture. The recorded step reads the same buffers (a new batch is uploaded into them,
-    Adam's step numbers into its scalars) and bakes in its other numbers (the rate: a new
-    graph per setting); layers whose launches change every step (Dropout's key) keep the
-    network eager. Replays give bit for bit the eager step's results."""
-    net.optimizer_state.begin_step()
+    Adam's step numbers into its scalars, Dropout's key into its own: begin_step) and bakes
+    in its other numbers (the rate: a new graph per setting); a layer whose launches could
+    not be replayed would say so (capturable) and keep the network eager. Replays give bit
+    for bit the eager step's results."""
+    begin_step(net)
     key = (net.m, opt, data is not None)
     graphs = net._graphs
     graph = graphs.get(key)
@@ -201,7 +214,7 @@ def train_batch(net, x, y, optimizer):
     prepare(net, optimizer)
     x, t = net._check_data(x, y)
     net._upload_batch(x, t)
-    net.optimizer_state.begin_step()
+    begin_step(net)
     step(net, optimizer)
 
 

@@ -7,7 +7,7 @@ import portanet as pn
 from portanet import training
 from portanet.backends.base import conv_out
 from portanet.backends.numpy import NumpyBackend
-from portanet.rng import dropout_mask
+from portanet.rng import dropout_mask, key_array
 from conftest import F32, F64_GRAD, rel_err
 
 REF = NumpyBackend("cpu", np.float64)
@@ -94,7 +94,7 @@ def test_dropout_same_mask_everywhere(backend, rng, rate):
     n, key = 10007, 0xDEADBEEF
     x = rng.standard_normal(n)
     out = backend.upload(np.full(n, np.nan))
-    backend.dropout(out, backend.upload(x), key, rate)
+    backend.dropout(out, backend.upload(x), backend.upload(key_array(key)), rate)
     mask = dropout_mask(n, key, rate)
     assert rel_err(backend.download(out), x * mask / (1 - rate)) < F32
     assert abs(mask.mean() - (1 - rate)) < 0.02
@@ -118,6 +118,7 @@ def training_loss(net, x, y, dropout_step=None):
     for layer in net.layers:
         if isinstance(layer, pn.Dropout):
             layer.step = dropout_step
+            layer.begin_step()                  # the key of step dropout_step + 1
     net._reset_sums()
     net._forward(training=True)
     net._loss()
@@ -147,10 +148,7 @@ def test_cnn_gradients(rng, dropout):
                 g[i] = (up - down) / (2 * eps)
             grads.append(g)
         numeric.append(grads)
-    training_loss(net, x, y, 0)         # forward with the same mask (step 0 -> 1 inside)
-    for layer in net.layers:
-        if isinstance(layer, pn.Dropout):
-            layer.step = 0
+    training_loss(net, x, y, 0)         # the same mask's key on the device for the step
     before = [(l.w.copy(), l.b.copy()) for l in net.layers if l.trainable]
     training.prepare(net, pn.SGD(lr=1.0))
     training.step(net, pn.SGD(lr=1.0))
@@ -181,6 +179,7 @@ def test_dropout_layer_drops_in_training_with_the_mask_it_reuses_backward(device
     net._upload_batch(*net._check_data(x, y))
     masks = []
     for _ in range(2):
+        drop.begin_step()
         net._forward(training=True)
         a = net.backend.download(drop.a)                        # (50, 40)
         mask = dropout_mask(a.size, drop.key, rate).reshape(a.shape)

@@ -40,14 +40,23 @@ def test_replayed_steps_are_the_eager_steps(device_name, description, monkeypatc
     assert not eager._graphs or not any(eager._graphs.values())
 
 
-def test_dropout_networks_stay_eager(device_name, monkeypatch):
-    monkeypatch.setenv("PORTANET_GRAPHS", "on")
-    net = pn.from_description("dense(16, relu) dropout(0.3) dense(3, softmax)", (8,),
-                              device=device_name)
-    rng = np.random.default_rng(1)
-    net.fit(rng.standard_normal((64, 8)).astype(np.float32), rng.integers(0, 3, 64),
-            epochs=2, batch_size=16)
-    assert not any(net._graphs.values())
+def test_dropout_networks_are_recorded_and_draw_a_new_mask_each_replay(device_name,
+                                                                       monkeypatch):
+    """Dropout's key is written to the device before each step, where the kernel reads it:
+    its networks are recorded too, and their replays are the eager steps bit for bit."""
+    results = []
+    for graphs in (True, False):
+        monkeypatch.setenv("PORTANET_GRAPHS", "on" if graphs else "off")
+        net = pn.from_description("dense(16, relu) dropout(0.3) dense(3, softmax)", (8,),
+                                  device=device_name)
+        rng = np.random.default_rng(1)
+        history = net.fit(rng.standard_normal((64, 8)).astype(np.float32),
+                          rng.integers(0, 3, 64), epochs=2, batch_size=16)
+        results.append((net, history["loss"], net.get_weights()))
+    (recorded, loss1, w1), (_, loss2, w2) = results
+    assert loss1 == loss2 and all(np.array_equal(w1[k], w2[k]) for k in w1)
+    assert any(recorded._graphs.values()) == (recorded.backend.kind in ("cuda", "opencl"))
+    assert recorded.layers[1].step == 8                       # a key per step, replays too
 
 
 def test_the_switch_is_checked(monkeypatch):

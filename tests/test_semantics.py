@@ -14,6 +14,7 @@ import math
 
 from portanet.backends.base import conv_out
 from portanet.backends.numpy import NumpyBackend, activate
+from portanet.rng import key_array
 from conftest import F32
 
 REF = NumpyBackend("cpu", np.float32)
@@ -109,7 +110,7 @@ def test_reference_semantics():
     assert np.array_equal(pooled.ravel(), [nan, 5], equal_nan=True)
     assert idx.ravel().tolist() == [1, 6]
     dropped = np.empty(3, np.float32)
-    REF.dropout(dropped, np.array([nan, inf, -inf], np.float32), 0, 0.99999)
+    REF.dropout(dropped, np.array([nan, inf, -inf], np.float32), key_array(0), 0.99999)
     assert np.isnan(dropped).all()
     loss, hit = np.zeros(3, np.float32), np.zeros(3, np.float32)
     probs = np.array([[0, 1, nan], [1, 0, 0]], np.float32)
@@ -308,9 +309,9 @@ def test_dropout(backend, rng, rate):
     x = mixed(rng, (3001,))
     key = 12345
     want = np.empty_like(x)
-    REF.dropout(want, x, key, rate)
+    REF.dropout(want, x, key_array(key), rate)
     out = poisoned(backend, x.shape)
-    backend.dropout(out, backend.upload(x), key, rate)
+    backend.dropout(out, backend.upload(x), backend.upload(key_array(key)), rate)
     assert_same(backend.download(out), want, f"dropout({rate})")
 
 

@@ -273,7 +273,9 @@ class Backend:
 
     def dropout(self, out, x, key, rate):
         """out <- x . mask / (1 - rate); mask from a counter-based hash of (key, index), the
-        same on every backend. The backward is the same call on the gradients."""
+        same on every backend. key: a one-element int32 device array holding the key's 32
+        bits (rng.key_array), read by the kernel, so that a recorded step's replays read
+        each step's key. The backward is the same call on the gradients."""
         raise NotImplementedError
 
     # batch normalization: x viewed as (rows, n), a row per feature of (features, batch) or

@@ -388,7 +388,6 @@ class KernelBackend(Backend):
                   *check_pool("avgpool_grad", da, dx, pool, stride))
 
     def dropout(self, out, x, key, rate):
-        key = (key & 0xFFFFFFFF) - (1 << 32 if key & 0x80000000 else 0)    # as int32 bits
         self._run("dropout", (out.size,), out, x, key, float(rate), 1.0 / (1.0 - rate),
                   out.size)
 

@@ -234,6 +234,7 @@ class NumpyBackend(Backend):
 
     @_quiet
     def dropout(self, out, x, key, rate):
+        key = int(key.reshape(-1)[0]) & 0xFFFFFFFF
         out[...] = x * dropout_mask(x.size, key, rate).reshape(x.shape).astype(x.dtype) / (1 - rate)
 
     @_quiet
