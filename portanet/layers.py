@@ -1,9 +1,11 @@
 """Layers, written once against the Backend interface.
 
-Activations are (features, batch): a column per sample. A trainable layer owns w (out x in),
-b (out,), the momentum buffers v (like w) and vb (like b), and views z, a of its batch buffers; its input
-a_prev is a view of the previous layer's a. Backward overwrites activations with gradients,
-so a training step allocates nothing.
+Activations are (features, batch): a column per sample. A trainable layer's parameters
+(Dense: w (out x in), b (out,)) are views of one flat vector the network allocates (`flat`),
+and the optimizer's state (`state`) is laid out alike; it has views z, a of its batch
+buffers, and its input a_prev is a view of the previous layer's a. Backward overwrites
+activations with gradients and writes the gradient products where the optimizer says, so
+a training step allocates nothing.
 """
 import math
 

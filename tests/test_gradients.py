@@ -1,6 +1,7 @@
 """Analytic gradients of every layer, activation and loss against central finite
 differences, in float64 on the CPU reference. One SGD step with lr = 1 and momentum 0
-leaves v = -dL/dw and vb = -dL/db (the layer protocol fuses the update into backward)."""
+moves every parameter by -dL/dparameter (the layer protocol fuses the update into
+backward)."""
 import numpy as np
 import pytest
 

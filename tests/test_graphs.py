@@ -1,7 +1,7 @@
 """Recorded training steps (CUDA graphs; on OpenCL the list of bound launches, issue 11):
 replays give bit for bit what the eager steps give, through new batches, a partial last
-batch and a rate that changes every epoch; networks whose steps change every time (Dropout)
-stay eager. The reference records nothing and the same code runs eagerly."""
+batch, a rate that changes every epoch and Dropout's new mask at every step. The
+reference records nothing and the same code runs eagerly."""
 import numpy as np
 import pytest
 
