@@ -31,12 +31,13 @@ def save(net, path, run=None):
     checkpoint.write(path, architecture(net), tensors, metadata)
 
 
-def resume(net, path, settings):
+def resume(net, path, settings, epochs):
     """The training.Run saved in checkpoint `path`, after writing its parameters, optimizer
     state, step count and Dropout steps into net, whose optimizer state fit has prepared.
     The file must come from fit(checkpoint=...) of this architecture with the same
     settings (batch size, optimizer, schedule, seed, shuffling, samples): else resuming
-    could not end where the uninterrupted run would."""
+    could not end where the uninterrupted run would; and hold fewer than `epochs` epochs.
+    Everything is checked before anything is written."""
     from . import training
     with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
         _check_same(net, f, path)
@@ -49,6 +50,9 @@ def resume(net, path, settings):
         if differ:
             raise InputError(f"cannot resume from {path} with other settings ("
                              f"{'; '.join(differ)}); give fit the same ones")
+        if run.epoch >= epochs:
+            raise InputError(f"{path} holds {run.epoch} epochs already, fit asks for "
+                             f"{epochs}: give epochs > {run.epoch} to train on")
         state = net.optimizer_state.tensors()
         _write_parameters(net, f, path, extra=state)
         net.optimizer_state.t = step

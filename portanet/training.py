@@ -282,11 +282,8 @@ def fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data
     prepare(net, optimizer)                 # refused here, before any step, if too big
     net._bind(min(batch_size, n))
     if resume is not None:
-        run = saving.resume(net, resume, settings)
+        run = saving.resume(net, resume, settings, epochs)
         rng.bit_generator.state = run.rng
-        if run.epoch >= epochs:
-            raise InputError(f"{resume} holds {run.epoch} epochs already, fit asks for "
-                             f"{epochs}: give epochs > {run.epoch} to train on")
     data = data_on_device(net, x, t, data_mode)
     try:
         return _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuffle,

@@ -77,8 +77,12 @@ def test_resume_refuses_other_settings_and_files(tmp_path):
         network("cpu").fit(x, y, epochs=3, resume=path, **dict(SETTINGS, batch_size=16))
     with pytest.raises(pn.InputError, match="optimizer"):
         network("cpu").fit(x, y, epochs=3, resume=path, **dict(SETTINGS, optimizer=pn.Adam()))
+    fresh = network("cpu")
+    before = fresh.get_weights()
     with pytest.raises(pn.InputError, match="holds 1 epochs already"):
-        network("cpu").fit(x, y, epochs=1, resume=path, **SETTINGS)
+        fresh.fit(x, y, epochs=1, resume=path, **SETTINGS)
+    after = fresh.get_weights()                 # a refused resume left the network alone
+    assert all(np.array_equal(before[k], after[k]) for k in before)
     plain = tmp_path / "model.safetensors"
     network("cpu").save(plain)
     with pytest.raises(pn.ModelFileError, match="no training state"):
