@@ -7,6 +7,7 @@ buffers, and its input a_prev is a view of the previous layer's a. Backward over
 activations with gradients and writes the gradient products where the optimizer says, so
 a training step allocates nothing.
 """
+import functools
 import math
 
 import numpy as np
@@ -83,7 +84,7 @@ class Layer:
         """{name: device array} of the parameters and buffers saved with the network."""
         return {name: getattr(self, name) for name in (*self.parameters(), *self.buffers())}
 
-    @property
+    @functools.cached_property
     def n_decay(self):
         """Elements of the flat parameter vector that weight decay applies to."""
         shapes = self.parameters()
@@ -102,6 +103,17 @@ class Layer:
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({args})"
+
+
+def parameter_views(layer, flat):
+    """{name: view} of a flat vector laid out as the layer's parameters (in the order of
+    parameters(): the decayed ones first): the parameters themselves, or the optimizer's
+    state and gradient alike."""
+    views, offset = {}, 0
+    for name, shape in layer.parameters().items():
+        views[name] = layer.backend.view(flat, shape, offset)
+        offset += elements(shape)
+    return views
 
 
 def walk(layers, prefix=""):
@@ -258,11 +270,13 @@ class Conv2D(Dense):
         self.shared.workspace_holds = None
 
 
-class MaxPool2D(Layer):
-    """Max pooling over pool x pool windows; keeps the argmax indices for the backward."""
+class _Pool2D(Layer):
+    """What the pooling layers share: pool x pool windows moved by stride, no padding."""
+
     def __init__(self, pool=2, stride=None):
-        self.pool = _count("pool", pool, 1, "MaxPool2D")
-        self.stride = _count("stride", pool if stride is None else stride, 1, "MaxPool2D")
+        name = type(self).__name__
+        self.pool = _count("pool", pool, 1, name)
+        self.stride = _count("stride", pool if stride is None else stride, 1, name)
 
     def config(self):
         return {"pool": self.pool, "stride": self.stride}
@@ -273,6 +287,10 @@ class MaxPool2D(Layer):
                              f" got inputs of shape {in_shape}")
         c, h, w = in_shape
         return (c, conv_out(h, self.pool, self.stride, 0), conv_out(w, self.pool, self.stride, 0))
+
+
+class MaxPool2D(_Pool2D):
+    """Max pooling over pool x pool windows; keeps the argmax indices for the backward."""
 
     def batch_buffers(self, m):
         n = elements(self.out_shape) * m
@@ -333,22 +351,8 @@ class Dropout(Layer):
 
 
 
-class AvgPool2D(Layer):
+class AvgPool2D(_Pool2D):
     """Average pooling over pool x pool windows (no padding)."""
-
-    def __init__(self, pool=2, stride=None):
-        self.pool = _count("pool", pool, 1, "AvgPool2D")
-        self.stride = _count("stride", pool if stride is None else stride, 1, "AvgPool2D")
-
-    def config(self):
-        return {"pool": self.pool, "stride": self.stride}
-
-    def output_shape(self, in_shape):
-        if len(in_shape) != 3 or min(in_shape[1:]) < self.pool:
-            raise ShapeError(f"{self} takes images (C, H, W) of at least {self.pool}x{self.pool},"
-                             f" got inputs of shape {in_shape}")
-        c, h, w = in_shape
-        return (c, conv_out(h, self.pool, self.stride, 0), conv_out(w, self.pool, self.stride, 0))
 
     def windows(self):
         """(pool, stride) as the backend takes them: (rows, columns) each."""

@@ -176,10 +176,8 @@ class Sequential:
         for layer, buf, x in self._params:
             setattr(layer, buf.name, x)
             if buf.name == "flat":              # each parameter a view of the flat vector
-                offset = 0
-                for name, shape in layer.parameters().items():
-                    setattr(layer, name, bk.view(x, shape, offset))
-                    offset += elements(shape)
+                for name, view in layer_module.parameter_views(layer, x).items():
+                    setattr(layer, name, view)
         for _, layer in self.walk():    # drawn on the host, layer by layer, after the plan
             values = layer.initial(rng)
             for name in list(layer.parameters()) + list(layer.buffers()):

@@ -27,7 +27,7 @@ import numpy as np
 
 from . import callbacks as callback_module, optim, schedules
 from .errors import DivergedError, InputError, ModelFileError, check_count
-from .layers import Dropout
+from .layers import Dropout, parameter_views
 from .memory import Buffer, MemoryPlan, allocate, elements, refuse
 
 MAX_GRAPHS = 16         # recorded steps kept per network (see train_step)
@@ -127,12 +127,8 @@ def flat_size(layer):
 
 
 def _named_views(bk, layer, flat):
-    """{name: view} of a flat vector laid out as the layer's parameters, and "flat"."""
-    views, offset = {"flat": bk.view(flat, (flat_size(layer),))}, 0
-    for name, shape in layer.parameters().items():
-        views[name] = bk.view(flat, shape, offset)
-        offset += elements(shape)
-    return views
+    """layers.parameter_views of a flat vector, and "flat": its first flat_size elements."""
+    return {"flat": bk.view(flat, (flat_size(layer),)), **parameter_views(layer, flat)}
 
 
 def prepare(net, optimizer):

@@ -40,11 +40,10 @@ class Reference:
 
     def step(self, w, g, decays):
         o, self.t = self.opt, self.t + 1
-        s = self.state
         out = {}
         for name in w:
             wd = getattr(o, "weight_decay", 0.0) if decays(name) else 0.0
-            st = s.setdefault(name, {})
+            st = self.state.setdefault(name, {})
             p, d = w[name].astype(np.float64), g[name].astype(np.float64)
             if isinstance(o, pn.SGD):
                 d = d + wd * p

@@ -396,7 +396,6 @@ class KernelBackend(Backend):
 
     def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
                         running_var, eps, momentum):
-        """See NormReference.batchnorm_train."""
         check_norm_kind(kind)
         act = ACT[kind]
         rows, n = check_rows("batchnorm_train", x, {"z": z, "a": a},
@@ -408,27 +407,24 @@ class KernelBackend(Backend):
                   float(momentum), rows, n, local=(threads,))
 
     def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
-        """See NormReference.batchnorm_infer."""
         check_norm_kind(kind)
         act = ACT[kind]
         rows, n = check_rows("batchnorm_infer", x, {"z": z, "a": a},
                              {"gamma": gamma, "beta": beta, "running_mean": running_mean,
                               "running_var": running_var})
         self._run("batchnorm_infer", (n, rows), z, a, x, gamma, beta,
-                  running_mean, running_var, act, float(eps), rows, n,
-                  label="batchnorm_infer")
+                  running_mean, running_var, act, float(eps), rows, n)
 
     def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
-        """See NormReference.batchnorm_grad. Without dx the kernel gets x in its place,
-        never written (has_dx = 0)."""
+        """Without dx the kernel gets x in its place, never written (has_dx = 0)."""
         rows, n = check_rows("batchnorm_grad", x, {"dx": dx, "dz": dz},
                              {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
                               "inv_std": inv_std})
         threads = self.gemv_threads
         self._run("batchnorm_grad", (rows * threads,),
                   x if dx is None else dx, dgamma, dbeta, dz, x, gamma, mean, inv_std,
-                  float(alpha), float(beta), dx is not None, rows, n, local=(threads,),
-                  label="batchnorm_grad")
+                  float(alpha), float(beta), dx is not None, rows, n, local=(threads,))
+
 
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
 # parts so that about 8 work-groups of 64 work-items run per compute unit

@@ -240,11 +240,6 @@ class NumpyBackend(Backend):
     @_quiet
     def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
                         running_var, eps, momentum):
-        """Per row r of x (rows, n): mean[r] and the biased variance var over the row;
-        inv_std[r] <- 1 / sqrt(var + eps); z <- gamma[r] (x - mean) inv_std + beta[r];
-        a <- f(z); running_mean <- (1 - momentum) running_mean + momentum mean;
-        running_var <- (1 - momentum) running_var + momentum var n / (n - 1) (the unbiased
-        variance, as PyTorch's; var for n = 1). z may be x; a may be z."""
         check_norm_kind(kind)
         rows, n = check_rows("batchnorm_train", x, {"z": z, "a": a},
                              {"mean": mean, "inv_std": inv_std, "gamma": gamma, "beta": beta,
@@ -265,7 +260,6 @@ class NumpyBackend(Backend):
 
     @_quiet
     def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
-        """z <- gamma (x - running_mean) / sqrt(running_var + eps) + beta; a <- f(z)."""
         check_norm_kind(kind)
         rows, n = check_rows("batchnorm_infer", x, {"z": z, "a": a},
                              {"gamma": gamma, "beta": beta, "running_mean": running_mean,
@@ -277,11 +271,6 @@ class NumpyBackend(Backend):
 
     @_quiet
     def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
-        """Per row, xhat = (x - mean) inv_std:
-        dbeta <- alpha sum(dz) + beta dbeta; dgamma <- alpha sum(dz xhat) + beta dgamma
-        (beta = 0: the old values are not read), and unless dx is None
-        dx <- gamma inv_std (dz - sum(dz) / n - xhat sum(dz xhat) / n).
-        dx may be x or dz: all of them are read before it is written."""
         rows, n = check_rows("batchnorm_grad", x, {"dx": dx, "dz": dz},
                              {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
                               "inv_std": inv_std})
