@@ -2,21 +2,35 @@
 
    Tiled through local memory with register blocking. A work-group computes a TSM x TSN
    tile of c with (TSN/WPTN) x (TSM/WPTM) work-items; each work-item owns WPTM x WPTN
-   elements, strided by the group's size in each direction so that its local-memory reads
-   hit distinct banks and its stores coalesce. The K loop walks TSK-deep slabs of op(a)
-   and op(b), staged in local memory with zero padding past the edges, so any M, N, K work.
+   elements. The K loop walks TSK-deep slabs of op(a) and op(b), staged in local memory
+   with zero padding past the edges, so any M, N, K work. Slab k0 + TSK travels from global
+   memory into registers while slab k0 is multiplied from local memory, so the global
+   latency hides behind the arithmetic.
 
-   With MICRO=1 a work-item's elements are contiguous instead (rows tm.WPTM + wm), and it
-   reads them from local memory as 4-wide vectors: a third of the local-memory traffic of
-   the strided layout. PAD must then keep the local rows 16-byte aligned (a multiple of 4).
+   Where a work-item's elements lie (MICRO):
+     0  strided by the group's size in each direction: scalar local reads on distinct banks
+     1  contiguous (rows tm.WPTM + wm), read from local memory as 4-wide vectors
+     2  in runs of 4 strided by 4 . group size (rows (wm/4) 4 RTSM + 4 tm + wm%4): 4-wide
+        reads in which neighbouring work-items take neighbouring 16 bytes, so a warp's
+        read has no bank conflict (MICRO 1 strides them by WPTM words)
+   With MICRO 1 or 2, PAD must keep the local rows 16-byte aligned (a multiple of 4).
+
+   VW = 4 loads runs of 4 elements of the operands as one vector where a slab lies inside
+   the matrices and the host says they are 16-byte aligned (vec_a, vec_b); edge slabs load
+   the same elements one by one. DB = 1 double-buffers the slabs in local memory: one
+   barrier per slab instead of two.
+
+   Accurate long sums: the accumulators are added into c (c_part) every ACC_K terms and
+   begin again from zero, so no float sum runs longer than ACC_K; a sum of K terms then
+   errs by about sqrt(ACC_K / P + P) roundings (P = K / ACC_K pieces), not sqrt(K).
 
    With SPLIT_K=1, work-groups along dimension 2 each take k_chunk of the K sum, from
    k_chunk . GROUP_ID(2), and write their partial product to c + GROUP_ID(2) . M . N
-   (gemm_split_sum in blas.cl adds the parts). A variant of its own: the bounds cost a
-   register, and one more than 128 halves the work-groups per SM of CUDA's default tiling.
+   (gemm_split_sum in blas.cl adds the parts pairwise). A variant of its own: the bounds
+   cost a register, and one more than 128 halves the work-groups per SM of CUDA's tiling.
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
-   MICRO, PAD, SPLIT_K. */
+   MICRO, PAD, VW, DB, ACC_K, SPLIT_K. */
 #include "prelude.h"
 
 #ifndef TSM
@@ -40,15 +54,28 @@
 #ifndef PAD
 #define PAD 1
 #endif
+#ifndef VW
+#define VW 1
+#endif
+#ifndef DB
+#define DB 0
+#endif
+#ifndef ACC_K
+#define ACC_K 2048
+#endif
 #ifndef SPLIT_K
 #define SPLIT_K 0
 #endif
 #define RTSM (TSM / WPTM)            /* work-items along M */
 #define RTSN (TSN / WPTN)            /* work-items along N */
 #define THREADS (RTSM * RTSN)
-#if MICRO                            /* row (col) of a work-item's wm-th (wn-th) element */
+#define STAGES (DB ? 2 : 1)
+#if MICRO == 1                       /* row (col) of a work-item's wm-th (wn-th) element */
 #define ROW(tm, wm) ((tm) * WPTM + (wm))
 #define COL(tn, wn) ((tn) * WPTN + (wn))
+#elif MICRO == 2
+#define ROW(tm, wm) ((wm) / 4 * 4 * RTSM + (tm) * 4 + (wm) % 4)
+#define COL(tn, wn) ((wn) / 4 * 4 * RTSN + (tn) * 4 + (wn) % 4)
 #else
 #define ROW(tm, wm) ((tm) + (wm) * RTSM)
 #define COL(tn, wn) ((tn) + (wn) * RTSN)
@@ -66,30 +93,54 @@
 #define B_AT(k, j) b[b_off + (k) * ldb + (j)]
 #endif
 
-/* which element (i, k) of the A slab (k, j) of the B slab the e-th load of a work-group
-   fetches: consecutive work-items read consecutive addresses */
+/* the e-th run of VW elements a work-group loads from a slab starts at (i, k) of the A slab,
+   (k, j) of the B slab; a run goes along the operand's rows in memory (k for a, j for b
+   untransposed), consecutive work-items take consecutive runs, and its v-th element is
+   (ie, ke) of the A slab, (ke, je) of the B slab */
 #if TRANS_A
-#define A_SLAB(e, i, k) const int i = (e) % TSM, k = (e) / TSM
+#define A_RUN(e, i, k) const int i = (e) % (TSM / VW) * VW, k = (e) / (TSM / VW)
+#define A_ELEMENT(i, k, v, ie, ke) const int ie = (i) + (v), ke = (k)
 #else
-#define A_SLAB(e, i, k) const int k = (e) % TSK, i = (e) / TSK
+#define A_RUN(e, i, k) const int k = (e) % (TSK / VW) * VW, i = (e) / (TSK / VW)
+#define A_ELEMENT(i, k, v, ie, ke) const int ie = (i), ke = (k) + (v)
 #endif
 #if TRANS_B
-#define B_SLAB(e, k, j) const int k = (e) % TSK, j = (e) / TSK
+#define B_RUN(e, k, j) const int k = (e) % (TSK / VW) * VW, j = (e) / (TSK / VW)
+#define B_ELEMENT(k, j, v, ke, je) const int ke = (k) + (v), je = (j)
 #else
-#define B_SLAB(e, k, j) const int j = (e) % TSN, k = (e) / TSN
+#define B_RUN(e, k, j) const int j = (e) % (TSN / VW) * VW, k = (e) / (TSN / VW)
+#define B_ELEMENT(k, j, v, ke, je) const int ke = (k), je = (j) + (v)
 #endif
-#define A_LOADS (TSM * TSK / THREADS)   /* loads per work-item per slab */
-#define B_LOADS (TSN * TSK / THREADS)
-#if A_LOADS * THREADS != TSM * TSK || B_LOADS * THREADS != TSN * TSK
-#error "TSM * TSK and TSN * TSK must be multiples of the work-group size"
+#define A_LOADS (TSM * TSK / (THREADS * VW))   /* runs per work-item per slab */
+#define B_LOADS (TSN * TSK / (THREADS * VW))
+#if A_LOADS * THREADS * VW != TSM * TSK || B_LOADS * THREADS * VW != TSN * TSK
+#error "TSM * TSK and TSN * TSK must be multiples of the work-group size times VW"
 #endif
 
-KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const int a_off,
-                 const GLOBAL real* RESTRICT b, const int b_off, const real alpha, const real beta,
-                 const int M, const int N, const int K, const int lda, const int ldb,
-                 const int k_chunk) {
-    LOCAL real as[TSK][TSM + PAD];
-    LOCAL real bs[TSK][TSN + PAD];
+/* r[0 .. VW) <- the VW elements from p on, as one load (p 16-byte aligned for VW = 4) */
+#if VW == 4
+#define LOAD_RUN(r, p) { const real4 x_ = *(const GLOBAL real4*)(p); \
+    r[0] = x_.x; r[1] = x_.y; r[2] = x_.z; r[3] = x_.w; }
+#elif VW == 1
+#define LOAD_RUN(r, p) r[0] = *(p)
+#else
+#error "VW must be 1 or 4"
+#endif
+
+/* local slabs: as[stage][k][i] and bs[stage][k][j], rows TSM + PAD (TSN + PAD) long,
+   declared as real4 so that 4-wide reads of them are aligned */
+#define AS(s, k, i) as[((s) * TSK + (k)) * (TSM + PAD) + (i)]
+#define BS(s, k, j) bs[((s) * TSK + (k)) * (TSN + PAD) + (j)]
+
+KERNEL GROUP_SIZE(RTSN, RTSM, 1)
+void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const int a_off,
+          const GLOBAL real* RESTRICT b, const int b_off, const real alpha, const real beta,
+          const int M, const int N, const int K, const int lda, const int ldb,
+          const int k_chunk, const int vec_a, const int vec_b) {
+    LOCAL real4 as4[(STAGES * TSK * (TSM + PAD) + 3) / 4];
+    LOCAL real4 bs4[(STAGES * TSK * (TSN + PAD) + 3) / 4];
+    LOCAL_PTR real* as = (LOCAL_PTR real*)as4;
+    LOCAL_PTR real* bs = (LOCAL_PTR real*)bs4;
     const int tn = LOCAL_ID(0), tm = LOCAL_ID(1);
     const int tid = tm * RTSN + tn;
     const int m0 = GROUP_ID(1) * TSM, n0 = GROUP_ID(0) * TSN;
@@ -98,9 +149,9 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
     const int k_end = min(K, k_begin + k_chunk);
     const int c_part = GROUP_ID(2) * M * N;
 #else
-#define k_begin 0
-#define k_end K
-#define c_part 0
+    const int k_begin = 0;
+    const int k_end = K;
+    const int c_part = 0;
 #endif
 
     real acc[WPTM][WPTN];
@@ -109,75 +160,113 @@ KERNEL void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a,
 #pragma unroll
         for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] = 0;
 
-    /* slab k0 travels from global memory into registers while slab k0 - TSK is multiplied
-       from local memory (prefetching: the global latency hides behind the arithmetic) */
-    real a_next[A_LOADS], b_next[B_LOADS];
-    for (int k0 = k_begin; k0 < k_end + TSK; k0 += TSK) {
-        if (k0 < k_end) {                        /* zero padding past the edges */
+    /* the first pass (k0 = k_begin - TSK) only loads and stores the first slab */
+    real a_next[A_LOADS][VW], b_next[B_LOADS][VW];
+    int s = 0;                                   /* the stage being multiplied */
+    int first = 1;                               /* c not yet written */
+    for (int k0 = k_begin - TSK; k0 < k_end; k0 += TSK) {
+        const int k1 = k0 + TSK, more = k1 < k_end;
+        if (more) {                              /* slab k1 into registers */
+            const int inside = k1 + TSK <= k_end;
 #pragma unroll
             for (int l = 0; l < A_LOADS; ++l) {
-                A_SLAB(tid + l * THREADS, i, k);
-                a_next[l] = (m0 + i < M && k0 + k < k_end) ? A_AT(m0 + i, k0 + k) : (real)0;
+                A_RUN(tid + l * THREADS, i, k);
+                if (vec_a && inside && m0 + TSM <= M) {
+                    LOAD_RUN(a_next[l], &A_AT(m0 + i, k1 + k));
+                } else {
+#pragma unroll
+                    for (int v = 0; v < VW; ++v) {
+                        A_ELEMENT(i, k, v, ie, ke);
+                        a_next[l][v] = (m0 + ie < M && k1 + ke < k_end) ? A_AT(m0 + ie, k1 + ke)
+                                                                        : (real)0;
+                    }
+                }
             }
 #pragma unroll
             for (int l = 0; l < B_LOADS; ++l) {
-                B_SLAB(tid + l * THREADS, k, j);
-                b_next[l] = (k0 + k < k_end && n0 + j < N) ? B_AT(k0 + k, n0 + j) : (real)0;
+                B_RUN(tid + l * THREADS, k, j);
+                if (vec_b && inside && n0 + TSN <= N) {
+                    LOAD_RUN(b_next[l], &B_AT(k1 + k, n0 + j));
+                } else {
+#pragma unroll
+                    for (int v = 0; v < VW; ++v) {
+                        B_ELEMENT(k, j, v, ke, je);
+                        b_next[l][v] = (k1 + ke < k_end && n0 + je < N) ? B_AT(k1 + ke, n0 + je)
+                                                                        : (real)0;
+                    }
+                }
             }
         }
-        if (k0 > k_begin) {
+        if (k0 >= k_begin) {                     /* slab k0, from local stage s */
 #pragma unroll
             for (int k = 0; k < TSK; ++k) {
                 real ar[WPTM], br[WPTN];
 #if MICRO
 #pragma unroll
                 for (int v = 0; v < WPTM; v += 4) {
-                    const real4 x = *(const LOCAL_PTR real4*)&as[k][ROW(tm, v)];
+                    const real4 x = *(const LOCAL_PTR real4*)&AS(s, k, ROW(tm, v));
                     ar[v] = x.x; ar[v + 1] = x.y; ar[v + 2] = x.z; ar[v + 3] = x.w;
                 }
 #pragma unroll
                 for (int v = 0; v < WPTN; v += 4) {
-                    const real4 x = *(const LOCAL_PTR real4*)&bs[k][COL(tn, v)];
+                    const real4 x = *(const LOCAL_PTR real4*)&BS(s, k, COL(tn, v));
                     br[v] = x.x; br[v + 1] = x.y; br[v + 2] = x.z; br[v + 3] = x.w;
                 }
 #else
 #pragma unroll
-                for (int wm = 0; wm < WPTM; ++wm) ar[wm] = as[k][ROW(tm, wm)];
+                for (int wm = 0; wm < WPTM; ++wm) ar[wm] = AS(s, k, ROW(tm, wm));
 #pragma unroll
-                for (int wn = 0; wn < WPTN; ++wn) br[wn] = bs[k][COL(tn, wn)];
+                for (int wn = 0; wn < WPTN; ++wn) br[wn] = BS(s, k, COL(tn, wn));
 #endif
 #pragma unroll
                 for (int wm = 0; wm < WPTM; ++wm)
 #pragma unroll
                     for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] += ar[wm] * br[wn];
             }
-            BARRIER();
         }
-        if (k0 < k_end) {
+        /* the accumulators into c at the end and every ACC_K terms: c = alpha acc + beta c
+           the first time (beta 0: c is not read), c += alpha acc after */
+        if (!more || (k0 >= k_begin && (k1 - k_begin) % ACC_K == 0)) {
+#pragma unroll
+            for (int wm = 0; wm < WPTM; ++wm) {
+                const int i = m0 + ROW(tm, wm);
+#pragma unroll
+                for (int wn = 0; wn < WPTN; ++wn) {
+                    const int j = n0 + COL(tn, wn);
+                    if (i < M && j < N) {
+                        GLOBAL real* cij = &c[c_off + c_part + i * N + j];
+                        const real was = first ? (beta == (real)0 ? (real)0 : beta * *cij) : *cij;
+                        *cij = alpha * acc[wm][wn] + was;
+                    }
+                    acc[wm][wn] = 0;
+                }
+            }
+            first = 0;
+        }
+        if (more) {                              /* registers into the next stage */
+#if !DB
+            BARRIER();                           /* every work-item is done with stage 0 */
+#endif
+            s = DB ? 1 - s : 0;
 #pragma unroll
             for (int l = 0; l < A_LOADS; ++l) {
-                A_SLAB(tid + l * THREADS, i, k);
-                as[k][i] = a_next[l];
+                A_RUN(tid + l * THREADS, i, k);
+#pragma unroll
+                for (int v = 0; v < VW; ++v) {
+                    A_ELEMENT(i, k, v, ie, ke);
+                    AS(s, ke, ie) = a_next[l][v];
+                }
             }
 #pragma unroll
             for (int l = 0; l < B_LOADS; ++l) {
-                B_SLAB(tid + l * THREADS, k, j);
-                bs[k][j] = b_next[l];
+                B_RUN(tid + l * THREADS, k, j);
+#pragma unroll
+                for (int v = 0; v < VW; ++v) {
+                    B_ELEMENT(k, j, v, ke, je);
+                    BS(s, ke, je) = b_next[l][v];
+                }
             }
             BARRIER();
-        }
-    }
-
-#pragma unroll
-    for (int wm = 0; wm < WPTM; ++wm) {
-        const int i = m0 + ROW(tm, wm);
-#pragma unroll
-        for (int wn = 0; wn < WPTN; ++wn) {
-            const int j = n0 + COL(tn, wn);
-            if (i < M && j < N) {
-                GLOBAL real* cij = &c[c_off + c_part + i * N + j];
-                *cij = alpha * acc[wm][wn] + (beta == (real)0 ? (real)0 : beta * *cij);
-            }
         }
     }
 }

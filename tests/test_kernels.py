@@ -336,26 +336,38 @@ def test_integer_scalars_are_taken_as_reals(backend, rng):
     assert rel_err(backend.download(C), a @ b + 1) < F32
 
 
-@pytest.mark.parametrize("tiling", [dict(TSM=32, TSN=16, TSK=8, WPTM=4, WPTN=2, MICRO=0, PAD=1),
-                                    dict(TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4, MICRO=1, PAD=4)])
+@pytest.mark.parametrize("tiling", [
+    dict(TSM=32, TSN=16, TSK=8, WPTM=4, WPTN=2, MICRO=0, PAD=1),
+    dict(TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4, MICRO=1, PAD=4),
+    # 4-wide loads, double-buffered slabs, the sums added into c every 2 slabs
+    dict(TSM=32, TSN=32, TSK=8, WPTM=8, WPTN=4, MICRO=2, PAD=4, VW=4, DB=1, ACC_K=16),
+    dict(TSM=16, TSN=32, TSK=16, WPTM=4, WPTN=8, MICRO=2, PAD=0, VW=4, DB=0, ACC_K=32)])
 def test_own_gemm_tilings(backend, rng, tiling):
-    """Our kernel is right for other tilings than the device's default (set_gemm_params)."""
+    """Our kernel is right for other tilings than the device's default (set_gemm_params):
+    ragged in every tile, and (second shape) with whole tiles whose rows are 16-byte aligned,
+    which VW = 4 loads as vectors; c read through beta."""
     if backend.kind == "cpu":
         pytest.skip("the reference backend has no GEMM kernel")
+    assert backend.gemm_fits(tiling)
     saved_params, saved_path = backend.gemm_params, backend.gemm_path
     backend.set_gemm_params(tiling)
     backend.gemm_path = "own"
+    shapes = [(35, 21, 19), (32, 36, 40)] if backend.simulator else [(67, 45, 131),
+                                                                      (68, 72, 136)]
     try:
-        for trans_a in (False, True):
-            for trans_b in (False, True):
-                # ragged in every tile of both tilings; smaller on the simulator
-                m, n, k = (35, 21, 19) if backend.simulator else (67, 45, 131)
-                a = rng.standard_normal((k, m) if trans_a else (m, k))
-                b = rng.standard_normal((n, k) if trans_b else (k, n))
-                C = poisoned(backend, (m, n))
-                backend.gemm(1.0, backend.upload(a), backend.upload(b), 0.0, C, trans_a, trans_b)
-                ref = (a.T if trans_a else a) @ (b.T if trans_b else b)
-                assert rel_err(backend.download(C), ref) < F32
+        for m, n, k in shapes:
+            for trans_a in (False, True):
+                for trans_b in (False, True):
+                    a = rng.standard_normal((k, m) if trans_a else (m, k))
+                    b = rng.standard_normal((n, k) if trans_b else (k, n))
+                    c = rng.standard_normal((m, n))
+                    C = backend.upload(c)
+                    backend.gemm(0.5, backend.upload(a), backend.upload(b), -1.0, C,
+                                 trans_a, trans_b)
+                    op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
+                    ref = 0.5 * op_a @ op_b - c
+                    assert rel_err(backend.download(C), ref,
+                                   gemm_scale(0.5, op_a, op_b, -1, c)) < F32, (m, n, k)
     finally:
         backend.set_gemm_params(saved_params)
         backend.gemm_path = saved_path

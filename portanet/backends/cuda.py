@@ -101,9 +101,9 @@ class CudaBackend(KernelBackend):
         attrs = self.device.get_attributes()
         self.compute_units = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self.max_threads = attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK]
-        self.gemm_params = gemm_params(True, self.max_threads,
-                                       attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],
-                                       vector_local_loads=True)
+        self.gemm_limits = (self.max_threads,
+                            attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK])
+        self.gemm_params = gemm_params(True, *self.gemm_limits, vector_local_loads=True)
         self._modules = {}
         self._prepared = {}
         self._load_kernels()

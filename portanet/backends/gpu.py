@@ -257,8 +257,10 @@ class KernelBackend(Backend):
         out, a_, b_ = c, float(alpha), float(beta)
         if parts > 1:                   # partial products into the workspace, then summed
             out, a_, b_ = self._split_workspace(parts * m * n), 1.0, 0.0
+        vw = p["VW"]                    # whole runs load as vectors where 16-byte aligned
+        vec_a, vec_b = (vw > 1 and x.offset % vw == 0 and x.shape[1] % vw == 0 for x in (a, b))
         self._run(self._kernels[key], (tiles_n * rtsn, tiles_m * rtsm, parts), out, a, b, a_, b_,
-                  m, n, k, a.shape[1], b.shape[1], k_chunk, local=(rtsn, rtsm, 1),
+                  m, n, k, a.shape[1], b.shape[1], k_chunk, vec_a, vec_b, local=(rtsn, rtsm, 1),
                   label=f"gemm {_shape_text(m, n, k, trans_a, trans_b)} own"
                         + (" small" if small else "") + (f" split-K {parts}" if parts > 1 else ""))
         if parts > 1:
@@ -281,6 +283,10 @@ class KernelBackend(Backend):
         self.generation += 1                # recorded steps launch the old kernels
         for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
             del self._kernels[key]
+
+    def gemm_fits(self, params):
+        """Whether our GEMM kernel builds and runs with these parameters here (GEMM_SPACE)."""
+        return gemm_fits(params, *self.gemm_limits)
 
     def gemv(self, alpha, a, x, beta, y, trans_a=False):
         rows, cols = a.shape
@@ -426,18 +432,22 @@ class KernelBackend(Backend):
                   float(alpha), float(beta), dx is not None, rows, n, local=(threads,))
 
 
-# few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
-# parts so that about 8 work-groups of 64 work-items run per compute unit
-SMALL_TILES = {"TSM": 16, "TSN": 16, "TSK": 16, "WPTM": 2, "WPTN": 2, "MICRO": 0, "PAD": 1}
 SMALL_GROUPS_PER_UNIT = 8
 MAX_PARTS = 512
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
-GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1}
+# ACC_K: no float sum in our GEMM runs longer than 2048 terms (gemm.cl adds its accumulators
+# into c and starts them again), which keeps a K = 150000 product of uniform [0, 1) inputs
+# within 2e-7 of float64 (normwise) where one running sum errs by 8e-6
+GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1,
+                 "VW": 1, "DB": 0, "ACC_K": 2048}
+# few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
+# parts so that about 8 work-groups of 64 work-items run per compute unit
+SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)
 # CPUs (PoCL, Intel's runtime): 32 x 32 tiles, 8 deep, of 4 x 4 per work-item. PoCL compiles
 # a kernel per work-group size at its first launch, and the unrolled 8 x 8 x 16 body of the
 # defaults took it 20 s per variant (of four: the transposes) against 4 s for this one,
 # which also ran the MLP's products 1.3-1.9x faster (set_gemm_params, 2-core EPYC)
-CPU_TILES = {"TSM": 32, "TSN": 32, "TSK": 8, "WPTM": 4, "WPTN": 4, "MICRO": 0, "PAD": 1}
+CPU_TILES = dict(GEMM_DEFAULTS, TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4)
 
 
 def _shape_text(m, n, k, trans_a, trans_b):
@@ -468,24 +478,47 @@ def default_local(global_size, work_group):
 
 
 def gemm_params(is_gpu, max_threads, local_bytes, vector_local_loads=False):
-    """Tile sizes for our GEMM from a device's limits: 128 x 128 tiles, 8 deep, of 8 x 8
-    per work-item on GPUs with room for them; smaller ones on CPUs and small devices.
-    vector_local_loads picks the contiguous micro-tile read as 4-wide vectors, which pays
-    where the compiler makes 16-byte local loads of it (CUDA: 37 vs 31 TFLOP/s on an H100;
-    NVIDIA's OpenCL: 22 vs 31, so not there). Measured by bench/gpu_compare.py --tune."""
-    def fits(p):
-        threads = (p["TSM"] // p["WPTM"]) * (p["TSN"] // p["WPTN"])
-        local = p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * 8   # room for doubles
-        return threads <= max_threads and local <= local_bytes
+    """Tile sizes for our GEMM from a device's limits, for a device `portanet tune` has not
+    measured: 128 x 128 tiles, 8 deep, of 8 x 8 per work-item on GPUs with room for them;
+    smaller ones on CPUs and small devices. vector_local_loads picks the contiguous
+    micro-tile read as 4-wide vectors, which pays where the compiler makes 16-byte local
+    loads of it (CUDA: 37 vs 31 TFLOP/s on an H100; NVIDIA's OpenCL: 22 vs 31, so not
+    there). Measured by bench/gpu_compare.py --tune."""
     big = dict(GEMM_DEFAULTS, TSM=128, TSN=128, TSK=8)
     if vector_local_loads:
         big.update(MICRO=1, PAD=4)
     for p in ([big, GEMM_DEFAULTS] if is_gpu else [CPU_TILES]) + [
             dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2)]:
-        if fits(p):
+        if gemm_fits(p, max_threads, local_bytes):
             return dict(p)
     raise RuntimeError(f"no GEMM tiling fits a device with {max_threads} work-items per "
                        f"group and {local_bytes} bytes of local memory")
+
+
+# what `portanet tune` searches: each parameter of gemm.cl / gemm.cu and its candidates
+GEMM_SPACE = {"TSM": (32, 64, 128), "TSN": (32, 64, 128), "TSK": (8, 16, 32),
+              "WPTM": (2, 4, 8), "WPTN": (2, 4, 8), "MICRO": (0, 1, 2), "PAD": (0, 1, 4),
+              "VW": (1, 4), "DB": (0, 1)}
+
+
+def gemm_fits(p, max_threads, local_bytes):
+    """Whether tiling p is one gemm.cl can build and a device with these limits can run:
+    whole work-per-item blocks, loads that divide among the work-items, 4-aligned local
+    rows where the micro-tile is read as 4-wide vectors (MICRO 1, 2), room for doubles."""
+    p = {**GEMM_DEFAULTS, **p}
+    rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
+    threads = rtsm * rtsn
+    if p["TSM"] % p["WPTM"] or p["TSN"] % p["WPTN"] or threads > max_threads:
+        return False
+    vw = p.get("VW", 1)
+    if (p["TSM"] * p["TSK"]) % (threads * vw) or (p["TSN"] * p["TSK"]) % (threads * vw):
+        return False
+    if p["MICRO"] and (p["WPTM"] % 4 or p["WPTN"] % 4 or p["PAD"] % 4):
+        return False
+    if p["ACC_K"] % p["TSK"]:
+        return False
+    stages = 2 if p.get("DB") else 1
+    return stages * p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * 8 <= local_bytes
 
 
 def split_k(tiles, k, tsk, groups):
