@@ -25,8 +25,8 @@
    errs by about sqrt(ACC_K / P + P) roundings (P = K / ACC_K pieces), not sqrt(K).
 
    With SPLIT_K=1, work-groups along dimension 2 each take k_chunk of the K sum, from
-   k_chunk . GROUP_ID(2), and write their partial product to c + GROUP_ID(2) . M . N
-   (gemm_split_sum in blas.cl adds the parts pairwise). A variant of its own: the bounds
+   k_chunk . GROUP_ID(2), and write their partial product to c + GROUP_ID(2) . M . N (the
+   blas family's gemm_split_sum adds the parts pairwise). A variant of its own: the bounds
    cost a register, and one more than 128 halves the work-groups per SM of CUDA's tiling.
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,

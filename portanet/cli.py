@@ -281,6 +281,75 @@ def profile(workload, device, batch_size, json_path):
         bench_module.write_json(report, json_path)
 
 
+@main.command()
+@click.option("--device", "specs", multiple=True,
+              help="a device string; repeat for several (default: $PORTANET_DEVICE, else "
+                   "every OpenCL and CUDA device but simulators)")
+@click.option("--budget", type=click.IntRange(1), default=None,
+              help="most tilings measured per device (default 60 on GPUs, 16 on CPUs, "
+                   "3 with --quick)")
+@click.option("--size", type=click.IntRange(1), default=None,
+              help="m = n = k of the tuning product (default 2048 on GPUs, 256 on CPUs, "
+                   "67 with --quick)")
+@click.option("--quick", is_flag=True,
+              help="a tiny search on a small product: checks that tuning works, tunes little")
+@click.option("--output", type=click.Path(dir_okay=False), default=None,
+              help="merge the results into this file instead of the user's database "
+                   "($XDG_CACHE_HOME/portanet/tuning.json)")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
+              help="also write every measurement to this file")
+def tune(specs, budget, size, quick, output, json_path):
+    """Search the tilings of portanet's GEMM kernel on each device for the fastest
+    correct one, measure the vendor GEMM's accuracy over long K (vendor_k), and save both
+    where every later run on that device (and driver, and kernel version) picks them up."""
+    from . import bench as bench_module, config, tuning
+    try:
+        database = output or (None if quick else tuning.user_path())
+        if database == tuning.user_path():
+            database.parent.mkdir(parents=True, exist_ok=True)
+        for path in (database, json_path):
+            if path:
+                files.check_destination(path)       # before the search, not after it
+        if not specs:
+            specs = [config.device_variable()] if config.device_variable() else [
+                spec for spec, _ in backends.list_devices()[0]
+                if spec != "cpu" and not backends.device(spec).simulator]
+            if not specs:
+                raise PortanetError("no OpenCL or CUDA device to tune here (`portanet "
+                                    "devices` lists what there is)")
+    except OSError as e:
+        raise click.ClickException(f"cannot create {database.parent} for the tuning "
+                                   f"database: {e.strerror or e}") from e
+    except PortanetError as e:
+        raise click.ClickException(str(e)) from e
+    report = {"schema": "portanet-tune-1", "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "environment": bench_module.environment(), "devices": {}}
+    failures = []
+    for spec in specs:
+        try:
+            bk = backends.device(spec)
+            result = tuning.tune(bk, budget=budget, size=size, quick=quick,
+                                 progress=click.echo)
+            # a --quick search is too small to be used by every later run: kept only where
+            # asked (--output)
+            saved = tuning.save(result, output) if output or not quick else None
+        except PortanetError as e:
+            failures.append(f"{spec}: {e}")
+            report["devices"][spec] = {"error": str(e)}
+            if len(specs) > 1:
+                click.echo(f"{spec}: {e}", err=True)
+            continue
+        report["devices"][spec] = result
+        click.echo(tuning.summary(result))
+        click.echo(f"  saved to {saved}\n" if saved else
+                   "  not saved: --quick tunes too little to keep (--output keeps it)\n")
+    if json_path:
+        bench_module.write_json(report, json_path)
+    if failures:
+        raise click.ClickException(f"{len(failures)} of {len(specs)} devices not tuned: "
+                                   + "; ".join(failures) if len(specs) > 1 else failures[0])
+
+
 def build_model(model, dataset, input_shape, device, seed):
     classes = CLASSES[dataset]
     if model == "mlp" and dataset == "coordinates":

@@ -9,7 +9,7 @@ from portanet.backends import gpu, sources
 
 
 def kernel_names(text):
-    return re.findall(r"KERNEL void (\w+)\(", text)
+    return re.findall(r"KERNEL (?:GROUP_SIZE\([^)]*\)\s*)?void (\w+)\(", text)
 
 
 def test_every_family_has_twins_with_the_same_kernels():
@@ -34,7 +34,9 @@ def test_backends_know_every_kernel():
 @pytest.mark.parametrize("real", ["float", "double"])
 def test_cuda_kernels_compile(family, real, tmp_path):
     path = sources.folder("cu") / f"{family}.cu"
-    variants = [["-DTRANS_A=0", "-DTRANS_B=0"], ["-DTRANS_A=1", "-DTRANS_B=1"]] \
+    variants = [["-DTRANS_A=0", "-DTRANS_B=0"], ["-DTRANS_A=1", "-DTRANS_B=1"],
+                ["-DTSM=128", "-DTSN=128", "-DTSK=8", "-DWPTM=8", "-DWPTN=8", "-DMICRO=2",
+                 "-DPAD=4", "-DVW=4", "-DDB=1", "-DSPLIT_K=1"]] \
         if family == "gemm" else [[]]
     for flags in variants:
         cmd = ["nvcc", "-c", "-o", str(tmp_path / "k.o"), "-arch=sm_80", f"-DREAL={real}",
