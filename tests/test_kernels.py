@@ -156,6 +156,56 @@ def test_gemv(backend, rng, rows, cols, trans):
     assert rel_err(backend.download(Y), (a.T if trans else a) @ x) < F32
 
 
+# long sums: the error against float64 of a K-term float32 sum, normwise, for inputs whose
+# products do not cancel (uniform in [0, 1)); one running float sum is above it from about
+# K = 5000 on (8e-6 at K = 150000), a sum in pieces of ACC_K terms stays below 3e-7
+LONG_SUM = 1e-6
+
+
+def normwise_err(got, ref):
+    return np.linalg.norm(got - ref) / np.linalg.norm(ref)
+
+
+@pytest.mark.parametrize("k", [1000, 10_000, 150_000])
+@pytest.mark.parametrize("trans_b", [False, True])
+def test_gemm_long_sums_are_accurate(backend, rng, k, trans_b):
+    """A gemm with a long K (a conv layer's weight gradient sums positions x batch) errs by
+    at most LONG_SUM against float64, on every path, both split over work-groups (few
+    outputs on many compute units) and in one work-group per tile (one compute unit)."""
+    m, n = 9, 12
+    simulated(backend, m * n * k)
+    a = rng.random((m, k), dtype=np.float32)
+    b = rng.random((n, k) if trans_b else (k, n), dtype=np.float32)
+    ref = a.astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
+    A, B = backend.upload(a), backend.upload(b)
+    saved_path, saved_units = backend.gemm_path, getattr(backend, "compute_units", None)
+    try:
+        for path in gemm_paths(backend):
+            backend.gemm_path = path
+            for units in ({saved_units, 1} if path == "own" else {saved_units}):
+                backend.compute_units = units
+                C = poisoned(backend, (m, n))
+                backend.gemm(1.0, A, B, 0.0, C, trans_b=trans_b)
+                err = normwise_err(backend.download(C).astype(np.float64), ref)
+                assert err <= LONG_SUM, (path, units, err)
+    finally:
+        backend.gemm_path, backend.compute_units = saved_path, saved_units
+
+
+@pytest.mark.parametrize("k", [10_000, 150_000])
+@pytest.mark.parametrize("trans", [False, True])
+def test_gemv_long_sums_are_accurate(backend, rng, k, trans):
+    """A bias gradient sums a batch (times positions) of deltas: LONG_SUM, as for gemm."""
+    rows = 7
+    simulated(backend, rows * k)
+    a = rng.random((k, rows) if trans else (rows, k), dtype=np.float32)
+    x = rng.random(k, dtype=np.float32)
+    Y = poisoned(backend, (rows,))
+    backend.gemv(1.0, backend.upload(a), backend.upload(x), 0.0, Y, trans)
+    ref = (a.T if trans else a).astype(np.float64) @ x.astype(np.float64)
+    assert normwise_err(backend.download(Y).astype(np.float64), ref) <= LONG_SUM
+
+
 def test_ger_axpy_scal_fill_copy(backend, rng):
     rows, cols = 13, 37
     a, x, y = rng.standard_normal((rows, cols)), rng.standard_normal(rows), rng.standard_normal(cols)

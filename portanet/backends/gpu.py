@@ -11,8 +11,9 @@ import numpy as np
 from .. import config
 from ..errors import ShapeError
 from . import sources
-from .base import (Backend, check_activation, check_adam, check_add_activation, check_gather,
-                   check_gemm, check_norm_kind, check_pool, check_rows, check_update, conv_out)
+from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
+                   check_gather, check_gemm, check_norm_kind, check_pool, check_rows,
+                   check_update, conv_out)
 
 log = logging.getLogger("portanet")
 
@@ -80,6 +81,7 @@ class KernelBackend(Backend):
     _routes = None              # (m, n, k, trans_a, trans_b) -> "own" | "vendor" (auto GEMM)
     generation = 0              # bumped when what recorded steps point at goes away
     gemv_threads = 256          # work-items of gemv's group (blas.cl), within the limits
+    vendor_k = ACC_K            # the longest sum one vendor gemm call may run (accuracy)
 
     def _load_kernels(self):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
@@ -199,12 +201,30 @@ class KernelBackend(Backend):
                 a, b, beta, c, trans_a, trans_b, m, n, k)
         if path == "own":
             self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
-        elif self.trace is None:
-            self._gemm_vendor(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
         else:
-            self.trace.record(self, f"gemm {_shape_text(m, n, k, trans_a, trans_b)} vendor",
-                              lambda: self._gemm_vendor(alpha, a, b, beta, c, trans_a,
-                                                        trans_b, m, n, k))
+            self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+
+    def _gemm_vendor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+        """The vendor's gemm, in calls of at most vendor_k terms each, added into c
+        (c = alpha op(a_1) op(b_1) + beta c, then c += alpha op(a_p) op(b_p)): its sums run
+        the whole K in one float accumulator, whose error grows with sqrt(K) (8e-6 at
+        K = 150000, uniform inputs). `portanet tune` measures how long a K the vendor keeps
+        within bounds on a device; untuned, vendor_k is our kernel's ACC_K."""
+        pieces = -(-k // self.vendor_k) if k else 1
+        step = -(-k // pieces) if k else 0
+        for p in range(pieces):
+            k0, kp = p * step, min(step, k - p * step)
+            a_off = a.offset + (k0 * a.shape[1] if trans_a else k0)   # K runs down op(a)'s
+            b_off = b.offset + (k0 if trans_b else k0 * b.shape[1])   # columns, op(b)'s rows
+            beta_p = beta if p == 0 else 1.0
+            if self.trace is None:
+                self._gemm_vendor(alpha, a, a_off, b, b_off, beta_p, c, trans_a, trans_b,
+                                  m, n, kp)
+            else:
+                self.trace.record(
+                    self, f"gemm {_shape_text(m, n, kp, trans_a, trans_b)} vendor",
+                    lambda: self._gemm_vendor(alpha, a, a_off, b, b_off, beta_p, c, trans_a,
+                                              trans_b, m, n, kp))
 
     def _route(self, a, b, beta, c, trans_a, trans_b, m, n, k):
         """The faster path for this shape, measured now on the real operands and
@@ -216,7 +236,7 @@ class KernelBackend(Backend):
         saved = self.download(c) if beta != 0 else None
         seconds = {}
         for path in ("own", "vendor"):
-            run = self._gemm_own if path == "own" else self._gemm_vendor
+            run = self._gemm_own if path == "own" else self._gemm_vendor_pieces
             run(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)      # builds, warms up
             self.synchronize()
             start = time.perf_counter()
@@ -435,11 +455,8 @@ class KernelBackend(Backend):
 SMALL_GROUPS_PER_UNIT = 8
 MAX_PARTS = 512
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
-# ACC_K: no float sum in our GEMM runs longer than 2048 terms (gemm.cl adds its accumulators
-# into c and starts them again), which keeps a K = 150000 product of uniform [0, 1) inputs
-# within 2e-7 of float64 (normwise) where one running sum errs by 8e-6
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1,
-                 "VW": 1, "DB": 0, "ACC_K": 2048}
+                 "VW": 1, "DB": 0, "ACC_K": ACC_K}
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
 # parts so that about 8 work-groups of 64 work-items run per compute unit
 SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)

@@ -506,14 +506,15 @@ class OpenCLBackend(KernelBackend):
 
     # -- GEMM ----------------------------------------------------------------------------
 
-    def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
-        """CLBlast, row-major, on the same queue."""
+    def _gemm_vendor(self, alpha, a, a_off, b, b_off, beta, c, trans_a, trans_b, m, n, k):
+        """CLBlast, row-major, on the same queue; a and b from element offsets a_off, b_off
+        of their buffers."""
         arr = [self._wrapper(x) for x in (a, b, c)]
 
         def call(queue):
             pyclblast.gemm(queue, m, n, k, arr[0], arr[1], arr[2], a_ld=a.shape[1],
                            b_ld=b.shape[1], c_ld=n, alpha=alpha, beta=beta, a_transp=trans_a,
-                           b_transp=trans_b, a_offset=a.offset, b_offset=b.offset,
+                           b_transp=trans_b, a_offset=a_off, b_offset=b_off,
                            c_offset=c.offset)
         if self._recording is not None:
             self._recording.append(call)
