@@ -1,11 +1,13 @@
 """portanet against PyTorch (float32 eager, TF32 off) on one GPU, in one run:
 
-  gemm       SGEMM 4096^3: our CUDA and OpenCL kernels, cuBLAS, CLBlast, torch.mm
+  gemm       SGEMM n^3, n = 1024, 2048, 4096, NN, NT and TN: our CUDA and OpenCL kernels,
+             cuBLAS, CLBlast, torch.mm (our rates also as shares of cuBLAS's)
   mlp-big    the series' big step: batch 10000, 10000 -> 5000 tanh -> 1000 sigmoid -> 10
              sigmoid (BCE), one forward + backward + momentum update
   mlp-small  batch 1000, 1000 -> 500 relu -> 100 relu -> 10 softmax cross-entropy
 
 Usage: python bench/gpu_compare.py [--json out.json] [--only gemm,mlp-big,mlp-small]
+                                   [--variants] [--opencl opencl:nvidia]
 Inputs live on the device for both libraries; times are medians of repeated samples.
 """
 import argparse
@@ -22,76 +24,116 @@ import portanet as pn                                   # noqa: E402
 from portanet.bench import measure                       # noqa: E402
 
 
-def gemm_portanet(spec, path, n=4096):
+def gemm_portanet(spec, path, n=4096, trans=(False, False)):
     bk = pn.device(spec)
     saved = bk.gemm_path
     bk.gemm_path = path
     rng = np.random.default_rng(0)
     a, b = (bk.upload(rng.standard_normal((n, n), dtype=np.float32)) for _ in range(2))
     c = bk.empty((n, n))
-    t = measure(lambda: bk.gemm(1.0, a, b, 0.0, c), bk.synchronize, repeats=10, inner=5)
-    ref = None
-    if n <= 4096:   # check the result on a slice against float64
-        ha, hb = bk.download(a).astype(np.float64), bk.download(b).astype(np.float64)
-        ref = np.linalg.norm(bk.download(c)[:64] - ha[:64] @ hb) / np.linalg.norm(ha[:64] @ hb)
+    t = measure(lambda: bk.gemm(1.0, a, b, 0.0, c, *trans), bk.synchronize, repeats=10,
+                inner=5)
+    ha, hb = (bk.download(x).astype(np.float64) for x in (a, b))
+    op_a, op_b = (ha.T if trans[0] else ha), (hb.T if trans[1] else hb)
+    ref = op_a[:64] @ op_b                           # the result checked on 64 rows
+    err = np.linalg.norm(bk.download(c)[:64] - ref) / np.linalg.norm(ref)
     for x in (a, b, c):
         bk.free(x)
     bk.gemm_path = saved
-    return {**t, "tflops": 2 * n ** 3 / t["median_s"] / 1e12, "rel_err": ref}
+    return {**t, "tflops": 2 * n ** 3 / t["median_s"] / 1e12, "rel_err": err}
 
 
-GEMM_VARIANTS = [dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=0, PAD=1),
-                 dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=0, PAD=1),
-                 dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=1, PAD=4),
-                 dict(TSM=128, TSN=64, TSK=16, WPTM=8, WPTN=4, MICRO=0, PAD=1),
-                 dict(TSM=128, TSN=64, TSK=8, WPTM=8, WPTN=4, MICRO=1, PAD=4),
-                 dict(TSM=64, TSN=128, TSK=8, WPTM=4, WPTN=8, MICRO=1, PAD=4),
-                 dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=1, PAD=8)]
+# tilings --variants times at 4096^3 (each over the device's GEMM_DEFAULTS)
+GEMM_VARIANTS = [
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=1, PAD=4),          # cuda's before
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=0, PAD=1),          # OpenCL's before
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=2, PAD=4),
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=2, PAD=4, VW=4),
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=2, PAD=4, DB=1),
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=2, PAD=4, VW=4, DB=1),
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=2, PAD=0, VW=4, DB=1),
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=2, PAD=4, VW=4, DB=1, ACC_K=1 << 20),
+    dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=2, PAD=4, VW=4, DB=1),
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=8, MICRO=0, PAD=1, VW=4, DB=1),
+    dict(TSM=128, TSN=128, TSK=8, WPTM=8, WPTN=4, MICRO=2, PAD=4, VW=4, DB=1),
+    dict(TSM=128, TSN=64, TSK=8, WPTM=8, WPTN=4, MICRO=2, PAD=4, VW=4, DB=1),
+    dict(TSM=64, TSN=128, TSK=8, WPTM=4, WPTN=8, MICRO=2, PAD=4, VW=4, DB=1),
+    dict(TSM=128, TSN=128, TSK=16, WPTM=8, WPTN=8, MICRO=2, PAD=4, VW=4, DB=0),
+]
 
 
-def opencl_resource_report(spec, params):
-    """NVIDIA's OpenCL compiler's register and spill report for one tiling."""
-    import pyopencl as cl
-    from portanet.backends import gpu, sources
+def resource_report(spec, params):
+    """Registers, local-memory spills and shared memory of our NN kernel with params."""
     bk = pn.device(spec)
+    from portanet.backends import gpu, sources
+    options = gpu.gemm_options(False, False, {**gpu.GEMM_DEFAULTS, **params})
+    if spec.startswith("cuda"):
+        f = bk._kernel("gemm", "gemm", options)
+        return f"{f.num_regs} registers, {f.local_size_bytes} local bytes, " \
+               f"{f.shared_size_bytes} shared bytes"
+    import pyopencl as cl
     if "NVIDIA" not in bk.platform.name:
         return ""
     _, text = sources.load("gemm", "cl")
-    options = bk.options + gpu.gemm_options(False, False, {**gpu.GEMM_DEFAULTS, **params})
-    prg = cl.Program(bk.ctx, text).build(options=options + ["-cl-nv-verbose"])
+    prg = cl.Program(bk.ctx, text).build(options=bk.options + options + ["-cl-nv-verbose"])
     log = prg.get_build_info(bk.device, cl.program_build_info.LOG)
     return " | ".join(line.strip() for line in log.splitlines()
                       if "registers" in line or "spill" in line)
 
 
-def gemm_tuning(spec):
-    """Our kernel with each tiling in GEMM_VARIANTS: {params: TFLOP/s}."""
+def gemm_variants(spec):
+    """Our kernel with each tiling in GEMM_VARIANTS at 4096^3: {params: TFLOP/s}."""
     bk = pn.device(spec)
     saved = bk.gemm_params
     out = {}
     for p in GEMM_VARIANTS:
-        bk.set_gemm_params(p)
         try:
+            bk.set_gemm_params(p)
             r = gemm_portanet(spec, "own")
-            out[str(p)] = {"tflops": r["tflops"], "rel_err": r["rel_err"]}
+            out[str(p)] = {"tflops": r["tflops"], "rel_err": r["rel_err"],
+                           "resources": resource_report(spec, p)}
         except Exception as e:
             out[str(p)] = {"error": f"{type(e).__name__}: {e}"[:300]}
-        print("tuning", spec, p, out[str(p)], flush=True)
-        if spec.startswith("opencl"):
-            try:
-                print("   ", opencl_resource_report(spec, p), flush=True)
-            except Exception as e:
-                print("    no resource report:", e)
+        print("variant", spec, p, out[str(p)], flush=True)
     bk.set_gemm_params(saved)
     return out
 
 
-def gemm_torch(n=4096):
+def gemm_torch(n=4096, trans=(False, False)):
     import torch
     a, b = (torch.randn(n, n, device="cuda") for _ in range(2))
+    op_a, op_b = (a.t() if trans[0] else a), (b.t() if trans[1] else b)
     c = torch.empty(n, n, device="cuda")
-    t = measure(lambda: torch.mm(a, b, out=c), torch.cuda.synchronize, repeats=10, inner=5)
+    t = measure(lambda: torch.mm(op_a, op_b, out=c), torch.cuda.synchronize, repeats=10,
+                inner=5)
     return {**t, "tflops": 2 * n ** 3 / t["median_s"] / 1e12}
+
+
+GEMM_CASES = [(n, trans) for n in (1024, 2048, 4096)
+              for trans in ((False, False), (False, True), (True, False))]
+
+
+def gemm_table(opencl):
+    """Every GEMM_CASES product on our kernel and the vendor's, CUDA and OpenCL, and
+    torch.mm: {case: {impl: result}}, printed as one table with our rates as shares of
+    cuBLAS's."""
+    impls = [("cuda", "own"), ("cuda", "vendor"), (opencl, "own"), (opencl, "vendor")]
+    table = {}
+    for n, trans in GEMM_CASES:
+        case = f"{'T' if trans[0] else 'N'}{'T' if trans[1] else 'N'} {n}"
+        row = table[case] = {}
+        for spec, path in impls:
+            try:
+                row[f"{spec}/{path}"] = gemm_portanet(spec, path, n, trans)
+            except Exception as e:
+                row[f"{spec}/{path}"] = {"error": f"{type(e).__name__}: {e}"[:300]}
+        row["torch"] = gemm_torch(n, trans)
+        cublas = row["cuda/vendor"].get("tflops", float("nan"))
+        rates = "  ".join(f"{k} {r.get('tflops', float('nan')):6.2f}" for k, r in row.items())
+        print(f"gemm {case:10s} {rates}  own/cuBLAS: cuda "
+              f"{row['cuda/own'].get('tflops', 0) / cublas:.0%}, opencl "
+              f"{row[f'{opencl}/own'].get('tflops', 0) / cublas:.0%}", flush=True)
+    return table
 
 
 MLPS = {
@@ -158,7 +200,8 @@ def main():
     parser.add_argument("--json", default=None)
     parser.add_argument("--only", default="gemm,mlp-big,mlp-small")
     parser.add_argument("--opencl", default="opencl", help="OpenCL device string")
-    parser.add_argument("--tune", action="store_true", help="also try GEMM tilings")
+    parser.add_argument("--variants", action="store_true",
+                        help="also time our GEMM kernel with each tiling of GEMM_VARIANTS")
     args = parser.parse_args()
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -167,23 +210,23 @@ def main():
                "torch": torch.__version__, "gpu": torch.cuda.get_device_name(),
                "portanet": pn.__version__, "workloads": {}}
     devices = [("cuda", "own"), ("cuda", "vendor"), (args.opencl, "own"), (args.opencl, "vendor")]
-    if args.tune:
-        results["gemm_tuning"] = {spec: gemm_tuning(spec) for spec in ("cuda", args.opencl)}
+    if args.variants:
+        results["gemm_variants"] = {spec: gemm_variants(spec) for spec in ("cuda", args.opencl)}
     for name in args.only.split(","):
+        if name == "gemm":
+            results["gemm"] = gemm_table(args.opencl)
+            continue
         rows = {}
         for spec, path in devices:
             try:
                 bk = pn.device(spec)
-                if path == "vendor" and bk.gemm_path != "vendor" and \
-                        pn.config.gemm_path() != "vendor":
+                if path == "vendor" and not bk.vendor_gemm:
                     continue
-                key = f"{spec}/{path}"
-                rows[key] = gemm_portanet(spec, path) if name == "gemm" else \
-                    mlp_portanet(spec, MLPS[name], path)
+                rows[f"{spec}/{path}"] = mlp_portanet(spec, MLPS[name], path)
             except Exception as e:       # a failing device is reported, not dropped
                 rows[f"{spec}/{path}"] = {"error": f"{type(e).__name__}: {e}"}
             print(name, f"{spec}/{path}", _short(rows[f"{spec}/{path}"]), flush=True)
-        rows["torch"] = gemm_torch() if name == "gemm" else mlp_torch(MLPS[name])
+        rows["torch"] = mlp_torch(MLPS[name])
         print(name, "torch", _short(rows["torch"]), flush=True)
         results["workloads"][name] = rows
     print()
