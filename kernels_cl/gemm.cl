@@ -20,9 +20,14 @@
    the same elements one by one. DB = 1 double-buffers the slabs in local memory: one
    barrier per slab instead of two.
 
-   Accurate long sums: the accumulators are added into c (c_part) every ACC_K terms and
-   begin again from zero, so no float sum runs longer than ACC_K; a sum of K terms then
-   errs by about sqrt(ACC_K / P + P) roundings (P = K / ACC_K pieces), not sqrt(K).
+   Accurate long sums: the host never gives a work-group more than ACC_K terms of a sum
+   (backends/base.py says why): longer products go in split-K parts or in launches over
+   pieces of K that add into c. (Adding the accumulators into c every ACC_K terms inside
+   the loop kept 50 more registers live on NVIDIA's compilers, c's addresses hoisted.)
+
+   MIN_GROUPS: work-groups that must fit on a compute unit at once; CUDA caps the registers
+   for it (__launch_bounds__), the OpenCL backend too where the driver takes a cap
+   (NVIDIA's -cl-nv-maxrregcount).
 
    With SPLIT_K=1, work-groups along dimension 2 each take k_chunk of the K sum, from
    k_chunk . GROUP_ID(2), and write their partial product to c + GROUP_ID(2) . M . N (the
@@ -30,7 +35,7 @@
    cost a register, and one more than 128 halves the work-groups per SM of CUDA's tiling.
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
-   MICRO, PAD, VW, DB, ACC_K, SPLIT_K. */
+   MICRO, PAD, VW, DB, MIN_GROUPS, SPLIT_K. */
 #include "prelude.h"
 
 #ifndef TSM
@@ -60,8 +65,8 @@
 #ifndef DB
 #define DB 0
 #endif
-#ifndef ACC_K
-#define ACC_K 2048
+#ifndef MIN_GROUPS
+#define MIN_GROUPS 1
 #endif
 #ifndef SPLIT_K
 #define SPLIT_K 0
@@ -132,7 +137,7 @@
 #define AS(s, k, i) as[((s) * TSK + (k)) * (TSM + PAD) + (i)]
 #define BS(s, k, j) bs[((s) * TSK + (k)) * (TSN + PAD) + (j)]
 
-KERNEL GROUP_SIZE(RTSN, RTSM, 1)
+KERNEL GROUP_SIZE(RTSN, RTSM, 1, MIN_GROUPS)
 void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const int a_off,
           const GLOBAL real* RESTRICT b, const int b_off, const real alpha, const real beta,
           const int M, const int N, const int K, const int lda, const int ldb,
@@ -163,7 +168,6 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
     /* the first pass (k0 = k_begin - TSK) only loads and stores the first slab */
     real a_next[A_LOADS][VW], b_next[B_LOADS][VW];
     int s = 0;                                   /* the stage being multiplied */
-    int first = 1;                               /* c not yet written */
     for (int k0 = k_begin - TSK; k0 < k_end; k0 += TSK) {
         const int k1 = k0 + TSK, more = k1 < k_end;
         if (more) {                              /* slab k1 into registers */
@@ -224,25 +228,6 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
                     for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] += ar[wm] * br[wn];
             }
         }
-        /* the accumulators into c at the end and every ACC_K terms: c = alpha acc + beta c
-           the first time (beta 0: c is not read), c += alpha acc after */
-        if (!more || (k0 >= k_begin && (k1 - k_begin) % ACC_K == 0)) {
-#pragma unroll
-            for (int wm = 0; wm < WPTM; ++wm) {
-                const int i = m0 + ROW(tm, wm);
-#pragma unroll
-                for (int wn = 0; wn < WPTN; ++wn) {
-                    const int j = n0 + COL(tn, wn);
-                    if (i < M && j < N) {
-                        GLOBAL real* cij = &c[c_off + c_part + i * N + j];
-                        const real was = first ? (beta == (real)0 ? (real)0 : beta * *cij) : *cij;
-                        *cij = alpha * acc[wm][wn] + was;
-                    }
-                    acc[wm][wn] = 0;
-                }
-            }
-            first = 0;
-        }
         if (more) {                              /* registers into the next stage */
 #if !DB
             BARRIER();                           /* every work-item is done with stage 0 */
@@ -267,6 +252,19 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
                 }
             }
             BARRIER();
+        }
+    }
+
+#pragma unroll
+    for (int wm = 0; wm < WPTM; ++wm) {
+        const int i = m0 + ROW(tm, wm);
+#pragma unroll
+        for (int wn = 0; wn < WPTN; ++wn) {
+            const int j = n0 + COL(tn, wn);
+            if (i < M && j < N) {
+                GLOBAL real* cij = &c[c_off + c_part + i * N + j];
+                *cij = alpha * acc[wm][wn] + (beta == (real)0 ? (real)0 : beta * *cij);
+            }
         }
     }
 }

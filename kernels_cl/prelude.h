@@ -27,8 +27,9 @@ typedef float4 real4;
 #define GROUP_ID(d) ((int)get_group_id(d))
 #define RESTRICT restrict
 #define DEVICE static            /* a helper function called by kernels */
-/* the work-group a kernel is always launched with, so the compiler can plan registers */
-#define GROUP_SIZE(x, y, z) __attribute__((reqd_work_group_size(x, y, z)))
+/* the work-group a kernel is always launched with, so the compiler can plan registers
+   (CUDA: and how many of them must fit on a multiprocessor at once) */
+#define GROUP_SIZE(x, y, z, groups) __attribute__((reqd_work_group_size(x, y, z)))
 
 /* whether x takes best's place in an argmax scan (argmax, maxpool): it is larger, or it
    is the first NaN. NumPy's argmax and max, the reference, rank NaN above every number. */

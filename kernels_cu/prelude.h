@@ -27,8 +27,9 @@ typedef float4 real4;
 #define GROUP_ID(d) ((int)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
 #define RESTRICT __restrict__
 #define DEVICE static __device__  /* a helper function called by kernels */
-/* the work-group a kernel is always launched with, so the compiler can plan registers */
-#define GROUP_SIZE(x, y, z) __launch_bounds__((x) * (y) * (z))
+/* the work-group a kernel is always launched with, so the compiler can plan registers
+   (CUDA: and how many of them must fit on a multiprocessor at once) */
+#define GROUP_SIZE(x, y, z, groups) __launch_bounds__((x) * (y) * (z), groups)
 
 /* whether x takes best's place in an argmax scan (argmax, maxpool): it is larger, or it
    is the first NaN. NumPy's argmax and max, the reference, rank NaN above every number. */

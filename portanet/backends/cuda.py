@@ -232,17 +232,16 @@ class CudaBackend(KernelBackend):
 
     # -- GEMM ----------------------------------------------------------------------------
 
-    def _gemm_vendor(self, alpha, a, a_off, b, b_off, beta, c, trans_a, trans_b, m, n, k):
+    def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """cuBLAS is column-major: row-major c = op(a) op(b) is column-major
-        c^T = op(b)^T op(a)^T, so the operands swap and keep their own transposes. a and b
-        start at element offsets a_off, b_off of their buffers."""
+        c^T = op(b)^T op(a)^T, so the operands swap and keep their own transposes."""
         self._scalars[:] = alpha, beta
         ptr = self._scalars.ctypes.data
         size = self._scalars.itemsize
         gemm = cublas.dgemm if self.dtype == np.float64 else cublas.sgemm
         gemm(self._cublas, int(trans_b), int(trans_a), n, m, k, ptr,
-             int(b.buf) + b_off * size, b.shape[1], int(a.buf) + a_off * size, a.shape[1],
-             ptr + size, self._address(c), n)
+             self._address(b), b.shape[1], self._address(a), a.shape[1], ptr + size,
+             self._address(c), n)
 
     @staticmethod
     def _address(x):

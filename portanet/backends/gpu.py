@@ -209,22 +209,16 @@ class KernelBackend(Backend):
         (c = alpha op(a_1) op(b_1) + beta c, then c += alpha op(a_p) op(b_p)): its sums run
         the whole K in one float accumulator, whose error grows with sqrt(K) (8e-6 at
         K = 150000, uniform inputs). `portanet tune` measures how long a K the vendor keeps
-        within bounds on a device; untuned, vendor_k is our kernel's ACC_K."""
-        pieces = -(-k // self.vendor_k) if k else 1
-        step = -(-k // pieces) if k else 0
-        for p in range(pieces):
-            k0, kp = p * step, min(step, k - p * step)
-            a_off = a.offset + (k0 * a.shape[1] if trans_a else k0)   # K runs down op(a)'s
-            b_off = b.offset + (k0 if trans_b else k0 * b.shape[1])   # columns, op(b)'s rows
-            beta_p = beta if p == 0 else 1.0
+        within bounds on a device; untuned, vendor_k is ACC_K."""
+        for i, (a_p, b_p, kp) in enumerate(_pieces(a, b, trans_a, trans_b, k, self.vendor_k)):
+            beta_p = beta if i == 0 else 1.0
             if self.trace is None:
-                self._gemm_vendor(alpha, a, a_off, b, b_off, beta_p, c, trans_a, trans_b,
-                                  m, n, kp)
+                self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b, m, n, kp)
             else:
                 self.trace.record(
                     self, f"gemm {_shape_text(m, n, kp, trans_a, trans_b)} vendor",
-                    lambda: self._gemm_vendor(alpha, a, a_off, b, b_off, beta_p, c, trans_a,
-                                              trans_b, m, n, kp))
+                    lambda: self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b,
+                                              m, n, kp))
 
     def _route(self, a, b, beta, c, trans_a, trans_b, m, n, k):
         """The faster path for this shape, measured now on the real operands and
@@ -270,21 +264,35 @@ class KernelBackend(Backend):
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
         groups = self.compute_units * (SMALL_GROUPS_PER_UNIT if small else 2)
         parts, k_chunk = split_k(tiles_m * tiles_n, k, p["TSK"], groups)
+        if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
+            parts, k_chunk = -(-k // ACC_K), ACC_K
         key = ("gemm", trans_a, trans_b, parts > 1, small)
         if key not in self._kernels:
             self._kernels[key] = self._build("gemm", "gemm", gemm_options(
-                trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))))
-        out, a_, b_ = c, float(alpha), float(beta)
+                trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))) + self._register_cap(p))
+        label = f"gemm {_shape_text(m, n, k, trans_a, trans_b)} own" + (
+            " small" if small else "") + (f" split-K {parts}" if parts > 1 else "")
+
+        def launch(out, a, b, alpha, beta, k, k_chunk):
+            vw = p["VW"]                # whole runs load as vectors where 16-byte aligned
+            vec_a, vec_b = (vw > 1 and x.offset % vw == 0 and x.shape[1] % vw == 0
+                            for x in (a, b))
+            self._run(self._kernels[key], (tiles_n * rtsn, tiles_m * rtsm, parts), out, a, b,
+                      alpha, beta, m, n, k, a.shape[1], b.shape[1], k_chunk, vec_a, vec_b,
+                      local=(rtsn, rtsm, 1), label=label)
         if parts > 1:                   # partial products into the workspace, then summed
-            out, a_, b_ = self._split_workspace(parts * m * n), 1.0, 0.0
-        vw = p["VW"]                    # whole runs load as vectors where 16-byte aligned
-        vec_a, vec_b = (vw > 1 and x.offset % vw == 0 and x.shape[1] % vw == 0 for x in (a, b))
-        self._run(self._kernels[key], (tiles_n * rtsn, tiles_m * rtsm, parts), out, a, b, a_, b_,
-                  m, n, k, a.shape[1], b.shape[1], k_chunk, vec_a, vec_b, local=(rtsn, rtsm, 1),
-                  label=f"gemm {_shape_text(m, n, k, trans_a, trans_b)} own"
-                        + (" small" if small else "") + (f" split-K {parts}" if parts > 1 else ""))
-        if parts > 1:
-            self._run("gemm_split_sum", (m * n,), c, out, float(alpha), float(beta), m * n, parts)
+            ws = self._split_workspace(parts * m * n)
+            launch(ws, a, b, 1.0, 0.0, k, k_chunk)
+            self._run("gemm_split_sum", (m * n,), c, ws, float(alpha), float(beta), m * n, parts)
+            return
+        for i, (a_p, b_p, kp) in enumerate(_pieces(a, b, trans_a, trans_b, k)):
+            launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp)
+
+    def _register_cap(self, params):
+        """Build options that hold our GEMM kernel to registers for MIN_GROUPS work-groups
+        per compute unit where the device compiler takes such a cap beyond the kernel's own
+        (CUDA's __launch_bounds__ does it in gemm.cu)."""
+        return []
 
     def _split_workspace(self, size):
         """A view of `size` elements of the split-K workspace, grown when too small."""
@@ -456,7 +464,7 @@ SMALL_GROUPS_PER_UNIT = 8
 MAX_PARTS = 512
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1,
-                 "VW": 1, "DB": 0, "ACC_K": ACC_K}
+                 "VW": 1, "DB": 0, "MIN_GROUPS": 1}
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
 # parts so that about 8 work-groups of 64 work-items run per compute unit
 SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)
@@ -465,6 +473,20 @@ SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)
 # defaults took it 20 s per variant (of four: the transposes) against 4 s for this one,
 # which also ran the MLP's products 1.3-1.9x faster (set_gemm_params, 2-core EPYC)
 CPU_TILES = dict(GEMM_DEFAULTS, TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4)
+
+
+def _pieces(a, b, trans_a, trans_b, k, longest=ACC_K):
+    """(a_p, b_p, k_p) for each piece of a product's K of at most `longest` terms, in
+    equal pieces of whole 16s (so 4-wide loads stay aligned): a_p, b_p are a and b from the
+    piece's first term on (the arrays at another offset; their leading dimensions stay)."""
+    count = max(1, -(-k // longest))
+    step = -(-k // count)
+    step = min(longest, -(-step // 16) * 16) if count > 1 else k
+    for k0 in range(0, max(k, 1), max(step, 1)):
+        a_off = a.offset + (k0 * a.shape[1] if trans_a else k0)   # K runs down op(a)'s
+        b_off = b.offset + (k0 if trans_b else k0 * b.shape[1])   # columns, op(b)'s rows
+        yield (DeviceArray(a.buf, a_off, a.shape, a.dtype, a),
+               DeviceArray(b.buf, b_off, b.shape, b.dtype, b), min(step, k - k0))
 
 
 def _shape_text(m, n, k, trans_a, trans_b):
@@ -515,7 +537,7 @@ def gemm_params(is_gpu, max_threads, local_bytes, vector_local_loads=False):
 # what `portanet tune` searches: each parameter of gemm.cl / gemm.cu and its candidates
 GEMM_SPACE = {"TSM": (32, 64, 128), "TSN": (32, 64, 128), "TSK": (8, 16, 32),
               "WPTM": (2, 4, 8), "WPTN": (2, 4, 8), "MICRO": (0, 1, 2), "PAD": (0, 1, 4),
-              "VW": (1, 4), "DB": (0, 1)}
+              "VW": (1, 4), "DB": (0, 1), "MIN_GROUPS": (1, 2)}
 
 
 def gemm_fits(p, max_threads, local_bytes):
@@ -532,7 +554,7 @@ def gemm_fits(p, max_threads, local_bytes):
         return False
     if p["MICRO"] and (p["WPTM"] % 4 or p["WPTN"] % 4 or p["PAD"] % 4):
         return False
-    if p["ACC_K"] % p["TSK"]:
+    if ACC_K % p["TSK"]:                    # split-K parts of ACC_K are whole slabs
         return False
     stages = 2 if p.get("DB") else 1
     return stages * p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * 8 <= local_bytes

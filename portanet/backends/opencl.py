@@ -506,15 +506,24 @@ class OpenCLBackend(KernelBackend):
 
     # -- GEMM ----------------------------------------------------------------------------
 
-    def _gemm_vendor(self, alpha, a, a_off, b, b_off, beta, c, trans_a, trans_b, m, n, k):
-        """CLBlast, row-major, on the same queue; a and b from element offsets a_off, b_off
-        of their buffers."""
+    def _register_cap(self, params):
+        """NVIDIA's OpenCL takes a register cap (cl_nv_compiler_options): at most the
+        registers that let MIN_GROUPS work-groups share a multiprocessor's register file."""
+        groups = params.get("MIN_GROUPS", 1)
+        if groups <= 1 or "cl_nv_compiler_options" not in self.device.extensions:
+            return []
+        threads = (params["TSM"] // params["WPTM"]) * (params["TSN"] // params["WPTN"])
+        registers = getattr(self.device, "registers_per_block_nv", 65536)
+        return [f"-cl-nv-maxrregcount={min(255, registers // (threads * groups)) // 8 * 8}"]
+
+    def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+        """CLBlast, row-major, on the same queue."""
         arr = [self._wrapper(x) for x in (a, b, c)]
 
         def call(queue):
             pyclblast.gemm(queue, m, n, k, arr[0], arr[1], arr[2], a_ld=a.shape[1],
                            b_ld=b.shape[1], c_ld=n, alpha=alpha, beta=beta, a_transp=trans_a,
-                           b_transp=trans_b, a_offset=a_off, b_offset=b_off,
+                           b_transp=trans_b, a_offset=a.offset, b_offset=b.offset,
                            c_offset=c.offset)
         if self._recording is not None:
             self._recording.append(call)
