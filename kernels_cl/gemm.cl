@@ -25,6 +25,11 @@
    pieces of K that add into c. (Adding the accumulators into c every ACC_K terms inside
    the loop kept 50 more registers live on NVIDIA's compilers, c's addresses hoisted.)
 
+   SUBGROUP = 32 (a warp) or 64 (a wavefront) gives each run of that many consecutive
+   work-items, which the hardware schedules together, a block of 8 x SUBGROUP/8 positions
+   (tn, tm) instead of two rows of the group: their local reads then touch 8 runs of B and
+   4 (8) of A, one 128-byte access each, where a 16-wide row reads 16 runs of B.
+
    MIN_GROUPS: work-groups that must fit on a compute unit at once; CUDA caps the registers
    for it (__launch_bounds__), the OpenCL backend too where the driver takes a cap
    (NVIDIA's -cl-nv-maxrregcount).
@@ -35,7 +40,7 @@
    cost a register, and one more than 128 halves the work-groups per SM of CUDA's tiling.
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
-   MICRO, PAD, VW, DB, MIN_GROUPS, SPLIT_K. */
+   MICRO, PAD, VW, DB, SUBGROUP, MIN_GROUPS, SPLIT_K. */
 #include "prelude.h"
 
 #ifndef TSM
@@ -67,6 +72,9 @@
 #endif
 #ifndef MIN_GROUPS
 #define MIN_GROUPS 1
+#endif
+#ifndef SUBGROUP
+#define SUBGROUP 0
 #endif
 #ifndef SPLIT_K
 #define SPLIT_K 0
@@ -146,8 +154,14 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
     LOCAL real4 bs4[(STAGES * TSK * (TSN + PAD) + 3) / 4];
     LOCAL_PTR real* as = (LOCAL_PTR real*)as4;
     LOCAL_PTR real* bs = (LOCAL_PTR real*)bs4;
+    const int tid = LOCAL_ID(1) * RTSN + LOCAL_ID(0);   /* loads: consecutive runs */
+#if SUBGROUP        /* each SUBGROUP of consecutive work-items a block 8 wide along N */
+    const int lane = tid % SUBGROUP, sg = tid / SUBGROUP;
+    const int tn = sg % (RTSN / 8) * 8 + lane % 8;
+    const int tm = sg / (RTSN / 8) * (SUBGROUP / 8) + lane / 8;
+#else
     const int tn = LOCAL_ID(0), tm = LOCAL_ID(1);
-    const int tid = tm * RTSN + tn;
+#endif
     const int m0 = GROUP_ID(1) * TSM, n0 = GROUP_ID(0) * TSN;
 #if SPLIT_K
     const int k_begin = GROUP_ID(2) * k_chunk;

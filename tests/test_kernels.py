@@ -391,6 +391,7 @@ def test_integer_scalars_are_taken_as_reals(backend, rng):
     dict(TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4, MICRO=1, PAD=4),
     # 4-wide loads, double-buffered slabs, registers capped for two groups per unit
     dict(TSM=32, TSN=32, TSK=8, WPTM=8, WPTN=4, MICRO=2, PAD=4, VW=4, DB=1, MIN_GROUPS=2),
+    dict(TSM=32, TSN=64, TSK=16, WPTM=4, WPTN=4, MICRO=2, PAD=4, VW=4, SUBGROUP=32),
     dict(TSM=16, TSN=32, TSK=16, WPTM=4, WPTN=8, MICRO=2, PAD=0, VW=4, DB=0)])
 def test_own_gemm_tilings(backend, rng, tiling):
     """Our kernel is right for other tilings than the device's default (set_gemm_params):

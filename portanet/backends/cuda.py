@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import config
+from .. import config, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
 from .gpu import DeviceArray, KernelBackend, Recorded, default_local, gemm_params
@@ -103,7 +103,7 @@ class CudaBackend(KernelBackend):
         self.max_threads = attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK]
         self.gemm_limits = (self.max_threads,
                             attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK])
-        self.gemm_params = gemm_params(True, *self.gemm_limits, vector_local_loads=True)
+        self.gemm_params = gemm_params(True, *self.gemm_limits)
         self._modules = {}
         self._prepared = {}
         self._load_kernels()
@@ -113,6 +113,7 @@ class CudaBackend(KernelBackend):
             self._cublas = cublas.create()
             cublas.set_stream(self._cublas, self.stream.handle)
             self._scalars = np.zeros(2, self.dtype)        # alpha, beta (host pointer mode)
+        tuning.apply(self)              # `portanet tune`'s parameters for this device
 
     @property
     def cache_dir(self):

@@ -464,7 +464,7 @@ SMALL_GROUPS_PER_UNIT = 8
 MAX_PARTS = 512
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1,
-                 "VW": 1, "DB": 0, "MIN_GROUPS": 1}
+                 "VW": 1, "DB": 0, "SUBGROUP": 0, "MIN_GROUPS": 1}
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
 # parts so that about 8 work-groups of 64 work-items run per compute unit
 SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)
@@ -516,16 +516,14 @@ def default_local(global_size, work_group):
     return (x, max(1, min(8, work_group // x))) + (1,) * (len(global_size) - 2)
 
 
-def gemm_params(is_gpu, max_threads, local_bytes, vector_local_loads=False):
+def gemm_params(is_gpu, max_threads, local_bytes):
     """Tile sizes for our GEMM from a device's limits, for a device `portanet tune` has not
-    measured: 128 x 128 tiles, 8 deep, of 8 x 8 per work-item on GPUs with room for them;
-    smaller ones on CPUs and small devices. vector_local_loads picks the contiguous
-    micro-tile read as 4-wide vectors, which pays where the compiler makes 16-byte local
-    loads of it (CUDA: 37 vs 31 TFLOP/s on an H100; NVIDIA's OpenCL: 22 vs 31, so not
-    there). Measured by bench/gpu_compare.py --tune."""
-    big = dict(GEMM_DEFAULTS, TSM=128, TSN=128, TSK=8)
-    if vector_local_loads:
-        big.update(MICRO=1, PAD=4)
+    measured: on GPUs with room for them 128 x 128 tiles, 16 deep, of 8 x 8 per work-item
+    read as 4-wide runs (MICRO 2), operands loaded 4 wide, registers for two groups per
+    compute unit (the fastest of bench/gpu_compare.py --variants on an H100: 43.0 TFLOP/s
+    on CUDA, 43.3 on NVIDIA's OpenCL, against 28.7 and 30.0 for the previous defaults);
+    smaller ones on CPUs and small devices."""
+    big = dict(GEMM_DEFAULTS, TSM=128, TSN=128, TSK=16, MICRO=2, PAD=4, VW=4, MIN_GROUPS=2)
     for p in ([big, GEMM_DEFAULTS] if is_gpu else [CPU_TILES]) + [
             dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2)]:
         if gemm_fits(p, max_threads, local_bytes):
@@ -537,7 +535,7 @@ def gemm_params(is_gpu, max_threads, local_bytes, vector_local_loads=False):
 # what `portanet tune` searches: each parameter of gemm.cl / gemm.cu and its candidates
 GEMM_SPACE = {"TSM": (32, 64, 128), "TSN": (32, 64, 128), "TSK": (8, 16, 32),
               "WPTM": (2, 4, 8), "WPTN": (2, 4, 8), "MICRO": (0, 1, 2), "PAD": (0, 1, 4),
-              "VW": (1, 4), "DB": (0, 1), "MIN_GROUPS": (1, 2)}
+              "VW": (1, 4), "DB": (0, 1), "SUBGROUP": (0, 32), "MIN_GROUPS": (1, 2)}
 
 
 def gemm_fits(p, max_threads, local_bytes):
@@ -553,6 +551,9 @@ def gemm_fits(p, max_threads, local_bytes):
     if (p["TSM"] * p["TSK"]) % (threads * vw) or (p["TSN"] * p["TSK"]) % (threads * vw):
         return False
     if p["MICRO"] and (p["WPTM"] % 4 or p["WPTN"] % 4 or p["PAD"] % 4):
+        return False
+    sub = p["SUBGROUP"]
+    if sub and (threads % sub or rtsn % 8 or rtsm % (sub // 8)):
         return False
     if ACC_K % p["TSK"]:                    # split-K parts of ACC_K are whole slabs
         return False

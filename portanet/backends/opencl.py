@@ -15,7 +15,7 @@ import warnings
 
 import numpy as np
 
-from .. import config
+from .. import config, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import icd, sources
 from .gpu import DeviceArray, KernelBackend, Recorded, default_local, gemm_params
@@ -302,6 +302,7 @@ class OpenCLBackend(KernelBackend):
         self.vendor_gemm = pyclblast is not None and not self.simulator
         self._load_kernels()
         self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
+        tuning.apply(self)              # `portanet tune`'s parameters for this device
 
     # -- programs ------------------------------------------------------------------------
 

@@ -1,0 +1,712 @@
+"""`portanet tune`: our GEMM kernel's tile parameters measured per device, and the database
+that keeps them (CLBlast's tuner database, tinygrad's BEAM cache, for portanet).
+
+The search. GEMM_SPACE (backends/gpu.py) holds thousands of tilings that fit a device's
+limits (3608 of its 8748 fitted PoCL's when this was written), and a first build of one
+takes from 0.2 s (Intel's CPU runtime) to 4 s (PoCL), each transpose another build: too
+many to try all. So the search is seeded and bounded, coordinate descent from the
+device's current tiling: one parameter at a time over its values, keeping a change where
+it is faster, two passes, only tilings `gemm_fits` allows, at most `budget` of them
+measured. A move that does not fit alone is tried with the one other change that makes it
+fit (`_fitting`): some parameters only move together, and on PoCL such a pair (MICRO 2
+with PAD 4) led to a tiling four times as fast as the default. Where timings are noisy (a
+CPU shared with other work) the path follows the noise: another run on the same PoCL
+stopped at 1.4 times the default. Each candidate is built, checked and timed on one
+square product c <- a b of normal random float32 inputs (2048^3 on GPUs, 256^3 on CPUs):
+
+    error    ||c - c64||_F / ||c64||_F against float64 NumPy; over ERROR_BOUND is rejected
+    time     median of several synchronized samples after a warm-up (bench.measure)
+    GFLOP/s  2 m n k / time
+
+The fastest is then checked and timed on the transposed products a b^T and a^T b (other
+builds of the kernel); should one of those be wrong the next fastest is taken.
+
+The vendor GEMM (CLBlast, cuBLAS) sums K in one pass: on uniform [0, 1) inputs, where
+nothing cancels, its error grows with K (CLBlast on PoCL: 4.2e-7 at K = 1024, 2.4e-6 at
+32768). vendor_k is the longest K of VENDOR_KS whose 64 x 64 x K product stays within
+VENDOR_BOUND, and the backends split longer products into K chunks accumulated in c.
+
+The database. JSON, {"version": 1, "entries": {key: entry}}, keyed by the backend kind,
+device name, OpenCL platform, driver version and a digest of the gemm kernel's source
+(`device_key`), so a new driver or a changed kernel is untuned rather than mistuned.
+
+    entry = {"params": {...}, "vendor_k": int or null,
+             "gflops": {"tuned": ..., "default": ..., "NT": ..., "TN": ...},
+             "size": n, "date": ..., "portanet": version}
+
+Two files: portanet/tuned.json, shipped with the package (read-only), and the user's,
+config.cache_dir() / "tuning.json", whose entry wins. Both are read once per process.
+A float64 backend takes its device's entry too: the tilings are the same kernel's, and
+`gemm_fits` is checked before one is used (also under a PORTANET_CL_LIMITS cap).
+"""
+import contextlib
+import functools
+import hashlib
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from . import config
+from .errors import DeviceError, KernelBuildError, PortanetError
+
+log = logging.getLogger("portanet")
+
+VERSION = 1
+SHIPPED = Path(__file__).resolve().parent / "tuned.json"
+USER_FILE = "tuning.json"
+
+# normwise relative error a candidate may have on normal random inputs (the tests' F32)
+ERROR_BOUND = 1e-5
+# the vendor's on uniform [0, 1) inputs: half of the 1e-6 that tests hold every GEMM path
+# to, so that a product split in chunks of vendor_k stays within it
+VENDOR_BOUND = 5e-7
+VENDOR_KS = (1024, 2048, 4096, 8192, 16384, 32768)
+VENDOR_MN = 64                  # m = n of the vendor's accuracy products
+UNSPLIT = 1 << 30               # vendor_k while measuring: no product is split
+VENDOR_NAMES = {"opencl": "CLBlast", "cuda": "cuBLAS"}
+
+# (GPU, CPU): m = n = k of the tuning product and candidates measured. PoCL compiles a
+# tiling for four seconds (each transpose is another build), so a CPU gets fewer.
+SIZE = {True: 2048, False: 256}
+BUDGET = {True: 60, False: 16}
+PASSES = 2
+# a move that does not fit is tried with one other parameter changed too, the first that
+# makes it fit, in this order (then GEMM_SPACE's others): padding and depth first, the
+# tile's shape last
+REPAIRS = ("PAD", "TSK", "VW", "DB", "WPTM", "WPTN", "TSM", "TSN", "MICRO")
+VERIFIED = 4                    # fastest tilings tried on NT and TN before giving up
+# --quick (the tests): three candidates on a product no tile divides
+QUICK_SIZE, QUICK_BUDGET = 67, 3
+SAMPLES, QUICK_SAMPLES = 7, 3
+SAMPLE_S = 0.02                 # calls per sample: enough for this long on the host clock
+
+
+# -- the database ------------------------------------------------------------------------
+
+_databases = {}                 # path -> {key: entry}: each file read once per process
+_announced = set()              # device keys whose "no tuned parameters" was logged
+
+
+def user_path():
+    """The user's database: $XDG_CACHE_HOME/portanet/tuning.json (else ~/.cache/...)."""
+    return config.cache_dir() / USER_FILE
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_hash(lang):
+    """The first 12 hex digits of the sha256 of the gemm kernel's source ("cl", "cu"),
+    its prelude inlined: part of every key, so an edited kernel is untuned."""
+    from .backends import sources
+    return hashlib.sha256(sources.load("gemm", lang)[1].encode()).hexdigest()[:12]
+
+
+def device_key(bk):
+    """'opencl | pthread-AMD EPYC | Portable Computing Language | 6.0 | gemm 0123456789ab':
+    kind, device name, platform (OpenCL only), driver version and kernel_hash."""
+    info = bk.info()
+    parts = [bk.kind, info["name"], info.get("platform"), info.get("driver"),
+             f"gemm {kernel_hash(bk.lang)}"]
+    return " | ".join(str(p).strip() for p in parts if p is not None)
+
+
+def lookup(bk):
+    """This device's entry (a dict, see the module's docstring), or None: the user's
+    database first, then the one shipped with portanet."""
+    key = device_key(bk)
+    for path in (user_path(), SHIPPED):
+        entry = _entries(path).get(key)
+        if entry is not None:
+            return entry
+    return None
+
+
+def apply(bk):
+    """Use this device's tuned GEMM parameters and vendor_k where the database has them:
+    True. Where it has none, False, and on a GPU one info line per process and device
+    saying how to tune it. The limits-derived tiling is kept as bk.gemm_default (what
+    `portanet tune` compares against). A device held to lower limits (PORTANET_CL_LIMITS)
+    stands in for another class of device, whose tilings it is there to run: it keeps
+    them. Never raises: a backend calls it as it is made, and a bad database must not keep
+    a device from working (it is warned about)."""
+    if bk.kind == "cpu" or bk.simulator or _capped(bk):
+        return False
+    try:
+        if getattr(bk, "gemm_default", None) is None:
+            bk.gemm_default = dict(bk.gemm_params)
+        key = device_key(bk)
+        entry = lookup(bk)
+    except Exception as e:      # see the docstring
+        log.warning("could not look up tuned GEMM parameters for %s: %s: %s", bk.name,
+                    type(e).__name__, e)
+        return False
+    if entry is None:
+        if bk.is_gpu and key not in _announced:
+            _announced.add(key)
+            info = bk.info()
+            log.info("no tuned GEMM parameters for %s (%s): run `portanet tune --device %s` "
+                     "(defaults from its limits)", info["name"], info.get("driver"), bk.name)
+        return False
+    params = entry["params"]
+    if bk.gemm_fits(params):
+        bk.set_gemm_params(params)
+    else:
+        log.debug("%s: tuned GEMM parameters %s do not fit under limits %s; kept %s",
+                  bk.name, params, getattr(bk, "gemm_limits", None), bk.gemm_params)
+    if entry.get("vendor_k") is not None:
+        bk.vendor_k = int(entry["vendor_k"])
+    return True
+
+
+def _capped(bk):
+    """The PORTANET_CL_LIMITS profile or caps bk is held to, or None for its own limits."""
+    profile = getattr(getattr(bk, "limits", None), "profile", "device")
+    return None if profile == "device" else profile
+
+
+def forget():
+    """Drop what was read of the database files (they are read again when next needed)."""
+    _databases.clear()
+    _announced.clear()
+
+
+def _entries(path):
+    path = str(path)
+    if path not in _databases:
+        _databases[path] = _read(Path(path))
+    return _databases[path]
+
+
+def _read(path):
+    """{key: entry} of a database file: {} where there is none, and, with a warning, where
+    it cannot be read or is not a database; an entry that is not one is left out, warned."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError) as e:
+        log.warning("ignoring the GEMM tuning database %s: cannot read it (%s)", path, e)
+        return {}
+    try:
+        data = json.loads(text)
+    except ValueError as e:
+        log.warning("ignoring the GEMM tuning database %s: it is not JSON (%s); remove it "
+                    "or run `portanet tune` again", path, e)
+        return {}
+    problem = _database_problem(data)
+    if problem:
+        log.warning("ignoring the GEMM tuning database %s: %s", path, problem)
+        return {}
+    entries = {}
+    for key, entry in data["entries"].items():
+        problem = _entry_problem(entry)
+        if problem:
+            log.warning("%s: ignoring the entry %r: %s", path, key, problem)
+        else:
+            entries[key] = entry
+    return entries
+
+
+def _database_problem(data):
+    if not isinstance(data, dict) or not isinstance(data.get("entries"), dict):
+        return 'it is not a portanet tuning database ({"version": 1, "entries": {...}})'
+    if data.get("version") != VERSION:
+        return (f"it is of version {data.get('version')!r}, this portanet reads version "
+                f"{VERSION}")
+    return None
+
+
+def _entry_problem(entry):
+    if not isinstance(entry, dict):
+        return "not an object"
+    params = entry.get("params")
+    if not isinstance(params, dict) or not params or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
+            for k, v in params.items()):
+        return "params is not an object of whole numbers"
+    k = entry.get("vendor_k")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        return "vendor_k is not a whole number >= 1 or null"
+    return None
+
+
+def save(result, path=None):
+    """Merge `result`'s entry (see `entry`) into the database at path (default: the
+    user's), keeping every other device's: written to a temporary file beside it,
+    fsynced and renamed over it, under a lock on its folder so that two tuners do not
+    lose each other's entries. A file that is not JSON is kept as <name>.corrupt, with a
+    warning; one of another version is refused (PortanetError). Returns the Path."""
+    from .checkpoint import _fsync_folder, _mode_for
+    path = Path(path) if path is not None else user_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PortanetError(f"cannot save GEMM tuning to {path}: cannot create "
+                            f"{path.parent} ({e.strerror or e})") from e
+    tmp = None
+    try:
+        with _folder_lock(path.parent):
+            data = _for_merge(path)
+            data["entries"][result["key"]] = entry(result)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(data, f, indent=1, sort_keys=True)
+                f.write("\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, _mode_for(path))
+            os.replace(tmp, path)
+    except BaseException as e:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+        if isinstance(e, OSError):
+            raise PortanetError(f"cannot save GEMM tuning to {path}: {e.strerror or e}; the "
+                                f"previous file, if any, is unchanged") from e
+        raise
+    _fsync_folder(path.parent)
+    _databases.pop(str(path), None)
+    return path
+
+
+def _for_merge(path):
+    """The database at path as a dict to add to: a new one where there is none."""
+    try:
+        data = json.loads(path.read_bytes())
+    except FileNotFoundError:
+        return {"version": VERSION, "entries": {}}
+    except ValueError as e:             # not JSON, not UTF-8
+        kept = path.with_name(path.name + ".corrupt")
+        os.replace(path, kept)
+        log.warning("the GEMM tuning database %s is not JSON (%s): kept as %s, starting a new "
+                    "one", path, e, kept)
+        return {"version": VERSION, "entries": {}}
+    problem = _database_problem(data)
+    if problem:
+        raise PortanetError(f"will not write the GEMM tuning database {path}: {problem}; "
+                            f"give another file with --output")
+    return data
+
+
+@contextlib.contextmanager
+def _folder_lock(folder):
+    """An exclusive flock on the folder itself (no lock file left beside the database);
+    nothing where the system has no flock."""
+    try:
+        import fcntl
+        fd = os.open(folder, os.O_RDONLY)
+    except (ImportError, OSError):
+        yield
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)        # releases the lock
+
+
+def entry(result):
+    """The database entry of a `tune` result."""
+    g = result["gflops"]
+    return {"params": dict(result["params"]), "vendor_k": result["vendor_k"],
+            "gflops": {"tuned": g["tuned"], "default": g["default"], "NT": g["NT"],
+                       "TN": g["TN"], **({"vendor": g["vendor"]} if g.get("vendor") else {})},
+            "size": result["size"], "date": result["date"], "portanet": result["portanet"]}
+
+
+# -- the search --------------------------------------------------------------------------
+
+def check_tunable(bk):
+    """Refuse what has no GEMM kernel of ours to tune, or whose timings mean nothing."""
+    if bk.kind == "cpu":
+        raise DeviceError(f"{bk.name} is the NumPy reference: it runs no kernel of "
+                          f"portanet's, so there is nothing to tune; tune an OpenCL or CUDA "
+                          f"device (`portanet devices` lists them)")
+    if bk.simulator:
+        raise DeviceError(f"{bk.name} ({bk.info()['name']}) is a simulator that checks "
+                          f"kernels, thousands of times slower than a device: its timings "
+                          f"would tune nothing; tune a real device (`portanet devices`)")
+    if _capped(bk):
+        raise DeviceError(f"{bk.name} is held to the limits {_capped(bk)!r} "
+                          f"(PORTANET_CL_LIMITS), standing in for another device: tune the "
+                          f"device itself, with PORTANET_CL_LIMITS unset")
+    if bk.dtype != np.float32:
+        raise DeviceError(f"tune {bk.name} in float32 (portanet.device({bk.name!r})): the "
+                          f"database keeps float32 tilings, and float64 backends use them")
+
+
+def tune(bk, budget=None, size=None, quick=False, progress=None):
+    """Search bk's GEMM tilings (see the module's docstring) and measure its vendor GEMM;
+    returns a JSON-able dict: key, device, size, budget, default and params (the tilings,
+    every parameter), candidates (each measured: params, trans, gflops, seconds, error,
+    status "ok", "rejected: ...", "build failed: ..." or "failed: ..."), checks (the
+    transposed products of the winner and the default), gflops {default, tuned, NT, TN,
+    default_NT, default_TN, vendor}, vendor_k, vendor_errors {K: error}, evaluated,
+    build_failures, exhausted (the budget ended the search), seconds, date, portanet.
+
+    budget: candidates measured at most (default 60 on GPUs, 16 on CPUs); size: m = n = k
+    (2048, 256); quick: 3 candidates of 67^3 and fewer samples. progress(line) is called
+    with the table's header and each row as it is measured. bk is left as it was: its
+    tiling, GEMM path and vendor_k (apply() takes a saved result up)."""
+    from . import __version__
+    from .backends.gpu import GEMM_DEFAULTS
+    check_tunable(bk)
+    start_time = time.perf_counter()
+    budget = budget or (QUICK_BUDGET if quick else BUDGET[bool(bk.is_gpu)])
+    size = size or (QUICK_SIZE if quick else SIZE[bool(bk.is_gpu)])
+    samples = QUICK_SAMPLES if quick else SAMPLES
+    progress = progress or (lambda line: None)
+    info = bk.info()
+    start = {**GEMM_DEFAULTS, **bk.gemm_params}
+    default = {**GEMM_DEFAULTS, **(getattr(bk, "gemm_default", None) or bk.gemm_params)}
+    saved = (bk.gemm_path, dict(bk.gemm_params), getattr(bk, "vendor_k", None),
+             hasattr(bk, "vendor_k"))
+    result = {"key": device_key(bk), "device": bk.name, "kind": bk.kind,
+              "name": info["name"], "platform": info.get("platform"),
+              "driver": info.get("driver"), "size": size, "budget": budget,
+              "default": default, "start": start, "candidates": [], "checks": []}
+    progress(header(result))
+    ops = _Operands(bk, size, np.random.default_rng(0))
+    try:
+        bk.gemm_path = "own"
+
+        def evaluate(params, trans="NN"):
+            rec = _evaluate(bk, ops, params, trans, samples, quick)
+            if trans == "NN":
+                rec["n"] = len(result["candidates"]) + 1
+                result["candidates"].append(rec)
+                progress(row(rec, default))
+            else:
+                result["checks"].append(rec)
+            return rec
+
+        _, exhausted = _search(bk, evaluate, default, start, budget)
+        winner, nt, tn = _verify(evaluate, result["candidates"])
+        by_params = {_frozen(r["params"]): r for r in result["candidates"]}
+        default_nn = by_params.get(_frozen(default), {})
+        if _frozen(winner["params"]) == _frozen(default):
+            default_nt, default_tn = nt, tn
+        else:
+            default_nt, default_tn = evaluate(default, "NT"), evaluate(default, "TN")
+        vendor, vendor_k, vendor_errors = {}, None, {}
+        if bk.vendor_gemm:
+            try:
+                vendor_k, vendor_errors = vendor_accuracy(bk, ops.rng)
+                bk.vendor_k = vendor_k
+            except Exception as e:      # shown, not fatal: our kernel is tuned
+                vendor = {"status": f"failed: {type(e).__name__}: {_first_line(e)}"}
+            else:
+                vendor = _vendor_speed(bk, ops, samples, quick)
+    finally:
+        ops.free()
+        bk.gemm_path = saved[0]
+        bk.set_gemm_params(saved[1])
+        if saved[3]:
+            bk.vendor_k = saved[2]
+        elif hasattr(bk, "vendor_k"):
+            del bk.vendor_k
+    result.update(
+        params=winner["params"], vendor_k=vendor_k, vendor_errors=vendor_errors,
+        vendor=vendor or None,
+        gflops={"tuned": winner["gflops"], "NT": nt["gflops"], "TN": tn["gflops"],
+                "default": default_nn.get("gflops"), "default_NT": default_nt.get("gflops"),
+                "default_TN": default_tn.get("gflops"), "vendor": vendor.get("gflops")},
+        errors={"NN": winner["error"], "NT": nt["error"], "TN": tn["error"]},
+        evaluated=len(result["candidates"]),
+        build_failures=sum(r["status"].startswith("build failed")
+                           for r in result["candidates"] + result["checks"]),
+        exhausted=exhausted, seconds=time.perf_counter() - start_time,
+        date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), portanet=__version__)
+    return result
+
+
+def _search(bk, evaluate, default, start, budget):
+    """Coordinate descent from `start` (the default measured first where it differs):
+    (the fastest record, whether the budget stopped it). The best is always the fastest
+    measured so far, so the winner is never slower than the default in the table."""
+    from .backends.gpu import GEMM_SPACE
+    seen = {}
+
+    def measured(params):
+        key = _frozen(params)
+        if key not in seen:
+            if len(seen) >= budget:
+                return None
+            seen[key] = evaluate(params)
+        return seen[key]
+
+    best = None
+    for params in ([default] if _frozen(default) != _frozen(start) else []) + [start]:
+        rec = measured(params)
+        if rec is not None and rec["status"] == "ok" and (
+                best is None or rec["seconds"] < best["seconds"]):
+            best = rec
+    if best is None:
+        raise PortanetError(f"our GEMM kernel fails on {bk.name} with its tiling: " + "; ".join(
+            f"{_params_text(r['params'])}: {r['status']}" for r in seen.values())
+            + "; nothing to tune from (a bug in portanet: please report it with this message)")
+    for _ in range(PASSES):
+        before = best
+        for name, values in GEMM_SPACE.items():
+            for value in values:
+                if value == best["params"].get(name):
+                    continue
+                params = _fitting({**best["params"], name: value}, name, bk.gemm_fits)
+                if params is None:
+                    continue
+                rec = measured(params)
+                if rec is None:
+                    return best, True
+                if rec["status"] == "ok" and rec["seconds"] < best["seconds"]:
+                    best = rec
+        if best is before:
+            break                       # a pass without a change: the next finds none
+    return best, False
+
+
+def _fitting(params, moved, fits):
+    """params where they fit; else params with one other parameter changed, the first
+    of REPAIRS that makes them fit; else None. Some moves only fit together: MICRO 1 needs
+    PAD a multiple of 4 (the defaults' is 1), and VW 4 needs TSM TSK and TSN TSK to be
+    multiples of 4 loads per work-item (after PoCL's TSM 32 -> 64, TSK 8 -> 16 too)."""
+    from .backends.gpu import GEMM_SPACE
+    if fits(params):
+        return params
+    order = [n for n in REPAIRS if n in GEMM_SPACE] + [n for n in GEMM_SPACE if n not in REPAIRS]
+    for name in order:
+        if name != moved:
+            for value in GEMM_SPACE[name]:
+                repaired = {**params, name: value}
+                if value != params.get(name) and fits(repaired):
+                    return repaired
+    return None
+
+
+def _verify(evaluate, candidates):
+    """(winner, its NT, its TN): the fastest tiling whose transposed products are right
+    too (each is another build of the kernel), of the VERIFIED fastest."""
+    ranked = sorted((r for r in candidates if r["status"] == "ok"), key=lambda r: r["seconds"])
+    for rec in ranked[:VERIFIED]:
+        nt = evaluate(rec["params"], "NT")
+        tn = evaluate(rec["params"], "TN") if nt["status"] == "ok" else nt
+        if nt["status"] == "ok" and tn["status"] == "ok":
+            return rec, nt, tn
+        wrong = "NT" if nt["status"] != "ok" else "TN"
+        rec["status"] = f"rejected: {wrong} {(nt if wrong == 'NT' else tn)['status']}"
+    raise PortanetError(f"none of the {len(ranked[:VERIFIED])} fastest GEMM tilings computes "
+                        f"the transposed products right: " + "; ".join(
+                            f"{_params_text(r['params'])}: {r['status']}"
+                            for r in ranked[:VERIFIED]) + " (a bug in portanet: please "
+                        "report it with this message)")
+
+
+def _evaluate(bk, ops, params, trans, samples, quick):
+    """One candidate on one product: built (by its first call), checked, timed."""
+    rec = {"params": dict(params), "trans": trans, "gflops": None, "seconds": None,
+           "error": None, "status": "ok"}
+    try:
+        bk.set_gemm_params(params)
+        rec["error"] = err = ops.check(trans)
+        if not err <= ERROR_BOUND:              # NaN too: an element left unwritten
+            rec["status"] = f"rejected: error {err:.1e} > {ERROR_BOUND:.0e}"
+            return rec
+        rec.update(ops.time(trans, samples, quick))
+    except KernelBuildError as e:
+        rec["status"] = f"build failed: {_first_line(e)}"
+        rec["message"] = str(e)[:4000]
+    except Exception as e:          # a candidate's failure, recorded
+        rec["status"] = f"failed: {type(e).__name__}: {_first_line(e)}"
+        rec["message"] = str(e)[:4000]
+    return rec
+
+
+def _vendor_speed(bk, ops, samples, quick):
+    """The vendor GEMM on the tuning product (NN), for comparison: gflops, error."""
+    bk.gemm_path = "vendor"
+    try:
+        err = ops.check("NN")
+        return {"error": err, **ops.time("NN", samples, quick)}
+    except Exception as e:          # shown, not fatal: ours was tuned
+        return {"status": f"failed: {type(e).__name__}: {_first_line(e)}"}
+    finally:
+        bk.gemm_path = "own"
+
+
+def vendor_accuracy(bk, rng=None):
+    """(vendor_k, {K: error}): the vendor GEMM's normwise relative error on 64 x 64 x K
+    products of uniform [0, 1) float32 inputs against float64, for K in VENDOR_KS with no
+    product split; vendor_k is the longest K up to which every error is within
+    VENDOR_BOUND, at least the first of VENDOR_KS. bk's GEMM path and vendor_k are put
+    back."""
+    rng = rng or np.random.default_rng(0)
+    saved = (bk.gemm_path, getattr(bk, "vendor_k", None), hasattr(bk, "vendor_k"))
+    errors, vendor_k, good = {}, VENDOR_KS[0], True
+    bk.gemm_path, bk.vendor_k = "vendor", UNSPLIT
+    try:
+        for k in VENDOR_KS:
+            a_host = rng.random((VENDOR_MN, k), dtype=np.float32)
+            b_host = rng.random((k, VENDOR_MN), dtype=np.float32)
+            arrays = [bk.upload(a_host), bk.upload(b_host), bk.empty((VENDOR_MN, VENDOR_MN))]
+            try:
+                bk.gemm(1.0, arrays[0], arrays[1], 0.0, arrays[2])
+                c = bk.download(arrays[2])
+            finally:
+                for x in arrays:
+                    bk.free(x)
+            errors[k] = _rel_err(c, a_host.astype(np.float64) @ b_host)
+            good = good and errors[k] <= VENDOR_BOUND
+            if good:
+                vendor_k = k
+    finally:
+        bk.gemm_path = saved[0]
+        if saved[2]:
+            bk.vendor_k = saved[1]
+        else:
+            del bk.vendor_k
+    return vendor_k, errors
+
+
+class _Operands:
+    """a, b (n x n, normal float32) and c on the device for every candidate; c is filled
+    with NaN before each checked call, so an element a kernel leaves unwritten shows.
+    The float64 products a b, a b^T, a^T b are made once, when first needed."""
+
+    def __init__(self, bk, n, rng):
+        self.bk, self.n, self.rng = bk, n, rng
+        self.a_host = rng.standard_normal((n, n), dtype=np.float32)
+        self.b_host = rng.standard_normal((n, n), dtype=np.float32)
+        self.nan = np.full((n, n), np.nan, np.float32)
+        self.arrays, self._refs = [], {}
+        try:
+            for make in (lambda: bk.upload(self.a_host), lambda: bk.upload(self.b_host),
+                         lambda: bk.empty((n, n), label="tuning product")):
+                self.arrays.append(make())
+        except BaseException:
+            self.free()
+            raise
+
+    def run(self, trans):
+        a, b, c = self.arrays
+        self.bk.gemm(1.0, a, b, 0.0, c, trans[0] == "T", trans[1] == "T")
+
+    def check(self, trans):
+        self.bk.write(self.arrays[2], self.nan)
+        self.run(trans)
+        got = self.bk.download(self.arrays[2])
+        if trans not in self._refs:
+            a, b = self.a_host.astype(np.float64), self.b_host.astype(np.float64)
+            self._refs[trans] = (a.T if trans[0] == "T" else a) @ (b.T if trans[1] == "T" else b)
+        return _rel_err(got, self._refs[trans])
+
+    def time(self, trans, samples, quick):
+        """seconds (median), spread (min, max), calls per sample and GFLOP/s."""
+        from .bench import measure
+        bk = self.bk
+        bk.synchronize()
+        begin = time.perf_counter()
+        self.run(trans)
+        bk.synchronize()
+        once = time.perf_counter() - begin
+        inner = 1 if quick else max(1, min(50, int(SAMPLE_S / max(once, 1e-6))))
+        t = measure(lambda: self.run(trans), bk.synchronize, repeats=samples, inner=inner,
+                    warmup=1)
+        return {"seconds": t["median_s"], "min_s": t["min_s"], "max_s": t["max_s"],
+                "samples": t["repeats"], "inner": inner,
+                "gflops": 2 * self.n ** 3 / t["median_s"] / 1e9}
+
+    def free(self):
+        for x in self.arrays:
+            self.bk.free(x)
+        self.arrays = []
+
+
+def _rel_err(x, ref):
+    ref = np.asarray(ref, np.float64)
+    return float(np.linalg.norm(np.asarray(x, np.float64) - ref) /
+                 max(np.linalg.norm(ref), 1e-30))
+
+
+def _frozen(params):
+    return tuple(sorted(params.items()))
+
+
+def _first_line(e):
+    lines = str(e).strip().splitlines() or [type(e).__name__]
+    return lines[0][:160]
+
+
+# -- the table ---------------------------------------------------------------------------
+
+def header(result):
+    """The table's first lines: the device, the product, the budget, the columns."""
+    where = ", ".join(str(x) for x in (result["platform"], result["driver"]) if x)
+    return (f"{result['device']}  {result['name']} ({where}): GEMM {result['size']}^3 NN, "
+            f"at most {result['budget']} candidates\n"
+            f"{'#':>4s}  {'changed from the default':44s} {'GFLOP/s':>9s} {'error':>9s}")
+
+
+def row(rec, default):
+    """One candidate: what differs from the default, GFLOP/s and error, or why not."""
+    changed = _params_text(_changes(rec["params"], default)) or "(default)"
+    if rec["status"] == "ok":
+        tail = f"{rec['gflops']:9.2f} {rec['error']:9.1e}"
+    else:
+        tail = f"{'-':>9s} {rec['status']}"
+    return f"{rec.get('n', ''):>4}  {changed:44s} {tail}"
+
+
+def summary(result):
+    """Default against tuned on NN, NT and TN, the vendor's GEMM, vendor_k."""
+    g = result["gflops"]
+    failed = result["build_failures"]
+    rejected = sum(r["status"].startswith("rejected") for r in result["candidates"])
+    lines = [f"{result['device']}: {result['evaluated']} candidates in "
+             f"{result['seconds']:.0f} s ({failed} failed to build, {rejected} rejected"
+             + (f"; the budget of {result['budget']} ended the search: --budget searches "
+                f"further" if result["exhausted"] else "") + ")",
+             f"{'':12s}{'NN':>9s}{'NT':>9s}{'TN':>9s}  GFLOP/s, {result['size']}^3"]
+
+    def line(label, values, note=""):
+        cells = "".join(f"{v:9.2f}" if v is not None else f"{'-':>9s}" for v in values)
+        return f"  {label:10s}{cells}  {note}".rstrip()
+    lines.append(line("default", (g["default"], g["default_NT"], g["default_TN"])))
+    gain = (f"{g['tuned'] / g['default'] - 1:+.0%} on NN" if g["default"] and g["tuned"]
+            else "")
+    lines.append(line("tuned", (g["tuned"], g["NT"], g["TN"]), gain))
+    vendor = result.get("vendor")
+    if vendor:
+        name = VENDOR_NAMES.get(result["kind"], "vendor")
+        note = (f"{name}, error {vendor['error']:.1e}" if "error" in vendor
+                else f"{name} {vendor.get('status')}")
+        lines.append(line("vendor", (vendor.get("gflops"), None, None), note))
+    changes = _changes(result["params"], result["default"])
+    lines.append(f"  tuned tiling: {_params_text(changes) or 'the default'}"
+                 f" (default {_params_text(result['default'])})")
+    if result["vendor_k"] is None:
+        lines.append("  vendor_k: - (" + ("its measurement failed" if vendor else
+                                          "no vendor GEMM here") + ")")
+    else:
+        errs = ", ".join(f"{k}: {e:.1e}" for k, e in result["vendor_errors"].items())
+        lines.append(f"  vendor_k: {result['vendor_k']} (errors by K, bound "
+                     f"{VENDOR_BOUND:.0e}: {errs})")
+    return "\n".join(lines)
+
+
+def table(result):
+    """The whole report of one device: header, every candidate, summary."""
+    return "\n".join([header(result)] + [row(r, result["default"])
+                                         for r in result["candidates"]] + [summary(result)])
+
+
+def _changes(params, default):
+    return {k: v for k, v in params.items() if default.get(k) != v}
+
+
+def _params_text(params):
+    return " ".join(f"{k}={v}" for k, v in params.items())
+

@@ -1,0 +1,338 @@
+"""`portanet tune` (portanet/tuning.py): the search on PoCL with a tiny budget on a product
+no tile divides, the database (round trip, merge, which file wins, corrupt files, keys),
+apply(), the command, and the devices it refuses. The database is a file in tmp_path
+throughout: no test reads or writes the user's. Timings are measured, never asserted on."""
+import json
+import logging
+import os
+
+import pytest
+from click.testing import CliRunner
+
+import portanet as pn
+from portanet import tuning
+from portanet.backends import gpu, opencl, sources
+from portanet.cli import main
+from portanet.errors import DeviceError, PortanetError
+
+SIZE, BUDGET = 67, 3            # PoCL builds each tiling in about four seconds
+
+
+@pytest.fixture(autouse=True)
+def databases(tmp_path, monkeypatch):
+    """The user's and the shipped database, both in tmp_path (neither there yet)."""
+    user, shipped = tmp_path / "user" / "tuning.json", tmp_path / "shipped.json"
+    monkeypatch.setattr(tuning, "user_path", lambda: user)
+    monkeypatch.setattr(tuning, "SHIPPED", shipped)
+    tuning.forget()
+    yield user, shipped
+    tuning.forget()
+
+
+@pytest.fixture(scope="module")
+def pocl():
+    """A PoCL backend of this module's own: the tilings and vendor_k these tests set on it
+    reach no other test's backend."""
+    try:
+        p, d = map(int, pn.device("opencl:pocl").name.split(":")[1:])
+    except DeviceError as e:
+        pytest.skip(f"opencl:pocl unavailable here: {e}")
+    return opencl.OpenCLBackend(p, d)
+
+
+@pytest.fixture(scope="module")
+def tuned(pocl):
+    """(result, the backend's tiling, path and vendor_k before tuning). The backend runs
+    another tiling than its default, as after apply(): the search measures the default
+    first, then starts from the tiling in use."""
+    pocl.gemm_default = dict(pocl.gemm_params)
+    pocl.set_gemm_params(other_tiling(pocl))
+    before = (dict(pocl.gemm_params), pocl.gemm_path, getattr(pocl, "vendor_k", "absent"))
+    lines = []
+    result = tuning.tune(pocl, budget=BUDGET, size=SIZE, quick=True, progress=lines.append)
+    result["lines"] = lines
+    return result, before
+
+
+@pytest.fixture
+def restored(pocl):
+    """Puts the backend's tiling and vendor_k back after a test that applies an entry."""
+    params = dict(pocl.gemm_params)
+    had, k = hasattr(pocl, "vendor_k"), getattr(pocl, "vendor_k", None)
+    yield pocl
+    pocl.set_gemm_params(params)
+    if had:
+        pocl.vendor_k = k
+    elif hasattr(pocl, "vendor_k"):
+        del pocl.vendor_k
+
+
+def other_tiling(bk):
+    """A tiling that fits bk and is not its current one."""
+    current = {**gpu.GEMM_DEFAULTS, **bk.gemm_params}
+    for name, values in gpu.GEMM_SPACE.items():
+        for v in values:
+            p = {**current, name: v}
+            if v != current[name] and bk.gemm_fits(p):
+                return p
+    pytest.fail(f"no other tiling fits {bk}")
+
+
+def test_winner_fits_is_right_and_no_slower_than_the_default(pocl, tuned):
+    result, before = tuned
+    rows = result["candidates"]
+    assert 1 <= len(rows) <= BUDGET and result["size"] == SIZE
+    assert pocl.gemm_fits(result["params"])
+    by_params = {tuple(sorted(r["params"].items())): r for r in rows}
+    winner = by_params[tuple(sorted(result["params"].items()))]
+    default = by_params[tuple(sorted(result["default"].items()))]
+    assert winner["status"] == default["status"] == "ok"
+    assert rows[0] is default and rows[1]["params"] == before[0] == result["start"]
+    # the best is kept as the fastest measured: at least the default's own figure
+    assert winner["gflops"] >= default["gflops"] == result["gflops"]["default"]
+    assert result["gflops"]["tuned"] == winner["gflops"]
+    for r in rows + result["checks"]:
+        assert r["status"] != "ok" or r["error"] <= tuning.ERROR_BOUND, r
+    for trans in ("NT", "TN"):
+        assert result["gflops"][trans] > 0 and result["errors"][trans] <= tuning.ERROR_BOUND
+    # a header, then one line per candidate
+    assert len(result["lines"]) == 1 + len(rows) and "(default)" in result["lines"][1]
+    assert "tuned" in tuning.summary(result) and "(default)" in tuning.table(result)
+    # the backend is left as it was
+    assert (dict(pocl.gemm_params), pocl.gemm_path,
+            getattr(pocl, "vendor_k", "absent")) == ({**gpu.GEMM_DEFAULTS, **before[0]},
+                                                     *before[1:])
+
+
+class _Limits:
+    """What _search asks of a backend: a name and gemm_fits, here for 1024 work-items."""
+    name = "a device of 1024 work-items"
+
+    @staticmethod
+    def gemm_fits(p):
+        return gpu.gemm_fits(p, 1024, 65536)
+
+
+def test_the_search_keeps_the_fastest_within_the_budget():
+    start = {**gpu.GEMM_DEFAULTS, **gpu.CPU_TILES}
+    measured = []
+
+    def evaluate(p):            # larger tiles are faster; TSK 32 fails to build
+        rec = {"params": p, "status": "ok", "seconds": 1.0 / (p["TSM"] * p["TSN"])}
+        if p["TSK"] == 32:
+            rec.update(status="build failed: TSK 32", seconds=None)
+        measured.append(rec)
+        return rec
+    best, exhausted = tuning._search(_Limits, evaluate, start, start, 5)
+    assert exhausted and len(measured) == 5
+    assert best["seconds"] == min(r["seconds"] for r in measured if r["status"] == "ok")
+    measured.clear()
+    best, exhausted = tuning._search(_Limits, evaluate, start, start, 100)
+    assert not exhausted
+    tried = [tuple(sorted(r["params"].items())) for r in measured]
+    assert len(tried) == len(set(tried))                          # none measured twice
+    assert (best["params"]["TSM"], best["params"]["TSN"]) == (128, 128)
+    assert all(_Limits.gemm_fits(r["params"]) for r in measured)
+
+    def broken(p):
+        return {"params": p, "status": "rejected: error 1e+00 > 1e-05", "seconds": None}
+    with pytest.raises(PortanetError, match="rejected"):
+        tuning._search(_Limits, broken, start, start, 5)
+
+
+def test_a_move_that_does_not_fit_alone_is_tried_with_one_repair():
+    def fits(p):
+        return gpu.gemm_fits(p, 1024, 65536)
+    start = {**gpu.GEMM_DEFAULTS, **gpu.CPU_TILES}            # PAD 1: no MICRO 1 alone
+    moved = {**start, "MICRO": 1}
+    assert fits(start) and not fits(moved)
+    repaired = tuning._fitting(moved, "MICRO", fits)
+    assert fits(repaired) and repaired["MICRO"] == 1
+    assert len([k for k in start if start[k] != repaired[k]]) == 2
+    assert tuning._fitting(start, "TSM", fits) == start
+    # 64 x 64 work-items where 256 fit: no one change brings them under
+    assert tuning._fitting({**start, "TSM": 128, "WPTM": 2, "TSN": 128, "WPTN": 2}, "TSM",
+                           lambda p: gpu.gemm_fits(p, 256, 65536)) is None
+
+
+def test_vendor_k_is_the_longest_accurate_k(pocl, tuned):
+    result, _ = tuned
+    if not pocl.vendor_gemm:
+        assert result["vendor_k"] is None
+        pytest.skip("no CLBlast here (pip install pyclblast): no vendor GEMM to measure")
+    errors = {int(k): e for k, e in result["vendor_errors"].items()}
+    assert sorted(errors) == list(tuning.VENDOR_KS)
+    k = result["vendor_k"]
+    assert k in tuning.VENDOR_KS
+    assert all(e <= tuning.VENDOR_BOUND for kk, e in errors.items()
+               if tuning.VENDOR_KS[0] < kk <= k)
+    longer = [kk for kk in tuning.VENDOR_KS if kk > k]
+    assert not longer or errors[longer[0]] > tuning.VENDOR_BOUND
+    assert result["vendor"]["gflops"] > 0
+
+
+def test_entries_round_trip_and_merge(pocl, tuned, databases):
+    result, _ = tuned
+    user, _ = databases
+    other = dict(result, key="opencl | another device | x | 1 | gemm 000000000000")
+    tuning.save(other)
+    assert tuning.lookup(pocl) is None
+    assert tuning.save(result) == user
+    assert tuning.lookup(pocl) == tuning.entry(result)
+    entries = json.loads(user.read_text())["entries"]
+    assert set(entries) == {other["key"], result["key"]}          # the other device's kept
+    assert entries[result["key"]]["params"] == result["params"]
+    assert [p.name for p in user.parent.iterdir()] == ["tuning.json"]   # no temp left
+    tuning.forget()                                               # a new process, as it were
+    assert tuning.lookup(pocl)["vendor_k"] == result["vendor_k"]
+
+
+def test_user_path_follows_xdg_cache_home(monkeypatch, tmp_path):
+    monkeypatch.undo()          # the real user_path, under a cache folder of the test's
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert tuning.user_path() == tmp_path / "portanet" / "tuning.json"
+
+
+def test_the_users_entry_wins_over_the_shipped_one(pocl, tuned, databases):
+    result, _ = tuned
+    user, shipped = databases
+    tuning.save(dict(result, vendor_k=2048), shipped)
+    tuning.save(dict(result, vendor_k=4096))
+    assert tuning.lookup(pocl)["vendor_k"] == 4096
+    os.remove(user)
+    tuning.forget()
+    assert tuning.lookup(pocl)["vendor_k"] == 2048
+
+
+@pytest.mark.parametrize("text", ["{not json", '{"version": 1}', '{"version": 99, "entries": {}}',
+                                  "\xff\xfe"])
+def test_a_corrupt_user_file_is_ignored_with_a_warning(pocl, tuned, databases, caplog, text):
+    result, _ = tuned
+    user, shipped = databases
+    tuning.save(result, shipped)
+    user.parent.mkdir()
+    user.write_bytes(text.encode("latin-1"))
+    with caplog.at_level(logging.WARNING, logger="portanet"):
+        assert tuning.lookup(pocl) == tuning.entry(result)        # the shipped one
+    assert "ignoring the GEMM tuning database" in caplog.text and str(user) in caplog.text
+
+
+def test_a_bad_entry_is_ignored_and_a_corrupt_file_kept_when_saving(pocl, tuned, databases,
+                                                                      caplog):
+    result, _ = tuned
+    user, _ = databases
+    user.parent.mkdir()
+    user.write_text(json.dumps({"version": 1, "entries": {
+        result["key"]: {"params": {"TSM": "big"}}}}))
+    with caplog.at_level(logging.WARNING, logger="portanet"):
+        assert tuning.lookup(pocl) is None
+        assert tuning.apply(pocl) is False
+    assert "ignoring the entry" in caplog.text
+    user.write_text("{not json")
+    with caplog.at_level(logging.WARNING, logger="portanet"):
+        tuning.save(result)
+    assert user.with_name("tuning.json.corrupt").read_text() == "{not json"
+    assert tuning.lookup(pocl) == tuning.entry(result)
+
+
+def test_keys_change_with_the_kernel_source_and_the_driver(pocl, monkeypatch):
+    key = tuning.device_key(pocl)
+    info = pocl.info()
+    assert key.startswith("opencl | ") and info["name"] in key and info["driver"] in key
+    assert tuning.kernel_hash("cl") in key
+    # the digest is of the source: an edited kernel hashes differently, and keys with it
+    load = sources.load
+    with monkeypatch.context() as m:
+        m.setattr(sources, "load", lambda family, lang: (
+            load(family, lang)[0], load(family, lang)[1] + "\n/* edited */\n"))
+        edited = tuning.kernel_hash.__wrapped__("cl")
+    digest = tuning.kernel_hash("cl")
+    assert edited != digest
+    with monkeypatch.context() as m:
+        m.setattr(tuning, "kernel_hash", lambda lang: edited)
+        assert tuning.device_key(pocl) == key.replace(digest, edited)
+    with monkeypatch.context() as m:
+        m.setattr(pocl, "info", lambda: dict(info, driver=info["driver"] + ".1"))
+        assert tuning.device_key(pocl) != key
+    assert tuning.device_key(pocl) == key
+
+
+def test_apply_sets_the_tiling_and_vendor_k(restored, tuned, databases):
+    bk = restored
+    result, _ = tuned
+    params = other_tiling(bk)
+    tuning.save(dict(result, params=params, vendor_k=8192))
+    assert tuning.apply(bk) is True
+    assert bk.gemm_params == params and bk.vendor_k == 8192
+    # a tiling this device cannot run (here work per item that does not divide a tile) is
+    # not used; vendor_k still is
+    tuning.save(dict(result, params=dict(params, WPTM=3), vendor_k=2048))
+    assert tuning.apply(bk) is True
+    assert bk.gemm_params == params and bk.vendor_k == 2048
+
+
+def test_apply_says_once_per_device_that_a_gpu_is_untuned(restored, monkeypatch, caplog):
+    bk = restored
+    with caplog.at_level(logging.INFO, logger="portanet"):
+        assert tuning.apply(bk) is False
+    assert "no tuned GEMM parameters" not in caplog.text      # a CPU: its limits suffice
+    monkeypatch.setattr(bk, "is_gpu", True)
+    with caplog.at_level(logging.INFO, logger="portanet"):
+        assert tuning.apply(bk) is False
+        assert tuning.apply(bk) is False
+    said = [r.getMessage() for r in caplog.records if "no tuned GEMM" in r.getMessage()]
+    assert len(said) == 1 and f"portanet tune --device {bk.name}" in said[0]
+
+
+@pytest.mark.parametrize("spec,why", [("cpu", "NumPy reference"),
+                                      ("opencl:oclgrind", "simulator")])
+def test_the_cpu_and_the_simulator_are_refused(spec, why):
+    try:
+        bk = pn.device(spec)
+    except DeviceError as e:
+        pytest.skip(f"{spec} unavailable here: {e}")
+    with pytest.raises(DeviceError, match=why):
+        tuning.tune(bk)
+    assert tuning.apply(bk) is False
+    result = CliRunner().invoke(main, ["tune", "--device", spec])
+    assert result.exit_code == 1 and why in result.output
+
+
+def test_a_device_held_to_other_limits_is_neither_tuned_nor_tuned_for(pocl, tuned):
+    result, _ = tuned
+    p, d = map(int, pocl.name.split(":")[1:])
+    mobile = opencl.OpenCLBackend(p, d, limits="mobile")      # a stand-in for a mobile GPU
+    tuning.save(dict(result, params=other_tiling(mobile)))
+    params = dict(mobile.gemm_params)
+    assert tuning.apply(mobile) is False and mobile.gemm_params == params
+    with pytest.raises(DeviceError, match="PORTANET_CL_LIMITS"):
+        tuning.tune(mobile)
+
+
+def test_the_command_quick(pocl, tmp_path, databases):
+    out, measurements = tmp_path / "db.json", tmp_path / "tune.json"
+    result = CliRunner().invoke(main, ["tune", "--device", "opencl:pocl", "--quick",
+                                       "--output", str(out), "--json", str(measurements)])
+    assert result.exit_code == 0, result.output
+    assert "(default)" in result.output and f"saved to {out}" in result.output
+    key = tuning.device_key(pn.device("opencl:pocl"))
+    entries = json.loads(out.read_text())["entries"]
+    assert list(entries) == [key] and entries[key]["size"] == tuning.QUICK_SIZE
+    report = json.loads(measurements.read_text())
+    assert report["devices"]["opencl:pocl"]["candidates"]
+    assert not databases[0].exists()
+    # without --output a quick search is shown, not kept
+    result = CliRunner().invoke(main, ["tune", "--device", "opencl:pocl", "--quick",
+                                       "--budget", "1"])
+    assert result.exit_code == 0, result.output
+    assert "not saved" in result.output and not databases[0].exists()
+
+
+def test_the_shipped_database_is_one(monkeypatch):
+    monkeypatch.undo()
+    data = json.loads(tuning.SHIPPED.read_text())
+    assert data["version"] == tuning.VERSION and isinstance(data["entries"], dict)
+    for key, entry in data["entries"].items():
+        assert tuning._entry_problem(entry) is None, key
+    assert all(e["vendor_k"] is None or e["vendor_k"] >= tuning.VENDOR_KS[0]
+               for e in data["entries"].values())
