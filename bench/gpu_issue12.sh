@@ -5,7 +5,9 @@
 #                                       --variants) and the GEMM table against cuBLAS
 #   bash bench/gpu_issue12.sh tune      portanet tune on cuda and opencl:nvidia, its database
 #                                       under $OUT, then the GEMM table with the tuned tiling
-#   bash bench/gpu_issue12.sh suite     the GEMM tests and the suite on the GPUs
+#   bash bench/gpu_issue12.sh bench     portanet bench's gemm and MLP workloads, cuda and
+#                                       opencl:nvidia (the shipped tuned tilings)
+#   bash bench/gpu_issue12.sh suite     the test suite on the GPUs
 # Results under $OUT.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -24,9 +26,13 @@ tune)
     mkdir -p /tmp/cache/portanet && cp "$OUT/tuned-h100.json" /tmp/cache/portanet/tuning.json
     timeout 150 python3 bench/gpu_compare.py --only gemm --opencl opencl:nvidia \
         --json "$OUT/gemm-tuned.json" 2>&1 | grep -v Warning | tee "$OUT/gemm-tuned.log" ;;
+bench)
+    timeout 300 python3 -m portanet.cli bench --device cuda --device opencl:nvidia \
+        --workload gemm --workload mlp-big --workload mlp-small --json "$OUT/bench.json" 2>&1 \
+        | grep -v Warning | tee "$OUT/bench.log" | tail -30 ;;
 suite)
     timeout 560 python3 -m pytest -q -rs -p no:cacheprovider tests "${@:2}" 2>&1 \
         | tee "$OUT/pytest.log" | tail -40 ;;
 *)
-    echo "usage: bash bench/gpu_issue12.sh sweep|tune|suite"; exit 2 ;;
+    echo "usage: bash bench/gpu_issue12.sh sweep|tune|bench|suite"; exit 2 ;;
 esac

@@ -44,5 +44,5 @@ if has own-bench; then
         --json "$OUT/bench-own-h100.json" 2>&1 | tee "$OUT/portanet-bench-own.log" | tail -20
 fi
 if has bench; then
-    timeout 400 python3 bench/gpu_compare.py ${TUNE:+--tune} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
+    timeout 400 python3 bench/gpu_compare.py ${TUNE:+--variants} --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log"
 fi
