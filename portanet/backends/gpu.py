@@ -210,13 +210,15 @@ class KernelBackend(Backend):
         the whole K in one float accumulator, whose error grows with sqrt(K) (8e-6 at
         K = 150000, uniform inputs). `portanet tune` measures how long a K the vendor keeps
         within bounds on a device; untuned, vendor_k is ACC_K."""
-        for i, (a_p, b_p, kp) in enumerate(_pieces(a, b, trans_a, trans_b, k, self.vendor_k)):
+        pieces = _pieces(a, b, trans_a, trans_b, k, self.vendor_k)
+        for i, (a_p, b_p, kp) in enumerate(pieces):
             beta_p = beta if i == 0 else 1.0
             if self.trace is None:
                 self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b, m, n, kp)
             else:
                 self.trace.record(
-                    self, f"gemm {_shape_text(m, n, kp, trans_a, trans_b)} vendor",
+                    self, f"gemm {_shape_text(m, n, k, trans_a, trans_b)} vendor"
+                    + _piece_text(i, len(pieces)),
                     lambda: self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b,
                                               m, n, kp))
 
@@ -254,26 +256,33 @@ class KernelBackend(Backend):
         (a conv layer's weight gradient: 32 x 144 outputs, K = 36864). Where such an output
         is also smaller than one of the device's tiles it takes SMALL_TILES, which waste no
         work on padding, in many more parts: 16 x 9 outputs with K = 173056 took 418 us in
-        one 128 x 128 tile per part on an H100's OpenCL."""
+        one 128 x 128 tile per part on an H100's OpenCL. A larger output that still leaves
+        compute units idle takes the device's tiling halved each way (as many work-items,
+        a quarter of the work each), four times the work-groups before K is split: 1024^3
+        ran at 17 TFLOP/s in 64 tiles of 128 x 128 split in 5 parts on an H100."""
         p = self.gemm_params
         few = -(-m // p["TSM"]) * -(-n // p["TSN"]) < self.compute_units
         small = few and (m < p["TSM"] or n < p["TSN"]) and p["TSM"] * p["TSN"] > 256
+        half = dict(p, TSM=p["TSM"] // 2, TSN=p["TSN"] // 2, WPTM=p["WPTM"] // 2,
+                    WPTN=p["WPTN"] // 2)
         if small:
             p = SMALL_TILES
+        elif few and self.gemm_fits(half):
+            p = half
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
         groups = self.compute_units * (SMALL_GROUPS_PER_UNIT if small else 2)
         parts, k_chunk = split_k(tiles_m * tiles_n, k, p["TSK"], groups)
         if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
             parts, k_chunk = -(-k // ACC_K), ACC_K
-        key = ("gemm", trans_a, trans_b, parts > 1, small)
+        key = ("gemm", trans_a, trans_b, parts > 1, tuple(sorted(p.items())))
         if key not in self._kernels:
             self._kernels[key] = self._build("gemm", "gemm", gemm_options(
                 trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))) + self._register_cap(p))
-        label = f"gemm {_shape_text(m, n, k, trans_a, trans_b)} own" + (
-            " small" if small else "") + (f" split-K {parts}" if parts > 1 else "")
+        label = f"gemm {_shape_text(m, n, k, trans_a, trans_b)} own {p['TSM']}x{p['TSN']}" + (
+            f" split-K {parts}" if parts > 1 else "")
 
-        def launch(out, a, b, alpha, beta, k, k_chunk):
+        def launch(out, a, b, alpha, beta, k, k_chunk, label=label):
             vw = p["VW"]                # whole runs load as vectors where 16-byte aligned
             vec_a, vec_b = (vw > 1 and x.offset % vw == 0 and x.shape[1] % vw == 0
                             for x in (a, b))
@@ -285,8 +294,10 @@ class KernelBackend(Backend):
             launch(ws, a, b, 1.0, 0.0, k, k_chunk)
             self._run("gemm_split_sum", (m * n,), c, ws, float(alpha), float(beta), m * n, parts)
             return
-        for i, (a_p, b_p, kp) in enumerate(_pieces(a, b, trans_a, trans_b, k)):
-            launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp)
+        pieces = _pieces(a, b, trans_a, trans_b, k)
+        for i, (a_p, b_p, kp) in enumerate(pieces):
+            launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp,
+                   label + _piece_text(i, len(pieces)))
 
     def _register_cap(self, params):
         """Build options that hold our GEMM kernel to registers for MIN_GROUPS work-groups
@@ -482,11 +493,18 @@ def _pieces(a, b, trans_a, trans_b, k, longest=ACC_K):
     count = max(1, -(-k // longest))
     step = -(-k // count)
     step = min(longest, -(-step // 16) * 16) if count > 1 else k
+    pieces = []
     for k0 in range(0, max(k, 1), max(step, 1)):
         a_off = a.offset + (k0 * a.shape[1] if trans_a else k0)   # K runs down op(a)'s
         b_off = b.offset + (k0 if trans_b else k0 * b.shape[1])   # columns, op(b)'s rows
-        yield (DeviceArray(a.buf, a_off, a.shape, a.dtype, a),
-               DeviceArray(b.buf, b_off, b.shape, b.dtype, b), min(step, k - k0))
+        pieces.append((DeviceArray(a.buf, a_off, a.shape, a.dtype, a),
+                       DeviceArray(b.buf, b_off, b.shape, b.dtype, b), min(step, k - k0)))
+    return pieces
+
+
+def _piece_text(i, count):
+    """' piece 2/3' in a profile's label for the later pieces of a product cut in K."""
+    return f" piece {i + 1}/{count}" if count > 1 else ""
 
 
 def _shape_text(m, n, k, trans_a, trans_b):
