@@ -294,7 +294,7 @@ class KernelBackend(Backend):
             launch(ws, a, b, 1.0, 0.0, k, k_chunk)
             self._run("gemm_split_sum", (m * n,), c, ws, float(alpha), float(beta), m * n, parts)
             return
-        pieces = _pieces(a, b, trans_a, trans_b, k)
+        pieces = _pieces(a, b, trans_a, trans_b, k, ACC_K)
         for i, (a_p, b_p, kp) in enumerate(pieces):
             launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp,
                    label + _piece_text(i, len(pieces)))
