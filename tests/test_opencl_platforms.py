@@ -72,7 +72,8 @@ def test_limits_profiles_cap_what_the_backend_believes(profile, group, local, fp
         assert bk.limits.fp64 is (fp64 and bool(dev.double_fp_config))
     p_ = bk.gemm_params                 # the tiling derives from the capped limits
     assert (p_["TSM"] // p_["WPTM"]) * (p_["TSN"] // p_["WPTN"]) <= bk.limits.work_group
-    assert p_["TSK"] * (p_["TSM"] + p_["TSN"] + 2 * p_["PAD"]) * 8 <= bk.limits.local_bytes
+    slabs = (2 if p_["DB"] else 1) * p_["TSK"] * (p_["TSM"] + p_["TSN"] + 2 * p_["PAD"])
+    assert slabs * bk.dtype.itemsize <= bk.limits.local_bytes
     assert bk.gemv_threads <= bk.limits.work_group
     x = bk.upload(np.arange(1000, dtype=np.float32))      # and the kernels run within them
     bk.scal(2.0, x)

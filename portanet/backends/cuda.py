@@ -102,7 +102,8 @@ class CudaBackend(KernelBackend):
         self.compute_units = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self.max_threads = attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK]
         self.gemm_limits = (self.max_threads,
-                            attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK])
+                            attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],
+                            self.dtype.itemsize)
         self.gemm_params = gemm_params(True, *self.gemm_limits)
         self._modules = {}
         self._prepared = {}

@@ -534,32 +534,35 @@ def default_local(global_size, work_group):
     return (x, max(1, min(8, work_group // x))) + (1,) * (len(global_size) - 2)
 
 
-def gemm_params(is_gpu, max_threads, local_bytes):
+def gemm_params(is_gpu, max_threads, local_bytes, itemsize=8):
     """Tile sizes for our GEMM from a device's limits, for a device `portanet tune` has not
-    measured: on GPUs with room for them 128 x 128 tiles, 16 deep, of 8 x 8 per work-item
-    read as 4-wide runs (MICRO 2), operands loaded 4 wide, registers for two groups per
-    compute unit (the fastest of bench/gpu_compare.py --variants on an H100: 43.0 TFLOP/s
-    on CUDA, 43.3 on NVIDIA's OpenCL, against 28.7 and 30.0 for the previous defaults);
+    measured. On GPUs with room for them, 128 x 256 tiles, 16 deep, of 8 x 16 per
+    work-item, read as 4-wide runs (MICRO 2), operands loaded 4 wide: the fastest measured
+    on an H100 (45.7 TFLOP/s on CUDA, 45.4 on NVIDIA's OpenCL at 4096^3; 128 x 128 tiles of
+    8 x 8 with registers for two groups per unit, 43.4 on both; the previous defaults 28.7
+    and 30.0). Failing that (float64's slabs need twice the local memory) 128 x 128;
     smaller ones on CPUs and small devices."""
+    wide = dict(GEMM_DEFAULTS, TSM=128, TSN=256, TSK=16, WPTN=16, MICRO=2, PAD=4, VW=4)
     big = dict(GEMM_DEFAULTS, TSM=128, TSN=128, TSK=16, MICRO=2, PAD=4, VW=4, MIN_GROUPS=2)
-    for p in ([big, GEMM_DEFAULTS] if is_gpu else [CPU_TILES]) + [
+    for p in ([wide, big, GEMM_DEFAULTS] if is_gpu else [CPU_TILES]) + [
             dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2)]:
-        if gemm_fits(p, max_threads, local_bytes):
+        if gemm_fits(p, max_threads, local_bytes, itemsize):
             return dict(p)
     raise RuntimeError(f"no GEMM tiling fits a device with {max_threads} work-items per "
                        f"group and {local_bytes} bytes of local memory")
 
 
 # what `portanet tune` searches: each parameter of gemm.cl / gemm.cu and its candidates
-GEMM_SPACE = {"TSM": (32, 64, 128), "TSN": (32, 64, 128), "TSK": (8, 16, 32),
-              "WPTM": (2, 4, 8), "WPTN": (2, 4, 8), "MICRO": (0, 1, 2), "PAD": (0, 1, 4),
+GEMM_SPACE = {"TSM": (32, 64, 128, 256), "TSN": (32, 64, 128, 256), "TSK": (8, 16, 32),
+              "WPTM": (2, 4, 8, 16), "WPTN": (2, 4, 8, 16), "MICRO": (0, 1, 2), "PAD": (0, 1, 4),
               "VW": (1, 4), "DB": (0, 1), "SUBGROUP": (0, 32), "MIN_GROUPS": (1, 2)}
 
 
-def gemm_fits(p, max_threads, local_bytes):
-    """Whether tiling p is one gemm.cl can build and a device with these limits can run:
-    whole work-per-item blocks, loads that divide among the work-items, 4-aligned local
-    rows where the micro-tile is read as 4-wide vectors (MICRO 1, 2), room for doubles."""
+def gemm_fits(p, max_threads, local_bytes, itemsize=8):
+    """Whether tiling p is one gemm.cl can build and a device with these limits can run
+    on reals of itemsize bytes: whole work-per-item blocks, loads that divide among the
+    work-items, 4-aligned local rows where the micro-tile is read as 4-wide vectors
+    (MICRO 1, 2), the slabs in local memory."""
     p = {**GEMM_DEFAULTS, **p}
     rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
     threads = rtsm * rtsn
@@ -576,7 +579,7 @@ def gemm_fits(p, max_threads, local_bytes):
     if ACC_K % p["TSK"]:                    # split-K parts of ACC_K are whole slabs
         return False
     stages = 2 if p.get("DB") else 1
-    return stages * p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * 8 <= local_bytes
+    return stages * p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * itemsize <= local_bytes
 
 
 def split_k(tiles, k, tsk, groups):

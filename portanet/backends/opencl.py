@@ -292,7 +292,7 @@ class OpenCLBackend(KernelBackend):
         lim = self.limits
         self.is_gpu = lim.gpu
         self.compute_units = self.device.max_compute_units
-        self.gemm_limits = (lim.work_group, lim.local_bytes)
+        self.gemm_limits = (lim.work_group, lim.local_bytes, self.dtype.itemsize)
         self.gemm_params = gemm_params(lim.gpu, *self.gemm_limits)
         self.gemv_threads = 1 << (min(256, lim.work_group).bit_length() - 1)
         self._programs = {}
