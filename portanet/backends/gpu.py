@@ -257,18 +257,23 @@ class KernelBackend(Backend):
         is also smaller than one of the device's tiles it takes SMALL_TILES, which waste no
         work on padding, in many more parts: 16 x 9 outputs with K = 173056 took 418 us in
         one 128 x 128 tile per part on an H100's OpenCL. A larger output that still leaves
-        compute units idle takes the device's tiling halved each way (as many work-items,
-        a quarter of the work each), four times the work-groups before K is split: 1024^3
-        ran at 17 TFLOP/s in 64 tiles of 128 x 128 split in 5 parts on an H100."""
+        compute units idle steps down a ladder of tilings first (`_halved`: the longer side
+        and its work per item halved, as many work-items), until its tiles fill the device:
+        on an H100 1024^3 ran at 17 TFLOP/s in 64 tiles of 128 x 128 split in 5 parts of K,
+        and the 128 x 256 tiles that are fastest at 4096^3 made 2048^3 a single wave of 128."""
         p = self.gemm_params
-        few = -(-m // p["TSM"]) * -(-n // p["TSN"]) < self.compute_units
-        small = few and (m < p["TSM"] or n < p["TSN"]) and p["TSM"] * p["TSN"] > 256
-        half = dict(p, TSM=p["TSM"] // 2, TSN=p["TSN"] // 2, WPTM=p["WPTM"] // 2,
-                    WPTN=p["WPTN"] // 2)
+
+        def tiles(p):
+            return -(-m // p["TSM"]) * -(-n // p["TSN"])
+        small = (tiles(p) < self.compute_units and (m < p["TSM"] or n < p["TSN"])
+                 and p["TSM"] * p["TSN"] > 256)
         if small:
             p = SMALL_TILES
-        elif few and self.gemm_fits(half):
-            p = half
+        while tiles(p) < self.compute_units:
+            q = _halved(p)
+            if q is None or not self.gemm_fits(q):
+                break
+            p = q
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
         groups = self.compute_units * (SMALL_GROUPS_PER_UNIT if small else 2)
@@ -484,6 +489,17 @@ SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)
 # defaults took it 20 s per variant (of four: the transposes) against 4 s for this one,
 # which also ran the MLP's products 1.3-1.9x faster (set_gemm_params, 2-core EPYC)
 CPU_TILES = dict(GEMM_DEFAULTS, TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4)
+
+
+def _halved(p):
+    """The next rung down the ladder of tilings from p: the longer side of the tile and the
+    work per item along it halved (the work-items stay as many), registers capped for two
+    work-groups per compute unit; None at the bottom (tiles of 16 or 2 per work-item)."""
+    side = "N" if p["TSN"] >= p["TSM"] else "M"
+    if p["TS" + side] <= 16 or p["WPT" + side] <= 2:
+        return None
+    return dict(p, **{"TS" + side: p["TS" + side] // 2, "WPT" + side: p["WPT" + side] // 2},
+                MIN_GROUPS=max(2, p.get("MIN_GROUPS", 1)))
 
 
 def _pieces(a, b, trans_a, trans_b, k, longest=ACC_K):
