@@ -21,7 +21,7 @@ sweep)
         --json "$OUT/sweep.json" 2>&1 | grep -v Warning | tee "$OUT/sweep.log" ;;
 tune)
     export XDG_CACHE_HOME=/tmp/cache
-    timeout 420 python3 -m portanet.cli tune --device cuda --device opencl:nvidia --budget ${BUDGET:-40} \
+    timeout 420 python3 -m portanet.cli tune --device cuda --device opencl:nvidia --budget ${BUDGET:-40} --size ${SIZE:-4096} \
         --output "$OUT/tuned-h100.json" --json "$OUT/tune-h100.json" 2>&1 | tee "$OUT/tune.log"
     mkdir -p /tmp/cache/portanet && cp "$OUT/tuned-h100.json" /tmp/cache/portanet/tuning.json
     timeout 150 python3 bench/gpu_compare.py --only gemm --opencl opencl:nvidia \
