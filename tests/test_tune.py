@@ -131,7 +131,8 @@ def test_the_search_keeps_the_fastest_within_the_budget():
     assert not exhausted
     tried = [tuple(sorted(r["params"].items())) for r in measured]
     assert len(tried) == len(set(tried))                          # none measured twice
-    assert (best["params"]["TSM"], best["params"]["TSN"]) == (128, 128)
+    area = [r["params"]["TSM"] * r["params"]["TSN"] for r in measured if r["status"] == "ok"]
+    assert best["params"]["TSM"] * best["params"]["TSN"] == max(area) >= 128 * 128
     assert all(_Limits.gemm_fits(r["params"]) for r in measured)
 
     def broken(p):
