@@ -372,8 +372,12 @@ def tune(bk, budget=None, size=None, quick=False, progress=None):
               "default": default, "start": start, "candidates": [], "checks": []}
     progress(header(result))
     ops = _Operands(bk, size, np.random.default_rng(0))
+    units = bk.compute_units
     try:
         bk.gemm_path = "own"
+        # one compute unit as far as _gemm_own knows: each candidate runs as itself, never
+        # stepped down its ladder of smaller tilings nor split in K
+        bk.compute_units = 1
 
         def evaluate(params, trans="NN"):
             rec = _evaluate(bk, ops, params, trans, samples, quick)
@@ -404,6 +408,7 @@ def tune(bk, budget=None, size=None, quick=False, progress=None):
                 vendor = _vendor_speed(bk, ops, samples, quick)
     finally:
         ops.free()
+        bk.compute_units = units
         bk.gemm_path = saved[0]
         bk.set_gemm_params(saved[1])
         if saved[3]:
