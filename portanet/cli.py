@@ -289,7 +289,7 @@ def profile(workload, device, batch_size, json_path):
               help="most tilings measured per device (default 60 on GPUs, 16 on CPUs, "
                    "3 with --quick)")
 @click.option("--size", type=click.IntRange(1), default=None,
-              help="m = n = k of the tuning product (default 2048 on GPUs, 256 on CPUs, "
+              help="m = n = k of the tuning product (default 4096 on GPUs, 256 on CPUs, "
                    "67 with --quick)")
 @click.option("--quick", is_flag=True,
               help="a tiny search on a small product: checks that tuning works, tunes little")

@@ -12,7 +12,7 @@ fit (`_fitting`): some parameters only move together, and on PoCL such a pair (M
 with PAD 4) led to a tiling four times as fast as the default. Where timings are noisy (a
 CPU shared with other work) the path follows the noise: another run on the same PoCL
 stopped at 1.4 times the default. Each candidate is built, checked and timed on one
-square product c <- a b of normal random float32 inputs (2048^3 on GPUs, 256^3 on CPUs):
+square product c <- a b of normal random float32 inputs (4096^3 on GPUs, 256^3 on CPUs):
 
     error    ||c - c64||_F / ||c64||_F against float64 NumPy; over ERROR_BOUND is rejected
     time     median of several synchronized samples after a warm-up (bench.measure)
@@ -72,7 +72,7 @@ VENDOR_NAMES = {"opencl": "CLBlast", "cuda": "cuBLAS"}
 
 # (GPU, CPU): m = n = k of the tuning product and candidates measured. PoCL compiles a
 # tiling for four seconds (each transpose is another build), so a CPU gets fewer.
-SIZE = {True: 2048, False: 256}
+SIZE = {True: 4096, False: 256}
 BUDGET = {True: 60, False: 16}
 PASSES = 2
 # a move that does not fit is tried with one other parameter changed too, the first that
@@ -350,7 +350,7 @@ def tune(bk, budget=None, size=None, quick=False, progress=None):
     build_failures, exhausted (the budget ended the search), seconds, date, portanet.
 
     budget: candidates measured at most (default 60 on GPUs, 16 on CPUs); size: m = n = k
-    (2048, 256); quick: 3 candidates of 67^3 and fewer samples. progress(line) is called
+    (4096, 256); quick: 3 candidates of 67^3 and fewer samples. progress(line) is called
     with the table's header and each row as it is measured. bk is left as it was: its
     tiling, GEMM path and vendor_k (apply() takes a saved result up)."""
     from . import __version__
