@@ -82,6 +82,7 @@ class KernelBackend(Backend):
     generation = 0              # bumped when what recorded steps point at goes away
     gemv_threads = 256          # work-items of gemv's group (blas.cl), within the limits
     vendor_k = ACC_K            # the longest sum one vendor gemm call may run (accuracy)
+    _ladder = None              # (gemm_params, its ladder of tilings): see _tilings
 
     def _load_kernels(self):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
@@ -262,26 +263,25 @@ class KernelBackend(Backend):
         on an H100 1024^3 ran at 17 TFLOP/s in 64 tiles of 128 x 128 split in 5 parts of K
         (23.5 in 256 of 64 x 64), and 2048^3 at 35 in 128 of the 128 x 256 tiles that are
         fastest at 4096^3 (42 in 256 of 128 x 128)."""
-        p = self.gemm_params
-
         def tiles(p):
             return -(-m // p["TSM"]) * -(-n // p["TSN"])
+        rungs = self._tilings()
+        p, frozen = rungs[0]
         small = (tiles(p) < self.compute_units and (m < p["TSM"] or n < p["TSN"])
                  and p["TSM"] * p["TSN"] > 256)
         if small:
-            p = SMALL_TILES
-        while tiles(p) < self.compute_units:
-            q = _halved(p)
-            if q is None or not self.gemm_fits(q):
-                break
-            p = q
+            p, frozen = SMALL_TILES, SMALL_KEY
+        else:
+            for p, frozen in rungs:         # down to the first whose tiles fill the device
+                if tiles(p) >= self.compute_units:
+                    break
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
         groups = self.compute_units * (SMALL_GROUPS_PER_UNIT if small else 2)
         parts, k_chunk = split_k(tiles_m * tiles_n, k, p["TSK"], groups)
         if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
             parts, k_chunk = -(-k // ACC_K), ACC_K
-        key = ("gemm", trans_a, trans_b, parts > 1, tuple(sorted(p.items())))
+        key = ("gemm", trans_a, trans_b, parts > 1, frozen)
         if key not in self._kernels:
             self._kernels[key] = self._build("gemm", "gemm", gemm_options(
                 trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))) + self._register_cap(p))
@@ -304,6 +304,18 @@ class KernelBackend(Backend):
         for i, (a_p, b_p, kp) in enumerate(pieces):
             launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp,
                    label + _piece_text(i, len(pieces)))
+
+    def _tilings(self):
+        """The ladder of tilings _gemm_own steps down: the device's, then each `_halved`
+        from it while they fit here, with the frozen items that key their kernels. Made
+        once per tiling (set_gemm_params gives a new one), not at every product."""
+        if self._ladder is None or self._ladder[0] is not self.gemm_params:
+            rungs, p = [], self.gemm_params
+            while p is not None and (not rungs or self.gemm_fits(p)):
+                rungs.append((p, tuple(sorted(p.items()))))
+                p = _halved(p)
+            self._ladder = (self.gemm_params, rungs)
+        return self._ladder[1]
 
     def _register_cap(self, params):
         """Build options that hold our GEMM kernel to registers for MIN_GROUPS work-groups
@@ -485,6 +497,7 @@ GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO":
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
 # parts so that about 8 work-groups of 64 work-items run per compute unit
 SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)
+SMALL_KEY = tuple(sorted(SMALL_TILES.items()))
 # CPUs (PoCL, Intel's runtime): 32 x 32 tiles, 8 deep, of 4 x 4 per work-item. PoCL compiles
 # a kernel per work-group size at its first launch, and the unrolled 8 x 8 x 16 body of the
 # defaults took it 20 s per variant (of four: the transposes) against 4 s for this one,
