@@ -386,6 +386,21 @@ def test_integer_scalars_are_taken_as_reals(backend, rng):
     assert rel_err(backend.download(C), a @ b + 1) < F32
 
 
+def check_every_transpose(backend, rng, m, n, k):
+    """c <- 0.5 op(a) op(b) - c on backend, for each of the four transposes, against NumPy."""
+    for trans_a in (False, True):
+        for trans_b in (False, True):
+            a = rng.standard_normal((k, m) if trans_a else (m, k))
+            b = rng.standard_normal((n, k) if trans_b else (k, n))
+            c = rng.standard_normal((m, n))
+            C = backend.upload(c)
+            backend.gemm(0.5, backend.upload(a), backend.upload(b), -1.0, C, trans_a, trans_b)
+            op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
+            ref = 0.5 * op_a @ op_b - c
+            assert rel_err(backend.download(C), ref,
+                           gemm_scale(0.5, op_a, op_b, -1, c)) < F32, (m, n, k, trans_a, trans_b)
+
+
 @pytest.mark.parametrize("tiling", [
     dict(TSM=32, TSN=16, TSK=8, WPTM=4, WPTN=2, MICRO=0, PAD=1),
     dict(TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4, MICRO=1, PAD=4),
@@ -407,18 +422,7 @@ def test_own_gemm_tilings(backend, rng, tiling):
                                                                       (68, 72, 136)]
     try:
         for m, n, k in shapes:
-            for trans_a in (False, True):
-                for trans_b in (False, True):
-                    a = rng.standard_normal((k, m) if trans_a else (m, k))
-                    b = rng.standard_normal((n, k) if trans_b else (k, n))
-                    c = rng.standard_normal((m, n))
-                    C = backend.upload(c)
-                    backend.gemm(0.5, backend.upload(a), backend.upload(b), -1.0, C,
-                                 trans_a, trans_b)
-                    op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
-                    ref = 0.5 * op_a @ op_b - c
-                    assert rel_err(backend.download(C), ref,
-                                   gemm_scale(0.5, op_a, op_b, -1, c)) < F32, (m, n, k)
+            check_every_transpose(backend, rng, m, n, k)
     finally:
         backend.set_gemm_params(saved_params)
         backend.gemm_path = saved_path
@@ -437,16 +441,7 @@ def test_own_gemm_split_k(backend, rng, m, n, k):
     backend.compute_units, backend.gemm_path = 64, "own"
     try:
         assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
-        for trans_a in (False, True):
-            for trans_b in (False, True):
-                a = rng.standard_normal((k, m) if trans_a else (m, k))
-                b = rng.standard_normal((n, k) if trans_b else (k, n))
-                c = rng.standard_normal((m, n))
-                C = backend.upload(c)
-                backend.gemm(0.5, backend.upload(a), backend.upload(b), -1.0, C, trans_a, trans_b)
-                op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
-                ref = 0.5 * op_a @ op_b - c
-                assert rel_err(backend.download(C), ref, gemm_scale(0.5, op_a, op_b, -1, c)) < F32
+        check_every_transpose(backend, rng, m, n, k)
     finally:
         backend.compute_units, backend.gemm_path = saved_units, saved_path
 
