@@ -26,7 +26,7 @@ KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const in
 
 /* y <- alpha a^T x + beta y. One work-item per column: neighbours read neighbouring
    addresses. The column is summed in pieces of GEMV_PIECE rows, so that no float sum runs
-   longer (gemm.cl's ACC_K says why). */
+   longer (ACC_K in backends/base.py says why). */
 #define GEMV_PIECE 512
 KERNEL void gemv_t(GLOBAL real* y, const int y_off, const GLOBAL real* a, const int a_off,
                    const GLOBAL real* x, const int x_off, const real alpha, const real beta,

@@ -20,11 +20,12 @@ from ..errors import InputError, ShapeError
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu", "elu", "gelu", "silu")
 
 
-# no float sum of a product runs longer than this many terms (gemm.cl adds its accumulators
-# into c and starts them again; vendor GEMM calls and the reference's gemv go in pieces): a
-# K = 150000 product of uniform [0, 1) inputs then errs by 1.3e-7 against float64
+# no float sum of a product runs longer than this many terms (a GEMM's split-K parts and
+# launches over pieces of K, vendor GEMM calls in pieces, gemv_t and the reference's gemv in
+# pieces): a K = 150000 product of uniform [0, 1) inputs then errs by 1.3e-7 against float64
 # (normwise), not by 8e-6 as one running sum does, and K = 10000 by 2.5e-7, not 1.4e-6
 ACC_K = 2048
+
 
 class Backend:
     """One device. Subclasses implement the methods below that raise NotImplementedError."""

@@ -6,8 +6,9 @@ import os
 import numpy as np
 
 from ..rng import dropout_mask
-from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation, check_gather,
-                   check_gemm, check_norm_kind, check_pool, check_rows, check_update, conv_out)
+from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
+                   check_gather, check_gemm, check_norm_kind, check_pool, check_rows,
+                   check_update, conv_out)
 
 
 def _quiet(method):
