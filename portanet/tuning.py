@@ -128,16 +128,13 @@ def lookup(bk):
 def apply(bk):
     """Use this device's tuned GEMM parameters and vendor_k where the database has them:
     True. Where it has none, False, and on a GPU one info line per process and device
-    saying how to tune it. The limits-derived tiling is kept as bk.gemm_default (what
-    `portanet tune` compares against). A device held to lower limits (PORTANET_CL_LIMITS)
+    saying how to tune it. A device held to lower limits (PORTANET_CL_LIMITS)
     stands in for another class of device, whose tilings it is there to run: it keeps
     them. Never raises: a backend calls it as it is made, and a bad database must not keep
     a device from working (it is warned about)."""
     if bk.kind == "cpu" or bk.simulator or _capped(bk):
         return False
     try:
-        if getattr(bk, "gemm_default", None) is None:
-            bk.gemm_default = dict(bk.gemm_params)
         key = device_key(bk)
         entry = lookup(bk)
     except Exception as e:      # see the docstring
@@ -363,7 +360,7 @@ def tune(bk, budget=None, size=None, quick=False, progress=None):
     progress = progress or (lambda line: None)
     info = bk.info()
     start = {**GEMM_DEFAULTS, **bk.gemm_params}
-    default = {**GEMM_DEFAULTS, **(getattr(bk, "gemm_default", None) or bk.gemm_params)}
+    default = {**GEMM_DEFAULTS, **bk.gemm_default}
     saved = (bk.gemm_path, dict(bk.gemm_params), getattr(bk, "vendor_k", None),
              hasattr(bk, "vendor_k"))
     result = {"key": device_key(bk), "device": bk.name, "kind": bk.kind,

@@ -45,7 +45,7 @@ def tuned(pocl):
     """(result, the backend's tiling, path and vendor_k before tuning). The backend runs
     another tiling than its default, as after apply(): the search measures the default
     first, then starts from the tiling in use."""
-    pocl.gemm_default = dict(pocl.gemm_params)
+    pocl.set_gemm_params(pocl.gemm_default)         # as untuned, whatever the database says
     pocl.set_gemm_params(other_tiling(pocl))
     before = (dict(pocl.gemm_params), pocl.gemm_path, getattr(pocl, "vendor_k", "absent"))
     lines = []

@@ -341,6 +341,12 @@ class KernelBackend(Backend):
         for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
             del self._kernels[key]
 
+    @property
+    def gemm_default(self):
+        """The tiling this device's limits give (gemm_params), tuned or not: what
+        `portanet tune` compares against."""
+        return gemm_params(self.is_gpu, *self.gemm_limits)
+
     def gemm_fits(self, params):
         """Whether our GEMM kernel builds and runs with these parameters here (GEMM_SPACE)."""
         return gemm_fits(params, *self.gemm_limits)
