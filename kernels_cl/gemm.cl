@@ -34,13 +34,17 @@
    for it (__launch_bounds__), the OpenCL backend too where the driver takes a cap
    (NVIDIA's -cl-nv-maxrregcount).
 
+   SWIZZLE > 1 hands the work-groups their tiles in bands of SWIZZLE tile rows, a band
+   column by column (Triton's grouped order), instead of row by row: the groups that run at
+   once then share fewer panels of a and b, which stay in the L2 cache.
+
    With SPLIT_K=1, work-groups along dimension 2 each take k_chunk of the K sum, from
    k_chunk . GROUP_ID(2), and write their partial product to c + GROUP_ID(2) . M . N (the
    blas family's gemm_split_sum adds the parts pairwise). A variant of its own: the bounds
    cost a register, and one more than 128 halves the work-groups per SM of CUDA's tiling.
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
-   MICRO, PAD, VW, DB, SUBGROUP, MIN_GROUPS, SPLIT_K. */
+   MICRO, PAD, VW, DB, SUBGROUP, MIN_GROUPS, SWIZZLE, SPLIT_K. */
 #include "prelude.h"
 
 #ifndef TSM
@@ -78,6 +82,9 @@
 #endif
 #ifndef SPLIT_K
 #define SPLIT_K 0
+#endif
+#ifndef SWIZZLE
+#define SWIZZLE 1
 #endif
 #define RTSM (TSM / WPTM)            /* work-items along M */
 #define RTSN (TSN / WPTN)            /* work-items along N */
@@ -162,7 +169,14 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
 #else
     const int tn = LOCAL_ID(0), tm = LOCAL_ID(1);
 #endif
+#if SWIZZLE > 1     /* bands of SWIZZLE tile rows, each walked column by column */
+    const int groups_n = NUM_GROUPS(0), id = GROUP_ID(1) * groups_n + GROUP_ID(0);
+    const int band = id / (SWIZZLE * groups_n), in_band = id - band * SWIZZLE * groups_n;
+    const int rows = min(NUM_GROUPS(1) - band * SWIZZLE, SWIZZLE);
+    const int m0 = (band * SWIZZLE + in_band % rows) * TSM, n0 = in_band / rows * TSN;
+#else
     const int m0 = GROUP_ID(1) * TSM, n0 = GROUP_ID(0) * TSN;
+#endif
 #if SPLIT_K
     const int k_begin = GROUP_ID(2) * k_chunk;
     const int k_end = min(K, k_begin + k_chunk);

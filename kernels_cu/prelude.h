@@ -25,6 +25,7 @@ typedef float4 real4;
                                       : blockIdx.z * blockDim.z + threadIdx.z))
 #define LOCAL_ID(d) ((int)((d) == 0 ? threadIdx.x : (d) == 1 ? threadIdx.y : threadIdx.z))
 #define GROUP_ID(d) ((int)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
+#define NUM_GROUPS(d) ((int)((d) == 0 ? gridDim.x : (d) == 1 ? gridDim.y : gridDim.z))
 #define RESTRICT __restrict__
 #define DEVICE static __device__  /* a helper function called by kernels */
 /* the work-group a kernel is always launched with, so the compiler can plan registers

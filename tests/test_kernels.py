@@ -407,7 +407,9 @@ def check_every_transpose(backend, rng, m, n, k):
     # 4-wide loads, double-buffered slabs, registers capped for two groups per unit
     dict(TSM=32, TSN=32, TSK=8, WPTM=8, WPTN=4, MICRO=2, PAD=4, VW=4, DB=1, MIN_GROUPS=2),
     dict(TSM=32, TSN=64, TSK=16, WPTM=4, WPTN=4, MICRO=2, PAD=4, VW=4, SUBGROUP=32),
-    dict(TSM=16, TSN=32, TSK=16, WPTM=4, WPTN=8, MICRO=2, PAD=0, VW=4, DB=0)])
+    dict(TSM=16, TSN=32, TSK=16, WPTM=4, WPTN=8, MICRO=2, PAD=0, VW=4, DB=0),
+    # tiles handed out in bands of 4 tile rows, the last band short
+    dict(TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2, SWIZZLE=4)])
 def test_own_gemm_tilings(backend, rng, tiling):
     """Our kernel is right for other tilings than the device's default (set_gemm_params):
     ragged in every tile, and (second shape) with whole tiles whose rows are 16-byte aligned,
@@ -426,6 +428,46 @@ def test_own_gemm_tilings(backend, rng, tiling):
     finally:
         backend.set_gemm_params(saved_params)
         backend.gemm_path = saved_path
+
+
+class _Labels:
+    """A stand-in for the profiler's Trace: the label of every launch, each run."""
+    def __init__(self):
+        self.labels = []
+
+    def record(self, backend, label, call):
+        self.labels.append(label)
+        call()
+
+
+def test_own_gemm_size_classes(backend, rng):
+    """A device tuned per size class (set_gemm_params(params, sizes)): each output takes the
+    tiling of the class nearest its size, run as it was tuned (one group per tile, K
+    unsplit) where it makes as many tiles as at the class's size, else as any tiling (here
+    split in K); every product right."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has no GEMM kernel")
+    large = dict(TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4, SWIZZLE=4)
+    small = dict(TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2)
+    saved = backend.gemm_params, backend.gemm_sizes, backend.gemm_path, backend.compute_units
+    backend.set_gemm_params(large, sizes={96: large, 32: small})
+    backend.gemm_path, backend.compute_units, backend.trace = "own", 64, _Labels()
+    try:
+        assert [backend._size_class(m, n) for m, n in [(100, 90), (60, 60), (50, 50), (1, 1)]
+                ] == [96, 96, 32, 32]
+        for (m, n, k), ran in [((100, 90, 300), " own 32x32"), ((33, 30, 300), " own 16x16"),
+                               ((12, 12, 3001), " own 16x16 split-K")]:
+            if backend.simulator and m * n * k > 50000:
+                continue
+            backend.trace.labels.clear()
+            check_every_transpose(backend, rng, m, n, k)
+            gemms = [x for x in backend.trace.labels if x.startswith("gemm ")]
+            assert len(gemms) == 4 and all(x.endswith(ran) or ran.endswith("split-K") and
+                                           ran in x for x in gemms), gemms
+    finally:
+        backend.trace = None
+        backend.set_gemm_params(saved[0], saved[1])
+        backend.gemm_path, backend.compute_units = saved[2:]
 
 
 @pytest.mark.parametrize("m,n,k", [(5, 7, 3001), (32, 144, 4099), (1, 1, 1000),

@@ -82,7 +82,8 @@ class KernelBackend(Backend):
     generation = 0              # bumped when what recorded steps point at goes away
     gemv_threads = 256          # work-items of gemv's group (blas.cl), within the limits
     vendor_k = ACC_K            # the longest sum one vendor gemm call may run (accuracy)
-    _ladder = None              # (gemm_params, its ladder of tilings): see _tilings
+    gemm_sizes = {}             # tuned tilings by size class (set_gemm_params)
+    _ladders = None             # {id(tiling): (tiling, its ladder)}: see _tilings
 
     def _load_kernels(self):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
@@ -262,23 +263,30 @@ class KernelBackend(Backend):
         and its work per item halved, as many work-items), until its tiles fill the device:
         on an H100 1024^3 ran at 17 TFLOP/s in 64 tiles of 128 x 128 split in 5 parts of K
         (23.5 in 256 of 64 x 64), and 2048^3 at 35 in 128 of the 128 x 256 tiles that are
-        fastest at 4096^3 (42 in 256 of 128 x 128)."""
-        def tiles(p):
+        fastest at 4096^3 (42 in 256 of 128 x 128). A tuned device has a tiling per size
+        class instead (`portanet tune` measures 1024^3, 2048^3 and 4096^3 on a GPU), each
+        run as measured where it makes as many tiles as there, and the top of its own
+        ladder below."""
+        def tiles(p, m=m, n=n):
             return -(-m // p["TSM"]) * -(-n // p["TSN"])
-        rungs = self._tilings()
+        size = self._size_class(m, n)
+        rungs = self._tilings(self.gemm_sizes.get(size, self.gemm_params))
         p, frozen = rungs[0]
-        small = (tiles(p) < self.compute_units and (m < p["TSM"] or n < p["TSN"])
-                 and p["TSM"] * p["TSN"] > 256)
+        # a tiling tuned for a size class runs as it was measured (alone, unsplit) wherever
+        # it makes at least as many tiles as at that size
+        as_tuned = size is not None and tiles(p) >= tiles(p, size, size)
+        small = (not as_tuned and tiles(p) < self.compute_units
+                 and (m < p["TSM"] or n < p["TSN"]) and p["TSM"] * p["TSN"] > 256)
         if small:
             p, frozen = SMALL_TILES, SMALL_KEY
-        else:
+        elif not as_tuned:
             for p, frozen in rungs:         # down to the first whose tiles fill the device
                 if tiles(p) >= self.compute_units:
                     break
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
         groups = self.compute_units * (SMALL_GROUPS_PER_UNIT if small else 2)
-        parts, k_chunk = split_k(tiles_m * tiles_n, k, p["TSK"], groups)
+        parts, k_chunk = (1, k) if as_tuned else split_k(tiles_m * tiles_n, k, p["TSK"], groups)
         if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
             parts, k_chunk = -(-k // ACC_K), ACC_K
         key = ("gemm", trans_a, trans_b, parts > 1, frozen)
@@ -305,17 +313,28 @@ class KernelBackend(Backend):
             launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp,
                    label + _piece_text(i, len(pieces)))
 
-    def _tilings(self):
-        """The ladder of tilings _gemm_own steps down: the device's, then each `_halved`
-        from it while they fit here, with the frozen items that key their kernels. Made
-        once per tiling (set_gemm_params gives a new one), not at every product."""
-        if self._ladder is None or self._ladder[0] is not self.gemm_params:
-            rungs, p = [], self.gemm_params
+    def _size_class(self, m, n):
+        """The size n' of the tuned tilings (gemm_sizes) nearest an m x n output, m n
+        against n'^2 on a log scale (the larger of two as near), or None where there are
+        none (untuned: gemm_params for every product)."""
+        if not self.gemm_sizes:
+            return None
+        return min(self.gemm_sizes, key=lambda s: (abs(math.log(m * n / (s * s))), -s))
+
+    def _tilings(self, params):
+        """The ladder of tilings _gemm_own steps down from `params` (the device's, or one
+        of its size classes'): params, then each `_halved` from it while they fit here, with
+        the frozen items that key their kernels. Made once per tiling, not per product."""
+        key = id(params)
+        if self._ladders is None:
+            self._ladders = {}
+        if key not in self._ladders or self._ladders[key][0] is not params:
+            rungs, p = [], params
             while p is not None and (not rungs or self.gemm_fits(p)):
                 rungs.append((p, tuple(sorted(p.items()))))
                 p = _halved(p)
-            self._ladder = (self.gemm_params, rungs)
-        return self._ladder[1]
+            self._ladders[key] = (params, rungs)
+        return self._ladders[key][1]
 
     def _register_cap(self, params):
         """Build options that hold our GEMM kernel to registers for MIN_GROUPS work-groups
@@ -333,9 +352,14 @@ class KernelBackend(Backend):
             ws = self._split_ws = self.empty((size,), label="split-K workspace")
         return self.view(ws, (size,))
 
-    def set_gemm_params(self, params):
-        """Use other tile sizes for our GEMM kernel (benchmarks and tuning)."""
+    def set_gemm_params(self, params, sizes=None):
+        """Use other tile sizes for our GEMM kernel: `params` for every product, or, with
+        sizes {n: tiling} (what `portanet tune` measured fastest on n x n x n products),
+        the tiling of the size class nearest each output (_size_class), params where there
+        is none. Tilings that do not fit here (gemm_fits) are the caller's to leave out."""
         self.gemm_params = {**GEMM_DEFAULTS, **params}
+        self.gemm_sizes = {int(n): {**GEMM_DEFAULTS, **p} for n, p in (sizes or {}).items()}
+        self._ladders = {}
         self._routes = {}                   # measured with the old tiling
         self.generation += 1                # recorded steps launch the old kernels
         for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
@@ -499,7 +523,7 @@ SMALL_GROUPS_PER_UNIT = 8
 MAX_PARTS = 512
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1,
-                 "VW": 1, "DB": 0, "SUBGROUP": 0, "MIN_GROUPS": 1}
+                 "VW": 1, "DB": 0, "SUBGROUP": 0, "MIN_GROUPS": 1, "SWIZZLE": 1}
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
 # parts so that about 8 work-groups of 64 work-items run per compute unit
 SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)
@@ -591,7 +615,8 @@ def gemm_params(is_gpu, max_threads, local_bytes, itemsize=8):
 # what `portanet tune` searches: each parameter of gemm.cl / gemm.cu and its candidates
 GEMM_SPACE = {"TSM": (32, 64, 128, 256), "TSN": (32, 64, 128, 256), "TSK": (8, 16, 32),
               "WPTM": (2, 4, 8, 16), "WPTN": (2, 4, 8, 16), "MICRO": (0, 1, 2), "PAD": (0, 1, 4),
-              "VW": (1, 4), "DB": (0, 1), "SUBGROUP": (0, 32), "MIN_GROUPS": (1, 2)}
+              "VW": (1, 4), "DB": (0, 1), "SUBGROUP": (0, 32), "MIN_GROUPS": (1, 2),
+              "SWIZZLE": (1, 4, 8, 16)}
 
 
 def gemm_fits(p, max_threads, local_bytes, itemsize=8):
