@@ -286,11 +286,12 @@ def profile(workload, device, batch_size, json_path):
               help="a device string; repeat for several (default: $PORTANET_DEVICE, else "
                    "every OpenCL and CUDA device but simulators)")
 @click.option("--budget", type=click.IntRange(1), default=None,
-              help="most tilings measured per device (default 60 on GPUs, 16 on CPUs, "
+              help="most tilings measured per device and size (default 60 on GPUs, 16 on CPUs, "
                    "3 with --quick)")
-@click.option("--size", type=click.IntRange(1), default=None,
-              help="m = n = k of the tuning product (default 4096 on GPUs, 256 on CPUs, "
-                   "67 with --quick)")
+@click.option("--size", "sizes", type=click.IntRange(1), multiple=True,
+              help="m = n = k of a tuning product, a tiling each for outputs of about that "
+                   "size; repeat for several (default 1024, 2048 and 4096 on GPUs, 256 on "
+                   "CPUs, 67 with --quick)")
 @click.option("--quick", is_flag=True,
               help="a tiny search on a small product: checks that tuning works, tunes little")
 @click.option("--output", type=click.Path(dir_okay=False), default=None,
@@ -298,7 +299,7 @@ def profile(workload, device, batch_size, json_path):
                    "($XDG_CACHE_HOME/portanet/tuning.json)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write every measurement to this file")
-def tune(specs, budget, size, quick, output, json_path):
+def tune(specs, budget, sizes, quick, output, json_path):
     """Search the tilings of portanet's GEMM kernel on each device for the fastest
     correct one, measure the vendor GEMM's accuracy over long K (vendor_k), and save both
     where every later run on that device (and driver, and kernel version) picks them up."""
@@ -328,7 +329,7 @@ def tune(specs, budget, size, quick, output, json_path):
     for spec in specs:
         try:
             bk = backends.device(spec)
-            result = tuning.tune(bk, budget=budget, size=size, quick=quick,
+            result = tuning.tune(bk, budget=budget, size=sizes or None, quick=quick,
                                  progress=click.echo)
             # a --quick search is too small to be used by every later run: kept only where
             # asked (--output)

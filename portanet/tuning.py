@@ -9,10 +9,12 @@ device's current tiling: one parameter at a time over its values, keeping a chan
 it is faster, two passes, only tilings `gemm_fits` allows, at most `budget` of them
 measured. A move that does not fit alone is tried with the one other change that makes it
 fit (`_fitting`): some parameters only move together, and on PoCL such a pair (MICRO 2
-with PAD 4) led to a tiling four times as fast as the default. Where timings are noisy (a
+with PAD 4) led to a tiling four times as fast as the default. A search per size class
+(SIZES: 4096, 2048 and 1024 on GPUs), largest first; a smaller size starts from the larger
+one's winner and the ladder of tilings below it (`_halved`). Where timings are noisy (a
 CPU shared with other work) the path follows the noise: another run on the same PoCL
 stopped at 1.4 times the default. Each candidate is built, checked and timed on one
-square product c <- a b of normal random float32 inputs (4096^3 on GPUs, 256^3 on CPUs):
+square product c <- a b of normal random float32 inputs (of each size in SIZES):
 
     error    ||c - c64||_F / ||c64||_F against float64 NumPy; over ERROR_BOUND is rejected
     time     median of several synchronized samples after a warm-up (bench.measure)
@@ -32,7 +34,12 @@ device name, OpenCL platform, driver version and a digest of the gemm kernel's s
 
     entry = {"params": {...}, "vendor_k": int or null,
              "gflops": {"tuned": ..., "default": ..., "NT": ..., "TN": ...},
-             "size": n, "date": ..., "portanet": version}
+             "size": n, "sizes": {"n": {"params": {...}, "gflops": {...}}, ...},
+             "date": ..., "portanet": version}
+
+params and gflops are the largest size's; sizes holds every size's tiling, which the
+backend takes for outputs of about n x n (`set_gemm_params(params, sizes)`; an entry
+without sizes, params for every size).
 
 Two files: portanet/tuned.json, shipped with the package (read-only), and the user's,
 config.cache_dir() / "tuning.json", whose entry wins. Both are read once per process.
@@ -70,9 +77,12 @@ VENDOR_MN = 64                  # m = n of the vendor's accuracy products
 UNSPLIT = 1 << 30               # vendor_k while measuring: no product is split
 VENDOR_NAMES = {"opencl": "CLBlast", "cuda": "cuBLAS"}
 
-# (GPU, CPU): m = n = k of the tuning product and candidates measured. PoCL compiles a
-# tiling for four seconds (each transpose is another build), so a CPU gets fewer.
-SIZE = {True: 4096, False: 256}
+# (GPU, CPU): m = n = k of the tuning products, a search each, and candidates measured per
+# search. PoCL compiles a tiling for four seconds (each transpose is another build), so a
+# CPU gets fewer. On an H100 the tiling fastest at 4096^3 ran 1024^3 at 24 TFLOP/s where
+# another did 30: a GPU's outputs of a million elements leave most tiles' worth of
+# compute units idle.
+SIZES = {True: (4096, 2048, 1024), False: (256,)}
 BUDGET = {True: 60, False: 16}
 PASSES = 2
 # a move that does not fit is tried with one other parameter changed too, the first that
@@ -149,11 +159,13 @@ def apply(bk):
                      "(defaults from its limits)", info["name"], info.get("driver"), bk.name)
         return False
     params = entry["params"]
-    if bk.gemm_fits(params):
-        bk.set_gemm_params(params)
-    else:
+    sizes = {int(n): e["params"] for n, e in entry.get("sizes", {}).items()}
+    unfit = [p for p in [params, *sizes.values()] if not bk.gemm_fits(p)]
+    if unfit:
         log.debug("%s: tuned GEMM parameters %s do not fit under limits %s; kept %s",
-                  bk.name, params, getattr(bk, "gemm_limits", None), bk.gemm_params)
+                  bk.name, unfit, getattr(bk, "gemm_limits", None), bk.gemm_params)
+    else:
+        bk.set_gemm_params(params, sizes)
     if entry.get("vendor_k") is not None:
         bk.vendor_k = int(entry["vendor_k"])
     return True
@@ -220,14 +232,25 @@ def _database_problem(data):
 def _entry_problem(entry):
     if not isinstance(entry, dict):
         return "not an object"
-    params = entry.get("params")
+    problem = _params_problem(entry.get("params"))
+    if problem:
+        return problem
+    sizes = entry.get("sizes", {})
+    if not isinstance(sizes, dict) or not all(
+            isinstance(n, str) and n.isdigit() and int(n) > 0 and isinstance(e, dict)
+            and _params_problem(e.get("params")) is None for n, e in sizes.items()):
+        return 'sizes is not an object of {"n": {"params": {...}}}'
+    k = entry.get("vendor_k")
+    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
+        return "vendor_k is not a whole number >= 1 or null"
+    return None
+
+
+def _params_problem(params):
     if not isinstance(params, dict) or not params or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
             for k, v in params.items()):
         return "params is not an object of whole numbers"
-    k = entry.get("vendor_k")
-    if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
-        return "vendor_k is not a whole number >= 1 or null"
     return None
 
 
@@ -311,9 +334,15 @@ def entry(result):
     """The database entry of a `tune` result."""
     g = result["gflops"]
     return {"params": dict(result["params"]), "vendor_k": result["vendor_k"],
-            "gflops": {"tuned": g["tuned"], "default": g["default"], "NT": g["NT"],
-                       "TN": g["TN"], **({"vendor": g["vendor"]} if g.get("vendor") else {})},
-            "size": result["size"], "date": result["date"], "portanet": result["portanet"]}
+            "gflops": {**_entry_gflops(g), **({"vendor": g["vendor"]} if g.get("vendor") else {})},
+            "size": result["size"], "date": result["date"], "portanet": result["portanet"],
+            "sizes": {str(part["size"]): {"params": dict(part["params"]),
+                                          "gflops": _entry_gflops(part["gflops"])}
+                      for part in result.get("sizes", [result])}}
+
+
+def _entry_gflops(g):
+    return {"tuned": g["tuned"], "default": g["default"], "NT": g["NT"], "TN": g["TN"]}
 
 
 # -- the search --------------------------------------------------------------------------
@@ -338,99 +367,131 @@ def check_tunable(bk):
 
 
 def tune(bk, budget=None, size=None, quick=False, progress=None):
-    """Search bk's GEMM tilings (see the module's docstring) and measure its vendor GEMM;
-    returns a JSON-able dict: key, device, size, budget, default and params (the tilings,
-    every parameter), candidates (each measured: params, trans, gflops, seconds, error,
+    """Search bk's GEMM tilings (see the module's docstring) for each size class and
+    measure its vendor GEMM; returns a JSON-able dict: key, device, budget, sizes (one
+    search per size, largest first: size, default and start (tilings, every parameter),
+    params (the winner), candidates (each measured: params, trans, gflops, seconds, error,
     status "ok", "rejected: ...", "build failed: ..." or "failed: ..."), checks (the
     transposed products of the winner and the default), gflops {default, tuned, NT, TN,
-    default_NT, default_TN, vendor}, vendor_k, vendor_errors {K: error}, evaluated,
-    build_failures, exhausted (the budget ended the search), seconds, date, portanet.
+    default_NT, default_TN}, errors, evaluated, build_failures, exhausted (the budget ended
+    the search)), the largest size's search also at the top level (size, params, gflops
+    with the vendor's beside them, ...), vendor_k, vendor_errors {K: error}, seconds, date,
+    portanet.
 
-    budget: candidates measured at most (default 60 on GPUs, 16 on CPUs); size: m = n = k
-    (4096, 256); quick: 3 candidates of 67^3 and fewer samples. progress(line) is called
-    with the table's header and each row as it is measured. bk is left as it was: its
-    tiling, GEMM path and vendor_k (apply() takes a saved result up)."""
+    budget: candidates measured at most per size (default 60 on GPUs, 16 on CPUs); size:
+    m = n = k of the products, one or several (1024, 2048 and 4096 on GPUs, 256 on CPUs);
+    quick: 3 candidates of 67^3 and fewer samples. progress(line) is called with each
+    search's header and each row as it is measured. bk is left as it was: its tilings, GEMM
+    path and vendor_k (apply() takes a saved result up)."""
     from . import __version__
-    from .backends.gpu import GEMM_DEFAULTS
     check_tunable(bk)
     start_time = time.perf_counter()
     budget = budget or (QUICK_BUDGET if quick else BUDGET[bool(bk.is_gpu)])
-    size = size or (QUICK_SIZE if quick else SIZE[bool(bk.is_gpu)])
-    samples = QUICK_SAMPLES if quick else SAMPLES
+    sizes = size or ((QUICK_SIZE,) if quick else SIZES[bool(bk.is_gpu)])
+    sizes = sorted({int(n) for n in ((sizes,) if isinstance(sizes, int) else sizes)},
+                   reverse=True)
     progress = progress or (lambda line: None)
     info = bk.info()
-    start = {**GEMM_DEFAULTS, **bk.gemm_params}
-    default = {**GEMM_DEFAULTS, **bk.gemm_default}
-    saved = (bk.gemm_path, dict(bk.gemm_params), getattr(bk, "vendor_k", None),
-             hasattr(bk, "vendor_k"))
+    saved = (bk.gemm_path, dict(bk.gemm_params), dict(bk.gemm_sizes),
+             getattr(bk, "vendor_k", None), hasattr(bk, "vendor_k"))
     result = {"key": device_key(bk), "device": bk.name, "kind": bk.kind,
               "name": info["name"], "platform": info.get("platform"),
-              "driver": info.get("driver"), "size": size, "budget": budget,
-              "default": default, "start": start, "candidates": [], "checks": []}
-    progress(header(result))
-    ops = _Operands(bk, size, np.random.default_rng(0))
+              "driver": info.get("driver"), "budget": budget, "sizes": []}
+    rng = np.random.default_rng(0)
     units = bk.compute_units
+    start = dict(saved[2].get(sizes[0], saved[1]))
+    vendor, vendor_k, vendor_errors = {}, None, {}
     try:
         bk.gemm_path = "own"
         # one compute unit as far as _gemm_own knows: each candidate runs as itself, never
         # stepped down its ladder of smaller tilings nor split in K
         bk.compute_units = 1
-
-        def evaluate(params, trans="NN"):
-            rec = _evaluate(bk, ops, params, trans, samples, quick)
-            if trans == "NN":
-                rec["n"] = len(result["candidates"]) + 1
-                result["candidates"].append(rec)
-                progress(row(rec, default))
-            else:
-                result["checks"].append(rec)
-            return rec
-
-        _, exhausted = _search(bk, evaluate, default, start, budget)
-        winner, nt, tn = _verify(evaluate, result["candidates"])
-        by_params = {_frozen(r["params"]): r for r in result["candidates"]}
-        default_nn = by_params.get(_frozen(default), {})
-        if _frozen(winner["params"]) == _frozen(default):
-            default_nt, default_tn = nt, tn
-        else:
-            default_nt, default_tn = evaluate(default, "NT"), evaluate(default, "TN")
-        vendor, vendor_k, vendor_errors = {}, None, {}
-        if bk.vendor_gemm:
+        for n in sizes:
+            ops = _Operands(bk, n, rng)
             try:
-                vendor_k, vendor_errors = vendor_accuracy(bk, ops.rng)
-                bk.vendor_k = vendor_k
-            except Exception as e:      # shown, not fatal: our kernel is tuned
-                vendor = {"status": f"failed: {type(e).__name__}: {_first_line(e)}"}
-            else:
-                vendor = _vendor_speed(bk, ops, samples, quick)
+                part = _tune_size(bk, ops, n, budget, start, quick, result, progress)
+                start = part["params"]          # where the next, smaller size starts
+                if n == sizes[0] and bk.vendor_gemm:
+                    try:
+                        vendor_k, vendor_errors = vendor_accuracy(bk, rng)
+                        bk.vendor_k = vendor_k
+                    except Exception as e:      # shown, not fatal: our kernel is tuned
+                        vendor = {"status": f"failed: {type(e).__name__}: {_first_line(e)}"}
+                    else:
+                        vendor = _vendor_speed(bk, ops, QUICK_SAMPLES if quick else SAMPLES,
+                                               quick)
+            finally:
+                ops.free()
     finally:
-        ops.free()
         bk.compute_units = units
         bk.gemm_path = saved[0]
-        bk.set_gemm_params(saved[1])
-        if saved[3]:
-            bk.vendor_k = saved[2]
+        bk.set_gemm_params(saved[1], saved[2])
+        if saved[4]:
+            bk.vendor_k = saved[3]
         elif hasattr(bk, "vendor_k"):
             del bk.vendor_k
-    result.update(
-        params=winner["params"], vendor_k=vendor_k, vendor_errors=vendor_errors,
-        vendor=vendor or None,
-        gflops={"tuned": winner["gflops"], "NT": nt["gflops"], "TN": tn["gflops"],
-                "default": default_nn.get("gflops"), "default_NT": default_nt.get("gflops"),
-                "default_TN": default_tn.get("gflops"), "vendor": vendor.get("gflops")},
-        errors={"NN": winner["error"], "NT": nt["error"], "TN": tn["error"]},
-        evaluated=len(result["candidates"]),
-        build_failures=sum(r["status"].startswith("build failed")
-                           for r in result["candidates"] + result["checks"]),
-        exhausted=exhausted, seconds=time.perf_counter() - start_time,
-        date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), portanet=__version__)
+    largest = result["sizes"][0]
+    result.update(largest, gflops=dict(largest["gflops"], vendor=vendor.get("gflops")),
+                  vendor=vendor or None, vendor_k=vendor_k, vendor_errors=vendor_errors,
+                  seconds=time.perf_counter() - start_time,
+                  date=time.strftime("%Y-%m-%dT%H:%M:%S%z"), portanet=__version__)
     return result
 
 
-def _search(bk, evaluate, default, start, budget):
-    """Coordinate descent from `start` (the default measured first where it differs):
-    (the fastest record, whether the budget stopped it). The best is always the fastest
-    measured so far, so the winner is never slower than the default in the table."""
+def _tune_size(bk, ops, size, budget, start, quick, result, progress):
+    """One search (see tune) on size^3 products, from the device's default, `start` and,
+    below the largest size, the ladder of tilings under start (smaller outputs want
+    smaller tiles); appended to result["sizes"] and returned."""
+    from .backends.gpu import GEMM_DEFAULTS, _halved
+    samples = QUICK_SAMPLES if quick else SAMPLES
+    default = {**GEMM_DEFAULTS, **bk.gemm_default}
+    start = {**GEMM_DEFAULTS, **start}
+    seeds = []
+    if result["sizes"]:
+        p = _halved(start)
+        while p is not None and bk.gemm_fits(p):
+            seeds.append(p)
+            p = _halved(p)
+    part = {"size": size, "default": default, "start": start, "candidates": [], "checks": []}
+    progress(header(result, part))
+
+    def evaluate(params, trans="NN"):
+        rec = _evaluate(bk, ops, params, trans, samples, quick)
+        if trans == "NN":
+            rec["n"] = len(part["candidates"]) + 1
+            part["candidates"].append(rec)
+            progress(row(rec, default))
+        else:
+            part["checks"].append(rec)
+        return rec
+
+    _, exhausted = _search(bk, evaluate, default, start, budget, seeds)
+    winner, nt, tn = _verify(evaluate, part["candidates"])
+    by_params = {_frozen(r["params"]): r for r in part["candidates"]}
+    default_nn = by_params.get(_frozen(default), {})
+    if _frozen(winner["params"]) == _frozen(default):
+        default_nt, default_tn = nt, tn
+    else:
+        default_nt, default_tn = evaluate(default, "NT"), evaluate(default, "TN")
+    part.update(
+        params=winner["params"],
+        gflops={"tuned": winner["gflops"], "NT": nt["gflops"], "TN": tn["gflops"],
+                "default": default_nn.get("gflops"), "default_NT": default_nt.get("gflops"),
+                "default_TN": default_tn.get("gflops")},
+        errors={"NN": winner["error"], "NT": nt["error"], "TN": tn["error"]},
+        evaluated=len(part["candidates"]),
+        build_failures=sum(r["status"].startswith("build failed")
+                           for r in part["candidates"] + part["checks"]),
+        exhausted=exhausted)
+    result["sizes"].append(part)
+    return part
+
+
+def _search(bk, evaluate, default, start, budget, seeds=()):
+    """Coordinate descent from the fastest of the default, `start` and `seeds`, measured in
+    that order (each once): (the fastest record, whether the budget stopped it). The best
+    is always the fastest measured so far, so the winner is never slower than the default
+    in the table."""
     from .backends.gpu import GEMM_SPACE
     seen = {}
 
@@ -443,7 +504,7 @@ def _search(bk, evaluate, default, start, budget):
         return seen[key]
 
     best = None
-    for params in ([default] if _frozen(default) != _frozen(start) else []) + [start]:
+    for params in [default, start, *seeds]:
         rec = measured(params)
         if rec is not None and rec["status"] == "ok" and (
                 best is None or rec["seconds"] < best["seconds"]):
@@ -644,10 +705,10 @@ def _first_line(e):
 
 # -- the table ---------------------------------------------------------------------------
 
-def header(result):
-    """The table's first lines: the device, the product, the budget, the columns."""
+def header(result, part):
+    """A search's first lines: the device, the product, the budget, the columns."""
     where = ", ".join(str(x) for x in (result["platform"], result["driver"]) if x)
-    return (f"{result['device']}  {result['name']} ({where}): GEMM {result['size']}^3 NN, "
+    return (f"{result['device']}  {result['name']} ({where}): GEMM {part['size']}^3 NN, "
             f"at most {result['budget']} candidates\n"
             f"{'#':>4s}  {'changed from the default':44s} {'GFLOP/s':>9s} {'error':>9s}")
 
@@ -663,32 +724,37 @@ def row(rec, default):
 
 
 def summary(result):
-    """Default against tuned on NN, NT and TN, the vendor's GEMM, vendor_k."""
-    g = result["gflops"]
-    failed = result["build_failures"]
-    rejected = sum(r["status"].startswith("rejected") for r in result["candidates"])
-    lines = [f"{result['device']}: {result['evaluated']} candidates in "
+    """Default against tuned on NN, NT and TN at each size, the vendor's GEMM, vendor_k."""
+    parts = result["sizes"]
+    failed = sum(p["build_failures"] for p in parts)
+    rejected = sum(r["status"].startswith("rejected") for p in parts for r in p["candidates"])
+    ended = [str(p["size"]) for p in parts if p["exhausted"]]
+    lines = [f"{result['device']}: {sum(p['evaluated'] for p in parts)} candidates in "
              f"{result['seconds']:.0f} s ({failed} failed to build, {rejected} rejected"
-             + (f"; the budget of {result['budget']} ended the search: --budget searches "
-                f"further" if result["exhausted"] else "") + ")",
-             f"{'':12s}{'NN':>9s}{'NT':>9s}{'TN':>9s}  GFLOP/s, {result['size']}^3"]
+             + (f"; the budget of {result['budget']} ended the search at "
+                f"{', '.join(ended)}: --budget searches further" if ended else "") + ")",
+             f"{'':17s}{'NN':>9s}{'NT':>9s}{'TN':>9s}  GFLOP/s"]
 
     def line(label, values, note=""):
         cells = "".join(f"{v:9.2f}" if v is not None else f"{'-':>9s}" for v in values)
-        return f"  {label:10s}{cells}  {note}".rstrip()
-    lines.append(line("default", (g["default"], g["default_NT"], g["default_TN"])))
-    gain = (f"{g['tuned'] / g['default'] - 1:+.0%} on NN" if g["default"] and g["tuned"]
-            else "")
-    lines.append(line("tuned", (g["tuned"], g["NT"], g["TN"]), gain))
+        return f"  {label:15s}{cells}  {note}".rstrip()
+    for part in parts:
+        g, n = part["gflops"], part["size"]
+        lines.append(line(f"{n}^3 default", (g["default"], g["default_NT"], g["default_TN"])))
+        gain = (f"{g['tuned'] / g['default'] - 1:+.0%} on NN" if g["default"] and g["tuned"]
+                else "")
+        lines.append(line(f"{n}^3 tuned", (g["tuned"], g["NT"], g["TN"]), gain))
     vendor = result.get("vendor")
     if vendor:
         name = VENDOR_NAMES.get(result["kind"], "vendor")
         note = (f"{name}, error {vendor['error']:.1e}" if "error" in vendor
                 else f"{name} {vendor.get('status')}")
-        lines.append(line("vendor", (vendor.get("gflops"), None, None), note))
-    changes = _changes(result["params"], result["default"])
-    lines.append(f"  tuned tiling: {_params_text(changes) or 'the default'}"
-                 f" (default {_params_text(result['default'])})")
+        lines.append(line(f"{result['size']}^3 vendor", (vendor.get("gflops"), None, None),
+                          note))
+    for part in parts:
+        changes = _changes(part["params"], part["default"])
+        lines.append(f"  tuned tiling at {part['size']}^3: {_params_text(changes) or 'the default'}")
+    lines.append(f"  (default {_params_text(result['default'])})")
     if result["vendor_k"] is None:
         lines.append("  vendor_k: - (" + ("its measurement failed" if vendor else
                                           "no vendor GEMM here") + ")")
@@ -700,9 +766,11 @@ def summary(result):
 
 
 def table(result):
-    """The whole report of one device: header, every candidate, summary."""
-    return "\n".join([header(result)] + [row(r, result["default"])
-                                         for r in result["candidates"]] + [summary(result)])
+    """The whole report of one device: each search's header and candidates, the summary."""
+    return "\n".join([line for part in result["sizes"] for line in
+                      [header(result, part)] + [row(r, part["default"])
+                                                for r in part["candidates"]]]
+                     + [summary(result)])
 
 
 def _changes(params, default):

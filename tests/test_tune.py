@@ -188,6 +188,40 @@ def test_entries_round_trip_and_merge(pocl, tuned, databases):
     assert tuning.lookup(pocl)["vendor_k"] == result["vendor_k"]
 
 
+def test_a_search_per_size_each_applied_to_its_outputs(restored, databases):
+    """Several sizes: a search each, largest first, the smaller starting from the larger's
+    winner and the ladder under it; the entry keeps each size's tiling and apply() gives
+    them to the backend by size class."""
+    bk = restored
+    bk.set_gemm_params(bk.gemm_default)
+    result = tuning.tune(bk, budget=2, size=(SIZE - 30, SIZE), quick=True)
+    large, small = result["sizes"]
+    assert (large["size"], small["size"], result["size"]) == (SIZE, SIZE - 30, SIZE)
+    assert result["params"] == large["params"] and small["start"] == large["params"]
+    assert 1 <= small["evaluated"] <= 2 and small["gflops"]["tuned"] > 0
+    assert bk.gemm_sizes == {} and "tuned tiling at 37^3" in tuning.summary(result)
+    tuning.save(result)
+    sizes = tuning.lookup(bk)["sizes"]
+    assert {n: e["params"] for n, e in sizes.items()} == {
+        str(SIZE): large["params"], str(SIZE - 30): small["params"]}
+    assert tuning.apply(bk) is True
+    assert bk.gemm_sizes == {SIZE: large["params"], SIZE - 30: small["params"]}
+    assert bk.gemm_params == large["params"]
+
+
+@pytest.mark.parametrize("sizes", [[], {"x": {"params": {"TSM": 32}}}, {"64": {}},
+                                   {"64": {"params": {"TSM": 1.5}}}])
+def test_an_entry_with_bad_sizes_is_ignored(pocl, tuned, databases, caplog, sizes):
+    result, _ = tuned
+    user, _ = databases
+    user.parent.mkdir()
+    user.write_text(json.dumps({"version": 1, "entries": {
+        result["key"]: dict(tuning.entry(result), sizes=sizes)}}))
+    with caplog.at_level(logging.WARNING, logger="portanet"):
+        assert tuning.lookup(pocl) is None
+    assert "sizes is not an object" in caplog.text
+
+
 def test_user_path_follows_xdg_cache_home(monkeypatch, tmp_path):
     monkeypatch.undo()          # the real user_path, under a cache folder of the test's
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
