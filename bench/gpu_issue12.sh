@@ -3,8 +3,10 @@
 # safetensors wheel). One part per call (each fits the 10-minute limit):
 #   bash bench/gpu_issue12.sh sweep     our GEMM kernel's tilings at 4096^3 (gpu_compare
 #                                       --variants) and the GEMM table against cuBLAS
-#   bash bench/gpu_issue12.sh tune      portanet tune on cuda and opencl:nvidia, its database
-#                                       under $OUT, then the GEMM table with the tuned tiling
+#   bash bench/gpu_issue12.sh tune      portanet tune on cuda and opencl:nvidia (1024, 2048 and
+#                                       4096), its database under $OUT
+#   bash bench/gpu_issue12.sh compare   the GEMM table with the shipped tuned tilings and with
+#                                       the untuned defaults, and portanet bench's gemm
 #   bash bench/gpu_issue12.sh bench     portanet bench's gemm and MLP workloads, cuda and
 #                                       opencl:nvidia (the shipped tuned tilings)
 #   bash bench/gpu_issue12.sh suite     the test suite on the GPUs
@@ -21,11 +23,20 @@ sweep)
         --json "$OUT/sweep.json" 2>&1 | grep -v Warning | tee "$OUT/sweep.log" ;;
 tune)
     export XDG_CACHE_HOME=/tmp/cache
-    timeout 420 python3 -m portanet.cli tune --device cuda --device opencl:nvidia --budget ${BUDGET:-40} --size ${SIZE:-4096} \
-        --output "$OUT/tuned-h100.json" --json "$OUT/tune-h100.json" 2>&1 | tee "$OUT/tune.log"
-    mkdir -p /tmp/cache/portanet && cp "$OUT/tuned-h100.json" /tmp/cache/portanet/tuning.json
-    timeout 150 python3 bench/gpu_compare.py --only gemm --opencl opencl:nvidia \
-        --json "$OUT/gemm-tuned.json" 2>&1 | grep -v Warning | tee "$OUT/gemm-tuned.log" ;;
+    for d in cuda opencl:nvidia; do
+        timeout 270 python3 -m portanet.cli tune --device $d --budget ${BUDGET:-30} \
+            --output "$OUT/tuned-h100.json" --json "$OUT/tune-h100-${d%%:*}.json" 2>&1 \
+            | tee "$OUT/tune-${d%%:*}.log"
+    done ;;
+compare)    # the GEMM table (the shipped tuned tilings), then with the untuned defaults
+    timeout 200 python3 bench/gpu_compare.py --only gemm --opencl opencl:nvidia \
+        --json "$OUT/gemm-tuned.json" 2>&1 | grep -v Warning | tee "$OUT/gemm-tuned.log"
+    PORTANET_TUNING=off timeout 200 python3 bench/gpu_compare.py --only gemm \
+        --opencl opencl:nvidia --json "$OUT/gemm-default.json" 2>&1 | grep -v Warning \
+        | tee "$OUT/gemm-default.log"
+    timeout 150 python3 -m portanet.cli bench --device cuda --device opencl:nvidia \
+        --workload gemm --json "$OUT/bench-gemm.json" 2>&1 | grep -v Warning \
+        | tee "$OUT/bench-gemm.log" | tail -12 ;;
 bench)
     timeout 300 python3 -m portanet.cli bench --device cuda --device opencl:nvidia \
         --workload gemm --workload mlp-big --workload mlp-small --json "$OUT/bench.json" 2>&1 \
@@ -34,5 +45,5 @@ suite)
     timeout 560 python3 -m pytest -q -rs -p no:cacheprovider tests "${@:2}" 2>&1 \
         | tee "$OUT/pytest.log" | tail -40 ;;
 *)
-    echo "usage: bash bench/gpu_issue12.sh sweep|tune|bench|suite"; exit 2 ;;
+    echo "usage: bash bench/gpu_issue12.sh sweep|tune|compare|bench|suite"; exit 2 ;;
 esac

@@ -7,6 +7,8 @@ PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the
                  (portanet's tiled kernels)
 PORTANET_GRAPHS  on (default) or off: record a training step once (a CUDA graph; on OpenCL
                  its bound launches) and replay it
+PORTANET_TUNING  on (default) or off: use the GEMM tilings `portanet tune` measured for
+                 the device (off: the ones its limits give, as on an untuned device)
 PORTANET_DATA    first folder searched for dataset files
 PORTANET_CL_LIMITS  caps on what the OpenCL backend believes of its device: a profile
                  (amd, intel-gpu, mobile) and/or key=value items (work_group=128,
@@ -38,11 +40,20 @@ def gemm_path():
 
 def graphs():
     """PORTANET_GRAPHS=off keeps training steps eager on devices that could record them."""
-    value = os.environ.get("PORTANET_GRAPHS", "").strip().lower() or "on"
+    return _on_off("PORTANET_GRAPHS")
+
+
+def _on_off(name):
+    value = os.environ.get(name, "").strip().lower() or "on"
     if value not in ("on", "off"):
         from .errors import PortanetError
-        raise PortanetError(f"PORTANET_GRAPHS={value!r} is not understood: use 'on' or 'off'")
+        raise PortanetError(f"{name}={value!r} is not understood: use 'on' or 'off'")
     return value == "on"
+
+
+def tuning():
+    """PORTANET_TUNING=off leaves devices on the GEMM tilings their limits give."""
+    return _on_off("PORTANET_TUNING")
 
 
 def cl_limits():

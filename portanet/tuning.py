@@ -137,12 +137,13 @@ def lookup(bk):
 
 def apply(bk):
     """Use this device's tuned GEMM parameters and vendor_k where the database has them:
-    True. Where it has none, False, and on a GPU one info line per process and device
-    saying how to tune it. A device held to lower limits (PORTANET_CL_LIMITS)
-    stands in for another class of device, whose tilings it is there to run: it keeps
-    them. Never raises: a backend calls it as it is made, and a bad database must not keep
-    a device from working (it is warned about)."""
-    if bk.kind == "cpu" or bk.simulator or _capped(bk):
+    True. Where it has none, or PORTANET_TUNING is off, False, and on a GPU without an
+    entry one info line per process and device saying how to tune it. A device held to
+    lower limits (PORTANET_CL_LIMITS) stands in for another class of device, whose tilings
+    it is there to run: it keeps them. Raises only for a PORTANET_TUNING it does not
+    understand: a backend calls it as it is made, and a bad database must not keep a
+    device from working (it is warned about)."""
+    if bk.kind == "cpu" or bk.simulator or _capped(bk) or not config.tuning():
         return False
     try:
         key = device_key(bk)

@@ -306,6 +306,21 @@ def test_apply_sets_the_tiling_and_vendor_k(restored, tuned, databases):
     assert bk.gemm_params == params and bk.vendor_k == 2048
 
 
+def test_portanet_tuning_off_keeps_the_tiling_of_the_limits(restored, tuned, databases,
+                                                            monkeypatch):
+    bk = restored
+    result, _ = tuned
+    tuning.save(dict(result, params=other_tiling(bk)))
+    params = dict(bk.gemm_params)
+    monkeypatch.setenv("PORTANET_TUNING", "off")
+    assert tuning.apply(bk) is False and bk.gemm_params == params
+    monkeypatch.setenv("PORTANET_TUNING", "of")
+    with pytest.raises(PortanetError, match="PORTANET_TUNING='of' is not understood"):
+        tuning.apply(bk)
+    monkeypatch.setenv("PORTANET_TUNING", "on")
+    assert tuning.apply(bk) is True and bk.gemm_params != params
+
+
 def test_apply_says_once_per_device_that_a_gpu_is_untuned(restored, monkeypatch, caplog):
     bk = restored
     with caplog.at_level(logging.INFO, logger="portanet"):

@@ -619,6 +619,11 @@ GEMM_SPACE = {"TSM": (32, 64, 128, 256), "TSN": (32, 64, 128, 256), "TSK": (8, 1
               "SWIZZLE": (1, 4, 8, 16)}
 
 
+# local memory a compiler may keep for itself beside the slabs: NVIDIA's OpenCL built
+# slabs of exactly 48 KiB into a kernel of 49168 bytes, over the device's 49152
+LOCAL_RESERVED = 64
+
+
 def gemm_fits(p, max_threads, local_bytes, itemsize=8):
     """Whether tiling p is one gemm.cl can build and a device with these limits can run
     on reals of itemsize bytes: whole work-per-item blocks, loads that divide among the
@@ -640,7 +645,8 @@ def gemm_fits(p, max_threads, local_bytes, itemsize=8):
     if ACC_K % p["TSK"]:                    # split-K parts of ACC_K are whole slabs
         return False
     stages = 2 if p.get("DB") else 1
-    return stages * p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * itemsize <= local_bytes
+    slabs = stages * p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * itemsize
+    return slabs <= local_bytes - LOCAL_RESERVED
 
 
 def split_k(tiles, k, tsk, groups):
