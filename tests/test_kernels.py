@@ -470,6 +470,27 @@ def test_own_gemm_size_classes(backend, rng):
         backend.gemm_path, backend.compute_units = saved[2:]
 
 
+def test_own_gemm_thin_outputs(backend, rng):
+    """An output that fills at most half of a tile's rows (columns) runs in tiles that
+    many times shorter, down to 16: the work per item halved first, then the work-items."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has no GEMM kernel")
+    saved = backend.gemm_params, backend.gemm_sizes, backend.gemm_path, backend.compute_units
+    backend.set_gemm_params(dict(TSM=64, TSN=64, TSK=8, WPTM=8, WPTN=8))
+    backend.gemm_path, backend.compute_units, backend.trace = "own", 1, _Labels()
+    try:
+        for (m, n, k), ran in [((5, 300, 40), " own 16x64"), ((300, 20, 40), " own 64x32"),
+                               ((40, 40, 40), " own 64x64")]:
+            backend.trace.labels.clear()
+            check_every_transpose(backend, rng, m, n, k)
+            gemms = [x for x in backend.trace.labels if x.startswith("gemm ")]
+            assert len(gemms) == 4 and all(x.endswith(ran) for x in gemms), gemms
+    finally:
+        backend.trace = None
+        backend.set_gemm_params(saved[0], saved[1])
+        backend.gemm_path, backend.compute_units = saved[2:]
+
+
 @pytest.mark.parametrize("m,n,k", [(5, 7, 3001), (32, 144, 4099), (1, 1, 1000),
                                    (130, 200, 3000)])
 def test_own_gemm_split_k(backend, rng, m, n, k):

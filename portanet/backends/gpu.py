@@ -84,6 +84,7 @@ class KernelBackend(Backend):
     vendor_k = ACC_K            # the longest sum one vendor gemm call may run (accuracy)
     gemm_sizes = {}             # tuned tilings by size class (set_gemm_params)
     _ladders = None             # {id(tiling): (tiling, its ladder)}: see _tilings
+    _thins = None               # {(id(tiling), TSM, TSN): (tiling, thinner one)}: see _thin
 
     def _load_kernels(self):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
@@ -270,11 +271,12 @@ class KernelBackend(Backend):
         def tiles(p, m=m, n=n):
             return -(-m // p["TSM"]) * -(-n // p["TSN"])
         size = self._size_class(m, n)
-        rungs = self._tilings(self.gemm_sizes.get(size, self.gemm_params))
-        p, frozen = rungs[0]
+        tuned = self.gemm_sizes.get(size, self.gemm_params)
         # a tiling tuned for a size class runs as it was measured (alone, unsplit) wherever
         # it makes at least as many tiles as at that size
-        as_tuned = size is not None and tiles(p) >= tiles(p, size, size)
+        as_tuned = size is not None and tiles(tuned) >= tiles(tuned, size, size)
+        rungs = self._tilings(self._thin(tuned, m, n))
+        p, frozen = rungs[0]
         small = (not as_tuned and tiles(p) < self.compute_units
                  and (m < p["TSM"] or n < p["TSN"]) and p["TSM"] * p["TSN"] > 256)
         if small:
@@ -312,6 +314,29 @@ class KernelBackend(Backend):
         for i, (a_p, b_p, kp) in enumerate(pieces):
             launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp,
                    label + _piece_text(i, len(pieces)))
+
+    def _thin(self, params, m, n):
+        """params, or where the output fills at most half of its tile's rows (columns),
+        params with the tile that many times shorter (`_thinned`): a 16 x 6760000 x 9
+        product (a conv layer's forward pass on 10000 images) spent 7/8 of its 128-row tiles
+        on padding. Made once per tiling and shape of tile, not per product."""
+        want = {}
+        for side, length in (("M", m), ("N", n)):
+            ts = params["TS" + side]
+            while ts // 2 >= max(length, 16):
+                ts //= 2
+            want[side] = ts
+        if want["M"] == params["TSM"] and want["N"] == params["TSN"]:
+            return params
+        if self._thins is None:
+            self._thins = {}
+        key = (id(params), want["M"], want["N"])
+        if key not in self._thins or self._thins[key][0] is not params:
+            thin = params
+            for side in ("M", "N"):
+                thin = _thinned(thin, side, want[side], self.gemm_fits)
+            self._thins[key] = (params, thin)
+        return self._thins[key][1]
 
     def _size_class(self, m, n):
         """The size n' of the tuned tilings (gemm_sizes) nearest an m x n output, m n
@@ -359,7 +384,7 @@ class KernelBackend(Backend):
         is none. Tilings that do not fit here (gemm_fits) are the caller's to leave out."""
         self.gemm_params = {**GEMM_DEFAULTS, **params}
         self.gemm_sizes = {int(n): {**GEMM_DEFAULTS, **p} for n, p in (sizes or {}).items()}
-        self._ladders = {}
+        self._ladders, self._thins = {}, {}
         self._routes = {}                   # measured with the old tiling
         self.generation += 1                # recorded steps launch the old kernels
         for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
@@ -544,6 +569,23 @@ def _halved(p):
         return None
     return dict(p, **{"TS" + side: p["TS" + side] // 2, "WPT" + side: p["WPT" + side] // 2},
                 MIN_GROUPS=max(2, p.get("MIN_GROUPS", 1)))
+
+
+def _thinned(p, side, length, fits):
+    """p with its tile's side "M" or "N" halved down to `length`: the work per item halved
+    (keeping a multiple of 4 where MICRO reads 4-wide runs, as `fits` checks), else the
+    work-items along it, never under 64 of them in a group; as far as such halvings fit."""
+    wpt, ts = "WPT" + side, "TS" + side
+    while p[ts] > length:
+        for q in (dict(p, **{ts: p[ts] // 2, wpt: p[wpt] // 2}), dict(p, **{ts: p[ts] // 2})):
+            if q[wpt] < 1 or q[ts] % q[wpt]:
+                continue
+            if q["TSM"] // q["WPTM"] * (q["TSN"] // q["WPTN"]) >= 64 and fits(q):
+                p = q
+                break
+        else:
+            return p
+    return p
 
 
 def _pieces(a, b, trans_a, trans_b, k, longest=ACC_K):
