@@ -3,11 +3,11 @@
 # safetensors wheel). One part per call (each fits the 10-minute limit):
 #   bash bench/gpu_issue12.sh sweep     our GEMM kernel's tilings at 4096^3 (gpu_compare
 #                                       --variants) and the GEMM table against cuBLAS
-#   bash bench/gpu_issue12.sh tune      portanet tune on cuda and opencl:nvidia (1024, 2048 and
-#                                       4096), its database under $OUT
+#   bash bench/gpu_issue12.sh tune [D]  portanet tune on D (default: cuda and opencl:nvidia),
+#                                       1024, 2048 and 4096, its database under $OUT
 #   bash bench/gpu_issue12.sh compare   the GEMM table with the shipped tuned tilings and with
 #                                       the untuned defaults, and portanet bench's gemm
-#   bash bench/gpu_issue12.sh bench     portanet bench's gemm and MLP workloads, cuda and
+#   bash bench/gpu_issue12.sh bench     portanet bench's workloads, cuda and
 #                                       opencl:nvidia (the shipped tuned tilings)
 #   bash bench/gpu_issue12.sh suite     the test suite on the GPUs
 # Results under $OUT.
@@ -23,8 +23,8 @@ sweep)
         --json "$OUT/sweep.json" 2>&1 | grep -v Warning | tee "$OUT/sweep.log" ;;
 tune)
     export XDG_CACHE_HOME=/tmp/cache
-    for d in cuda opencl:nvidia; do
-        timeout 270 python3 -m portanet.cli tune --device $d --budget ${BUDGET:-30} \
+    for d in ${2:-cuda opencl:nvidia}; do
+        timeout ${LIMIT:-540} python3 -m portanet.cli tune --device $d --budget ${BUDGET:-30} \
             --output "$OUT/tuned-h100.json" --json "$OUT/tune-h100-${d%%:*}.json" 2>&1 \
             | tee "$OUT/tune-${d%%:*}.log"
     done ;;
@@ -39,7 +39,8 @@ compare)    # the GEMM table (the shipped tuned tilings), then with the untuned 
         | tee "$OUT/bench-gemm.log" | tail -12 ;;
 bench)
     timeout 300 python3 -m portanet.cli bench --device cuda --device opencl:nvidia \
-        --workload gemm --workload mlp-big --workload mlp-small --json "$OUT/bench.json" 2>&1 \
+        --workload gemm --workload mlp-big --workload mlp-small --workload lenet-step \
+        --workload lenet-infer --json "$OUT/bench.json" 2>&1 \
         | grep -v Warning | tee "$OUT/bench.log" | tail -30 ;;
 suite)
     timeout 560 python3 -m pytest -q -rs -p no:cacheprovider tests "${@:2}" 2>&1 \
