@@ -255,19 +255,19 @@ class KernelBackend(Backend):
 
     def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
-        along dimension 2 the parts of a split K where the tiles alone cannot fill the device
-        (a conv layer's weight gradient: 32 x 144 outputs, K = 36864). Where such an output
-        is also smaller than one of the device's tiles it takes SMALL_TILES, which waste no
-        work on padding, in many more parts: 16 x 9 outputs with K = 173056 took 418 us in
-        one 128 x 128 tile per part on an H100's OpenCL. A larger output that still leaves
-        compute units idle steps down a ladder of tilings first (`_halved`: the longer side
-        and its work per item halved, as many work-items), until its tiles fill the device:
-        on an H100 1024^3 ran at 17 TFLOP/s in 64 tiles of 128 x 128 split in 5 parts of K
-        (23.5 in 256 of 64 x 64), and 2048^3 at 35 in 128 of the 128 x 256 tiles that are
-        fastest at 4096^3 (42 in 256 of 128 x 128). A tuned device has a tiling per size
-        class instead (`portanet tune` measures 1024^3, 2048^3 and 4096^3 on a GPU), each
-        run as measured where it makes as many tiles as there, and the top of its own
-        ladder below."""
+        along dimension 2 the parts of a split K. The tiling, in order (docs/ARCHITECTURE.md
+        has the measurements behind each step):
+          - the tuned size class nearest the output (`_size_class`), or the device's one
+            tiling; run as tuned (one group per tile, K unsplit) where the output fills as
+            many of its tiles as the class's own product;
+          - thinner tiles where the output fills at most half of a tile's rows or columns
+            (`_thin`: a conv layer's 16 x 6760000 forward output);
+          - else, where the tiles leave compute units idle, down a ladder of smaller tilings
+            (`_halved`) until they fill the device, or SMALL_TILES for an output smaller
+            than one tile (a conv weight gradient: 16 x 9, K = 173056);
+          - then K split in parts until the groups hold WORK_ITEMS_PER_UNIT work-items per
+            compute unit, no part longer than ACC_K; an unsplit K longer than ACC_K runs as
+            launches over pieces of K that add into c."""
         def tiles(p, m=m, n=n):
             return -(-m // p["TSM"]) * -(-n // p["TSN"])
         size = self._size_class(m, n)
@@ -548,7 +548,7 @@ class KernelBackend(Backend):
 
 # split-K makes parts until the work-groups hold this many work-items per compute unit (two
 # groups of 256, eight of SMALL_TILES' 64): 10 x 10000 x 4608 took 589 us on an H100's
-# OpenCL in 157 unsplit groups of 64 (two warps per unit), 287 in 625 small tiles
+# OpenCL in 157 unsplit groups of 64 (two warps per unit), 178 in 7 parts of K
 WORK_ITEMS_PER_UNIT = 512
 MAX_PARTS = 512
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
