@@ -754,7 +754,8 @@ def summary(result):
                           note))
     for part in parts:
         changes = _changes(part["params"], part["default"])
-        lines.append(f"  tuned tiling at {part['size']}^3: {_params_text(changes) or 'the default'}")
+        tiling = _params_text(changes) or "the default"
+        lines.append(f"  tuned tiling at {part['size']}^3: {tiling}")
     lines.append(f"  (default {_params_text(result['default'])})")
     if result["vendor_k"] is None:
         lines.append("  vendor_k: - (" + ("its measurement failed" if vendor else
