@@ -119,12 +119,15 @@ def test_gemm_on_views(backend, rng):
 
 
 def test_auto_gemm_routes_each_shape_once_and_keeps_c(backend, rng, monkeypatch):
-    """Routing times both paths on the real operands, writing into c: a product that reads
-    c (beta != 0, the momentum update) must still see c as it was."""
+    """Routing times both paths on the real operands, writing into c, each replayed as a
+    recorded step replays it: a product that reads c (beta != 0, the momentum update) must
+    still see c as it was."""
     if "auto" not in gemm_paths(backend):
         pytest.skip(f"{backend.name} has one GEMM path: nothing to route")
     monkeypatch.setattr(backend, "gemm_path", "auto")
     monkeypatch.setattr(backend, "_routes", {})
+    captured, capture = [], backend.capture
+    monkeypatch.setattr(backend, "capture", lambda work: captured.append(work) or capture(work))
     m, n, k = 37, 21, 300
     a, b, c = (rng.standard_normal(s) for s in ((m, k), (n, k), (m, n)))
     A, B, C = backend.upload(a), backend.upload(b), backend.upload(c)
@@ -138,6 +141,7 @@ def test_auto_gemm_routes_each_shape_once_and_keeps_c(backend, rng, monkeypatch)
     assert list(backend._routes) == [(m, n, k, False, True)]
     assert backend._routes[(m, n, k, False, True)] in ("own", "vendor")
     assert backend.allocations == count            # routing allocated nothing
+    assert len(captured) == 2
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (7, 129), (130, 3)])
