@@ -139,3 +139,29 @@ def test_with_the_set_on_the_device_steps_allocate_nothing(device_name):
         net.fit(x, y, epochs=epochs, batch_size=16, data_on_device=True)
         counts.append(bk.allocations - before)
     assert counts == [2, 2]
+
+
+def test_opencl_replays_enqueue_each_launch_without_pyopencl(device_name, monkeypatch):
+    """An OpenCL replay calls clEnqueueNDRangeKernel itself, its sizes made once and no
+    event made per launch; what it computes is the eager launches'."""
+    bk = pn.device(device_name)
+    if bk.kind != "opencl":
+        pytest.skip("replays through clEnqueueNDRangeKernel are the OpenCL backend's")
+    from portanet.backends import opencl
+    assert opencl._enqueue_api() is not None            # pyopencl's library, on Linux
+    x = bk.upload(np.arange(10.0))
+    y = bk.upload(np.ones(10))
+    bk.axpy(1.0, x, y)                                  # built, as before a step is recorded
+    replay = bk.capture(lambda: (bk.axpy(1.0, x, y), bk.scal(0.5, y)))
+
+    def refused(*args, **kwargs):
+        raise AssertionError("a replay enqueued through pyopencl")
+    monkeypatch.setattr(opencl.cl, "enqueue_nd_range_kernel", refused)
+    replay()
+    replay()
+    monkeypatch.undo()
+    want = np.arange(10.0) + 1
+    for _ in range(2):
+        want = (want + np.arange(10.0)) * 0.5
+    assert np.array_equal(bk.download(y), want.astype(bk.dtype))
+    assert opencl._status_name(-5) == "CL_OUT_OF_RESOURCES (-5)"

@@ -5,7 +5,9 @@ shape, to CLBlast (pyclblast) or our own tiled kernel, whichever was measured fa
 work-group sizes) derives from the device's limits, which PORTANET_CL_LIMITS can cap to
 those of a class of device we cannot test on (Limits)."""
 import contextlib
+import ctypes
 import dataclasses
+import functools
 import gc
 import logging
 import os
@@ -244,21 +246,76 @@ class _NotRecordable(Exception):
 
 
 class _HostReplay(Recorded):
-    """A recorded step: its launches enqueued again, in order, on the backend's queue."""
+    """A recorded step: its launches enqueued again, in order, on the backend's queue.
+    Where the OpenCL library pyopencl loaded can be called directly (`_enqueue_api`), each
+    launch is one clEnqueueNDRangeKernel with its sizes made once and no event: pyopencl's
+    enqueue makes an Event object (and the driver a cl_event) per launch, which nothing
+    here waits on."""
 
     def __init__(self, backend, ops):
         super().__init__(backend)
         self.ops = ops
+        self.enqueue = _enqueue_api()
+        if self.enqueue is not None:
+            self.ops = [_Launch(*op) if isinstance(op, tuple) else op for op in ops]
 
     def __call__(self):
         bk = self.backend
         with bk._lock:
             queue = bk.queue
+            if self.enqueue is None:
+                for op in self.ops:
+                    if isinstance(op, tuple):
+                        cl.enqueue_nd_range_kernel(queue, *op)
+                    else:
+                        op(queue)
+                return
+            handle = queue.int_ptr
             for op in self.ops:
-                if isinstance(op, tuple):
-                    cl.enqueue_nd_range_kernel(queue, *op)
+                if isinstance(op, _Launch):
+                    status = self.enqueue(handle, op.handle, op.dims, None, op.global_size,
+                                          op.local_size, 0, None, None)
+                    if status:
+                        raise DeviceError(
+                            f"replaying a recorded step on {bk.name}: clEnqueueNDRangeKernel "
+                            f"of {op.kernel.function_name} failed with "
+                            f"{_status_name(status)}; PORTANET_GRAPHS=off runs steps eagerly")
                 else:
                     op(queue)
+
+
+class _Launch:
+    """A recorded launch as clEnqueueNDRangeKernel takes it: the kernel's handle (the
+    kernel object kept alive with it) and its sizes as size_t arrays."""
+
+    def __init__(self, kernel, global_size, local_size):
+        self.kernel, self.handle, self.dims = kernel, kernel.int_ptr, len(global_size)
+        self.global_size = (ctypes.c_size_t * self.dims)(*global_size)
+        self.local_size = (ctypes.c_size_t * self.dims)(*local_size)
+
+
+@functools.lru_cache(maxsize=None)
+def _enqueue_api():
+    """clEnqueueNDRangeKernel of the OpenCL library pyopencl loaded (Linux: found in the
+    process's memory map), with its argument types; None where it cannot be found (other
+    systems; replays then enqueue through pyopencl)."""
+    try:
+        with open("/proc/self/maps", encoding="utf-8") as f:
+            paths = [line.split()[-1] for line in f if "libOpenCL" in line]
+        function = ctypes.CDLL(paths[0]).clEnqueueNDRangeKernel
+    except (OSError, IndexError, AttributeError):
+        return None
+    function.restype = ctypes.c_int32
+    function.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
+                         ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint32, ctypes.c_void_p,
+                         ctypes.c_void_p]
+    return function
+
+
+def _status_name(status):
+    """'CL_OUT_OF_RESOURCES (-5)': an OpenCL error code's name, from pyopencl's table."""
+    names = {v: k for k, v in vars(cl.status_code).items() if isinstance(v, int)}
+    return f"CL_{names[status]} ({status})" if status in names else f"error {status}"
 
 
 class OpenCLBackend(KernelBackend):
