@@ -202,15 +202,10 @@ class KernelBackend(Backend):
         if path == "auto":
             path = self._routes.get((m, n, k, trans_a, trans_b)) or self._route(
                 a, b, beta, c, trans_a, trans_b, m, n, k)
-        self._gemm_on(path, alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
-
-    def _gemm_on(self, path, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
-        """The product on one path: "vendor", "own" or OWN_UNSPLIT (own, K never split)."""
-        if path == "vendor":
-            self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+        if path == "own":
+            self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
         else:
-            self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k,
-                           split=path != OWN_UNSPLIT)
+            self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
 
     def _gemm_vendor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """The vendor's gemm, in calls of at most vendor_k terms each, added into c
@@ -231,21 +226,19 @@ class KernelBackend(Backend):
                                               m, n, kp))
 
     def _route(self, a, b, beta, c, trans_a, trans_b, m, n, k):
-        """The fastest path for this shape, measured now on the real operands (replayed as
-        a recorded step replays it, where the backend records steps) and remembered for the
-        life of the backend: our kernel, the vendor's, and our kernel with K unsplit where
-        it would split K (a split costs a second launch, which on NVIDIA's OpenCL cost more
-        than it saved in 5 of mlp-small's products with K = 1000). Neither library wins
-        everywhere: CLBlast has no split K, so a conv layer's weight gradient (32 x 144,
-        K = 147456) ran 17 times slower there than our split-K kernel on an H100, while it
-        wins the large square products. The trials write into c itself, so routing
-        allocates nothing; c is put back afterwards where the call is to read it."""
+        """The faster path for this shape, measured now on the real operands (replayed as a
+        recorded step replays it, where the backend records steps) and remembered for the
+        life of the backend. Neither library wins everywhere: CLBlast has no split K, so a
+        conv layer's weight gradient (32 x 144, K = 147456) ran 17 times slower there than
+        our split-K kernel on an H100, while it wins the large square products. The trials write into c itself, so routing allocates nothing; c
+        is put back afterwards where the call is to read it (beta != 0)."""
         saved = self.download(c) if beta != 0 else None
         seconds = {}
-        paths = ["own", "vendor"] + ([OWN_UNSPLIT] if self._own_plan(m, n, k)[2] > 1 else [])
-        for path in paths:
-            def call(path=path):
-                self._gemm_on(path, 1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
+        for path in ("own", "vendor"):
+            run = self._gemm_own if path == "own" else self._gemm_vendor_pieces
+
+            def call(run=run):
+                run(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
             call()                                          # builds, warms up
             self.synchronize()
             # timed as a recorded training step runs it, where steps are recorded: replayed,
@@ -264,12 +257,13 @@ class KernelBackend(Backend):
             self.write(c, saved)
         best = min(seconds, key=seconds.get)
         self._routes[(m, n, k, trans_a, trans_b)] = best
-        log.debug("gemm %s on %s: %s -> %s", _shape_text(m, n, k, trans_a, trans_b), self.name,
-                  ", ".join(f"{path} {1e6 * t / ROUTING_REPEATS:.0f} us"
-                            for path, t in seconds.items()), best)
+        log.debug("gemm %s on %s: own %.0f us, vendor %.0f us -> %s",
+                  _shape_text(m, n, k, trans_a, trans_b), self.name,
+                  1e6 * seconds["own"] / ROUTING_REPEATS,
+                  1e6 * seconds["vendor"] / ROUTING_REPEATS, best)
         return best
 
-    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, split=True):
+    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
         along dimension 2 the parts of a split K. The tiling, in order (docs/ARCHITECTURE.md
         has the measurements behind each step):
@@ -283,13 +277,32 @@ class KernelBackend(Backend):
             than one tile (a conv weight gradient: 16 x 9, K = 173056);
           - then K split in parts until the groups hold WORK_ITEMS_PER_UNIT work-items per
             compute unit, no part longer than ACC_K; an unsplit K longer than ACC_K runs as
-            launches over pieces of K that add into c.
-        split=False runs K unsplit whatever the plan (`_route` times that too)."""
-        p, frozen, parts, k_chunk = self._own_plan(m, n, k)
-        if not split:
-            parts, k_chunk = 1, k
+            launches over pieces of K that add into c."""
+        def tiles(p, m=m, n=n):
+            return -(-m // p["TSM"]) * -(-n // p["TSN"])
+        size = self._size_class(m, n)
+        tuned = self.gemm_sizes.get(size, self.gemm_params)
+        thin = self._thin(tuned, m, n)
+        # a tiling tuned for a size class runs as it was measured (alone, unsplit) wherever
+        # the output fills as many of its tiles as at that size
+        as_tuned = (size is not None and thin is tuned
+                    and tiles(tuned) >= tiles(tuned, size, size))
+        rungs = self._tilings(thin)
+        p, frozen = rungs[0]
+        small = (not as_tuned and tiles(p) < self.compute_units
+                 and (m < p["TSM"] or n < p["TSN"]) and p["TSM"] * p["TSN"] > 256)
+        if small:
+            p, frozen = SMALL_TILES, SMALL_KEY
+        elif not as_tuned:
+            for p, frozen in rungs:         # down to the first whose tiles fill the device
+                if tiles(p) >= self.compute_units:
+                    break
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
+        groups = self.compute_units * max(2, WORK_ITEMS_PER_UNIT // (rtsm * rtsn))
+        parts, k_chunk = (1, k) if as_tuned else split_k(tiles_m * tiles_n, k, p["TSK"], groups)
+        if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
+            parts, k_chunk = -(-k // ACC_K), ACC_K
         key = ("gemm", trans_a, trans_b, parts > 1, frozen)
         if key not in self._kernels:
             self._kernels[key] = self._build("gemm", "gemm", gemm_options(
@@ -313,35 +326,6 @@ class KernelBackend(Backend):
         for i, (a_p, b_p, kp) in enumerate(pieces):
             launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp,
                    label + _piece_text(i, len(pieces)))
-
-    def _own_plan(self, m, n, k):
-        """(tiling, its frozen items, parts of K, terms per part) for an m x n x k product
-        on our kernel: see _gemm_own."""
-        def tiles(p, m=m, n=n):
-            return -(-m // p["TSM"]) * -(-n // p["TSN"])
-        size = self._size_class(m, n)
-        tuned = self.gemm_sizes.get(size, self.gemm_params)
-        thin = self._thin(tuned, m, n)
-        # a tiling tuned for a size class runs as it was measured (alone, unsplit) wherever
-        # the output fills as many of its tiles as at that size
-        as_tuned = (size is not None and thin is tuned
-                    and tiles(tuned) >= tiles(tuned, size, size))
-        rungs = self._tilings(thin)
-        p, frozen = rungs[0]
-        small = (not as_tuned and tiles(p) < self.compute_units
-                 and (m < p["TSM"] or n < p["TSN"]) and p["TSM"] * p["TSN"] > 256)
-        if small:
-            p, frozen = SMALL_TILES, SMALL_KEY
-        elif not as_tuned:
-            for p, frozen in rungs:         # down to the first whose tiles fill the device
-                if tiles(p) >= self.compute_units:
-                    break
-        groups = self.compute_units * max(2, WORK_ITEMS_PER_UNIT // (
-            p["TSM"] // p["WPTM"] * (p["TSN"] // p["WPTN"])))
-        parts, k_chunk = (1, k) if as_tuned else split_k(tiles(p), k, p["TSK"], groups)
-        if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
-            parts, k_chunk = -(-k // ACC_K), ACC_K
-        return p, frozen, parts, k_chunk
 
     def _thin(self, params, m, n):
         """params, or where the output fills at most half of its tile's rows (columns),
@@ -578,7 +562,6 @@ class KernelBackend(Backend):
 WORK_ITEMS_PER_UNIT = 512
 MAX_PARTS = 512
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
-OWN_UNSPLIT = "own unsplit"   # the route of a shape our kernel runs faster with K unsplit
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1,
                  "VW": 1, "DB": 0, "SUBGROUP": 0, "MIN_GROUPS": 1, "SWIZZLE": 1}
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
