@@ -162,7 +162,7 @@ def test_vendor_k_is_the_longest_accurate_k(pocl, tuned):
         assert result["vendor_k"] is None
         pytest.skip("no CLBlast here (pip install pyclblast): no vendor GEMM to measure")
     errors = {int(k): e for k, e in result["vendor_errors"].items()}
-    assert sorted(errors) == list(tuning.VENDOR_KS)
+    assert sorted(errors) == list(tuning.VENDOR_KS[:len(errors)])   # up to the first over
     k = result["vendor_k"]
     assert k in tuning.VENDOR_KS
     assert all(e <= tuning.VENDOR_BOUND for kk, e in errors.items()
