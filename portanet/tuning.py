@@ -24,8 +24,8 @@ The fastest is then checked and timed on the transposed products a b^T and a^T b
 builds of the kernel); should one of those be wrong the next fastest is taken.
 
 CLBlast sums K in one pass: on uniform [0, 1) inputs, where nothing cancels, its error
-grows with K (on PoCL: 4.2e-7 at K = 1024, 2.4e-6 at 32768); cuBLAS held 1.5e-7 up to
-32768 on an H100. vendor_k is the longest K of VENDOR_KS whose 64 x 64 x K product stays
+grows with K (on PoCL: 4.2e-7 at K = 1024, 2.4e-6 at 32768); cuBLAS held 1.6e-7 up to
+262144 on an H100. vendor_k is the longest K of VENDOR_KS whose 64 x 64 x K product stays
 within VENDOR_BOUND, and the backends split longer products into K chunks accumulated in c.
 
 The database. JSON, {"version": 1, "entries": {key: entry}}, keyed by the backend kind,
