@@ -98,6 +98,17 @@ def test_gemm(backend, rng, m, n, k, trans_a, trans_b):
                 backend.gemm_path = saved
 
 
+@pytest.mark.parametrize("m,n,k", [(0, 5, 3), (5, 0, 3), (5, 4, 0)])
+@pytest.mark.parametrize("beta", [0.0, 0.5])
+def test_gemm_of_empty_operands(backend, rng, m, n, k, beta):
+    """An empty output is nothing to do; an empty sum leaves c <- beta c (beta 0: zeros,
+    whatever c held), as BLAS and NumPy do."""
+    a, b, c = rng.standard_normal((m, k)), rng.standard_normal((k, n)), np.full((m, n), 2.0)
+    C = backend.upload(c)
+    backend.gemm(1.0, backend.upload(a), backend.upload(b), beta, C)
+    assert np.array_equal(backend.download(C), np.full((m, n), 2.0 * beta))
+
+
 def test_gemm_on_views(backend, rng):
     """Operands at offsets inside larger buffers, as batch views are."""
     m, n, k = 5, 9, 13

@@ -198,6 +198,14 @@ class KernelBackend(Backend):
 
     def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):
         m, n, k = check_gemm(a, b, c, trans_a, trans_b)
+        if m == 0 or n == 0:
+            return                          # no output (CLBlast refuses empty products)
+        if k == 0:                          # an empty sum: c <- beta c, as BLAS and NumPy
+            if beta == 0:
+                self.fill(c, 0.0)
+            else:
+                self.scal(beta, c)
+            return
         path = self.gemm_path
         if path == "auto":
             path = self._routes.get((m, n, k, trans_a, trans_b)) or self._route(
