@@ -443,16 +443,11 @@ def _tune_size(bk, ops, size, budget, start, quick, result, progress):
     """One search (see tune) on size^3 products, from the device's default, `start` and,
     below the largest size, the ladder of tilings under start (smaller outputs want
     smaller tiles); appended to result["sizes"] and returned."""
-    from .backends.gpu import GEMM_DEFAULTS, _halved
+    from .backends.gpu import GEMM_DEFAULTS
     samples = QUICK_SAMPLES if quick else SAMPLES
     default = {**GEMM_DEFAULTS, **bk.gemm_default}
     start = {**GEMM_DEFAULTS, **start}
-    seeds = []
-    if result["sizes"]:
-        p = _halved(start)
-        while p is not None and bk.gemm_fits(p):
-            seeds.append(p)
-            p = _halved(p)
+    seeds = [p for p, _ in bk._tilings(start)[1:]] if result["sizes"] else []
     part = {"size": size, "default": default, "start": start, "candidates": [], "checks": []}
     progress(header(result, part))
 

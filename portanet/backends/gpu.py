@@ -83,8 +83,7 @@ class KernelBackend(Backend):
     gemv_threads = 256          # work-items of gemv's group (blas.cl), within the limits
     vendor_k = ACC_K            # the longest sum one vendor gemm call may run (accuracy)
     gemm_sizes = {}             # tuned tilings by size class (set_gemm_params)
-    _ladders = None             # {id(tiling): (tiling, its ladder)}: see _tilings
-    _thins = None               # {(id(tiling), TSM, TSN): (tiling, thinner one)}: see _thin
+    _derived = None             # what _per_tiling made from each tiling, by tiling and use
 
     def _load_kernels(self):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
@@ -238,8 +237,9 @@ class KernelBackend(Backend):
         recorded step replays it, where the backend records steps) and remembered for the
         life of the backend. Neither library wins everywhere: CLBlast has no split K, so a
         conv layer's weight gradient (32 x 144, K = 147456) ran 17 times slower there than
-        our split-K kernel on an H100, while it wins the large square products. The trials write into c itself, so routing allocates nothing; c
-        is put back afterwards where the call is to read it (beta != 0)."""
+        our split-K kernel on an H100, while it wins the large square products. The trials
+        write into c itself, so routing allocates nothing; c is put back afterwards where
+        the call is to read it (beta != 0)."""
         saved = self.download(c) if beta != 0 else None
         seconds = {}
         for path in ("own", "vendor"):
@@ -348,15 +348,13 @@ class KernelBackend(Backend):
             want[side] = ts
         if want["M"] == params["TSM"] and want["N"] == params["TSN"]:
             return params
-        if self._thins is None:
-            self._thins = {}
-        key = (id(params), want["M"], want["N"])
-        if key not in self._thins or self._thins[key][0] is not params:
+
+        def thinned():
             thin = params
             for side in ("M", "N"):
                 thin = _thinned(thin, side, want[side], self.gemm_fits)
-            self._thins[key] = (params, thin)
-        return self._thins[key][1]
+            return thin
+        return self._per_tiling(params, ("thin", want["M"], want["N"]), thinned)
 
     def _size_class(self, m, n):
         """The size n' of the tuned tilings (gemm_sizes) nearest an m x n output, m n
@@ -370,16 +368,23 @@ class KernelBackend(Backend):
         """The ladder of tilings _gemm_own steps down from `params` (the device's, or one
         of its size classes'): params, then each `_halved` from it while they fit here, with
         the frozen items that key their kernels. Made once per tiling, not per product."""
-        key = id(params)
-        if self._ladders is None:
-            self._ladders = {}
-        if key not in self._ladders or self._ladders[key][0] is not params:
+        def ladder():
             rungs, p = [], params
             while p is not None and (not rungs or self.gemm_fits(p)):
                 rungs.append((p, tuple(sorted(p.items()))))
                 p = _halved(p)
-            self._ladders[key] = (params, rungs)
-        return self._ladders[key][1]
+            return rungs
+        return self._per_tiling(params, ("ladder",), ladder)
+
+    def _per_tiling(self, params, use, make):
+        """make(), made once for the tiling `params` (by identity) and `use`, kept until
+        set_gemm_params; each entry holds params, so no other tiling takes its id."""
+        if self._derived is None:
+            self._derived = {}
+        key = (id(params), *use)
+        if key not in self._derived:
+            self._derived[key] = (params, make())
+        return self._derived[key][1]
 
     def _register_cap(self, params):
         """Build options that hold our GEMM kernel to registers for MIN_GROUPS work-groups
@@ -404,7 +409,7 @@ class KernelBackend(Backend):
         is none. Tilings that do not fit here (gemm_fits) are the caller's to leave out."""
         self.gemm_params = {**GEMM_DEFAULTS, **params}
         self.gemm_sizes = {int(n): {**GEMM_DEFAULTS, **p} for n, p in (sizes or {}).items()}
-        self._ladders, self._thins = {}, {}
+        self._derived = {}
         self._routes = {}                   # measured with the old tiling
         self.generation += 1                # recorded steps launch the old kernels
         for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
@@ -601,9 +606,7 @@ def _thinned(p, side, length, fits):
     wpt, ts = "WPT" + side, "TS" + side
     while p[ts] > length:
         for q in (dict(p, **{ts: p[ts] // 2, wpt: p[wpt] // 2}), dict(p, **{ts: p[ts] // 2})):
-            if q[wpt] < 1 or q[ts] % q[wpt]:
-                continue
-            if q["TSM"] // q["WPTM"] * (q["TSN"] // q["WPTN"]) >= 64 and fits(q):
+            if q[wpt] and fits(q) and (q["TSM"] // q["WPTM"]) * (q["TSN"] // q["WPTN"]) >= 64:
                 p = q
                 break
         else:
