@@ -455,55 +455,57 @@ class _Labels:
         call()
 
 
-def test_own_gemm_size_classes(backend, rng):
+@pytest.fixture
+def own_gemm(backend, monkeypatch):
+    """The backend on our GEMM kernel, with the labels of its launches kept (trace), and
+    its tilings put back after the test."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has no GEMM kernel")
+    saved = backend.gemm_params, backend.gemm_sizes
+    monkeypatch.setattr(backend, "gemm_path", "own")
+    monkeypatch.setattr(backend, "trace", _Labels())
+    yield backend
+    backend.set_gemm_params(*saved)
+
+
+def gemm_labels(backend, rng, m, n, k):
+    """check_every_transpose's four products on backend, and the labels of their GEMMs."""
+    backend.trace.labels.clear()
+    check_every_transpose(backend, rng, m, n, k)
+    return [x for x in backend.trace.labels if x.startswith("gemm ")]
+
+
+def test_own_gemm_size_classes(own_gemm, rng, monkeypatch):
     """A device tuned per size class (set_gemm_params(params, sizes)): each output takes the
     tiling of the class nearest its size, run as it was tuned (one group per tile, K
     unsplit) where it makes as many tiles as at the class's size, else as any tiling (here
     split in K); every product right."""
-    if backend.kind == "cpu":
-        pytest.skip("the reference backend has no GEMM kernel")
+    backend = own_gemm
     large = dict(TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4, SWIZZLE=4)
     small = dict(TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2)
-    saved = backend.gemm_params, backend.gemm_sizes, backend.gemm_path, backend.compute_units
     backend.set_gemm_params(large, sizes={96: large, 32: small})
-    backend.gemm_path, backend.compute_units, backend.trace = "own", 64, _Labels()
-    try:
-        assert [backend._size_class(m, n) for m, n in [(100, 90), (60, 60), (50, 50), (1, 1)]
-                ] == [96, 96, 32, 32]
-        for (m, n, k), ran in [((100, 90, 300), " own 32x32"), ((33, 30, 300), " own 16x16"),
-                               ((12, 12, 3001), " own 16x16 split-K")]:
-            if backend.simulator and m * n * k > 50000:
-                continue
-            backend.trace.labels.clear()
-            check_every_transpose(backend, rng, m, n, k)
-            gemms = [x for x in backend.trace.labels if x.startswith("gemm ")]
-            assert len(gemms) == 4 and all(x.endswith(ran) or ran.endswith("split-K") and
-                                           ran in x for x in gemms), gemms
-    finally:
-        backend.trace = None
-        backend.set_gemm_params(saved[0], saved[1])
-        backend.gemm_path, backend.compute_units = saved[2:]
+    monkeypatch.setattr(backend, "compute_units", 64)
+    assert [backend._size_class(m, n) for m, n in [(100, 90), (60, 60), (50, 50), (1, 1)]
+            ] == [96, 96, 32, 32]
+    for (m, n, k), ran in [((100, 90, 300), " own 32x32"), ((33, 30, 300), " own 16x16"),
+                           ((12, 12, 3001), " own 16x16 split-K")]:
+        if backend.simulator and m * n * k > 50000:
+            continue
+        gemms = gemm_labels(backend, rng, m, n, k)
+        assert len(gemms) == 4 and all(x.endswith(ran) or ran.endswith("split-K") and
+                                       ran in x for x in gemms), gemms
 
 
-def test_own_gemm_thin_outputs(backend, rng):
+def test_own_gemm_thin_outputs(own_gemm, rng, monkeypatch):
     """An output that fills at most half of a tile's rows (columns) runs in tiles that
     many times shorter, down to 16: the work per item halved first, then the work-items."""
-    if backend.kind == "cpu":
-        pytest.skip("the reference backend has no GEMM kernel")
-    saved = backend.gemm_params, backend.gemm_sizes, backend.gemm_path, backend.compute_units
+    backend = own_gemm
     backend.set_gemm_params(dict(TSM=64, TSN=64, TSK=8, WPTM=8, WPTN=8))
-    backend.gemm_path, backend.compute_units, backend.trace = "own", 1, _Labels()
-    try:
-        for (m, n, k), ran in [((5, 300, 40), " own 16x64"), ((300, 20, 40), " own 64x32"),
-                               ((40, 40, 40), " own 64x64")]:
-            backend.trace.labels.clear()
-            check_every_transpose(backend, rng, m, n, k)
-            gemms = [x for x in backend.trace.labels if x.startswith("gemm ")]
-            assert len(gemms) == 4 and all(x.endswith(ran) for x in gemms), gemms
-    finally:
-        backend.trace = None
-        backend.set_gemm_params(saved[0], saved[1])
-        backend.gemm_path, backend.compute_units = saved[2:]
+    monkeypatch.setattr(backend, "compute_units", 1)
+    for (m, n, k), ran in [((5, 300, 40), " own 16x64"), ((300, 20, 40), " own 64x32"),
+                           ((40, 40, 40), " own 64x64")]:
+        gemms = gemm_labels(backend, rng, m, n, k)
+        assert len(gemms) == 4 and all(x.endswith(ran) for x in gemms), gemms
 
 
 @pytest.mark.parametrize("m,n,k", [(5, 7, 3001), (32, 144, 4099), (1, 1, 1000),
