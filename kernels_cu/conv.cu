@@ -1,28 +1,33 @@
-/* conv.cu: convolution lowered to GEMM, pooling and dropout. Images are stored
+/* conv.cu: convolution by patch matrices or directly, pooling and dropout. Images are stored
    C x H x W x N, batch innermost (cuda-convnet's layout): element (c, h, w, n) of a
    C x H x W x N array is x[((c * H + h) * W + w) * N + n]. Every pointer is followed by
    its offset in elements. */
 #include "prelude.h"
 
-/* cols[(c k + ki) k + kj, (oh Wo + ow) N + n] <- x[c, oh s - p + ki, ow s - p + kj, n],
-   zero outside the image. One work-item per element of cols. */
+/* Columns col0 .. col0 + ncols of the patch matrix (a chunk: the workspace holds no more):
+   cols[(c k + ki) k + kj, col - col0] <- x[c, oh s - p + ki, ow s - p + kj, n] for
+   col = (oh Wo + ow) N + n, zero outside the image. One work-item per element of cols. */
 KERNEL void im2col(GLOBAL real* cols, const int cols_off, const GLOBAL real* x, const int x_off,
                    const int C, const int H, const int W, const int N, const int k,
-                   const int stride, const int pad, const int Ho, const int Wo) {
-    const int col = GLOBAL_ID(0), row = GLOBAL_ID(1);
-    if (row >= C * k * k || col >= Ho * Wo * N) return;
+                   const int stride, const int pad, const int Ho, const int Wo, const int col0,
+                   const int ncols) {
+    const int j = GLOBAL_ID(0), row = GLOBAL_ID(1);
+    if (row >= C * k * k || j >= ncols) return;
+    const int col = col0 + j;
     const int kj = row % k, ki = (row / k) % k, c = row / (k * k);
     const int n = col % N, ow = (col / N) % Wo, oh = col / (N * Wo);
     const int h = oh * stride - pad + ki, w = ow * stride - pad + kj;
-    cols[cols_off + row * (Ho * Wo * N) + col] =
+    cols[cols_off + row * ncols + j] =
         (h >= 0 && h < H && w >= 0 && w < W) ? x[x_off + ((c * H + h) * W + w) * N + n] : (real)0;
 }
 
-/* x[c, h, w, n] <- sum of the cols entries im2col took from it (the adjoint of im2col).
-   One work-item per element of x, gathering, so no atomics are needed. */
+/* x[c, h, w, n] <- (add ? x[c, h, w, n] : 0) + the sum of the entries of patch-matrix
+   columns col0 .. col0 + ncols taken from it (the adjoint of im2col; chunks after the first
+   add). One work-item per element of x, gathering, so no atomics are needed. */
 KERNEL void col2im(GLOBAL real* x, const int x_off, const GLOBAL real* cols, const int cols_off,
                    const int C, const int H, const int W, const int N, const int k,
-                   const int stride, const int pad, const int Ho, const int Wo) {
+                   const int stride, const int pad, const int Ho, const int Wo, const int col0,
+                   const int ncols, const int add) {
     const int e = GLOBAL_ID(0);
     if (e >= C * H * W * N) return;
     const int n = e % N, w = (e / N) % W, h = (e / (N * W)) % H, c = e / (N * W * H);
@@ -34,11 +39,49 @@ KERNEL void col2im(GLOBAL real* x, const int x_off, const GLOBAL real* cols, con
             const int ws = w + pad - kj;
             if (ws < 0 || ws % stride != 0 || ws / stride >= Wo) continue;
             const int row = (c * k + ki) * k + kj;
-            const int col = ((hs / stride) * Wo + ws / stride) * N + n;
-            sum += cols[cols_off + row * (Ho * Wo * N) + col];
+            const int col = ((hs / stride) * Wo + ws / stride) * N + n - col0;
+            if (col >= 0 && col < ncols) sum += cols[cols_off + row * ncols + col];
         }
     }
-    x[x_off + e] = sum;
+    x[x_off + e] = add ? x[x_off + e] + sum : sum;
+}
+
+/* The convolution by its definition, with bias_activation fused, for few input channels
+   (a first layer, C = 1: patches too short to fill a GEMM's slabs):
+   z[f, oh, ow, n] <- b[f] + sum over (c, ki, kj) of w[f, (c k + ki) k + kj] x[c, oh s - p + ki,
+   ow s - p + kj, n]; a <- f(z) (a may be z). One work-item per output column (oh, ow, n)
+   and DIRECT_F filters, so that each pixel it reads serves DIRECT_F of them. */
+#define DIRECT_F 8
+KERNEL void conv_direct(GLOBAL real* z, const int z_off, GLOBAL real* a, const int a_off,
+                        const GLOBAL real* RESTRICT w, const int w_off,
+                        const GLOBAL real* RESTRICT b, const int b_off,
+                        const GLOBAL real* RESTRICT x, const int x_off, const int F,
+                        const int C, const int H, const int W, const int N, const int k,
+                        const int stride, const int pad, const int Ho, const int Wo,
+                        const int kind) {
+    const int col = GLOBAL_ID(0), f0 = GLOBAL_ID(1) * DIRECT_F, P = Ho * Wo * N;
+    if (col >= P) return;
+    const int n = col % N, ow = (col / N) % Wo, oh = col / (N * Wo), rows = C * k * k;
+    real acc[DIRECT_F];
+    for (int f = 0; f < DIRECT_F; ++f) acc[f] = 0;
+    for (int c = 0; c < C; ++c)
+        for (int ki = 0; ki < k; ++ki) {
+            const int h = oh * stride - pad + ki;
+            if (h < 0 || h >= H) continue;
+            for (int kj = 0; kj < k; ++kj) {
+                const int wc = ow * stride - pad + kj;
+                if (wc < 0 || wc >= W) continue;
+                const real v = x[x_off + ((c * H + h) * W + wc) * N + n];
+                const int r = (c * k + ki) * k + kj;
+                for (int f = 0; f < DIRECT_F; ++f)
+                    if (f0 + f < F) acc[f] += w[w_off + (f0 + f) * rows + r] * v;
+            }
+        }
+    for (int f = 0; f < DIRECT_F && f0 + f < F; ++f) {
+        const real zf = acc[f] + b[b_off + f0 + f];
+        z[z_off + (f0 + f) * P + col] = zf;
+        a[a_off + (f0 + f) * P + col] = activate(kind, zf);
+    }
 }
 
 /* a[c, oh, ow, n] <- max of the pool x pool window of x at (oh s, ow s); idx keeps the

@@ -43,8 +43,24 @@
    blas family's gemm_split_sum adds the parts pairwise). A variant of its own: the bounds
    cost a register, and one more than 128 halves the work-groups per SM of CUDA's tiling.
 
+   CONV > 0 makes the kernel an implicit-GEMM convolution (cuDNN's IMPLICIT_GEMM): an
+   operand is gathered from images inside the K loop instead of read from a matrix, so no
+   patch matrix is ever made. Images are C x H x W x NB, batch innermost (conv.cl's layout);
+   CONV_K, CONV_S and CONV_P are the kernel size, stride and padding, the image sizes are
+   arguments, and every K index is offset by k_base (a launch over a later piece of K):
+     1  forward      c (F x Ho.Wo.NB) = w (F x C.k.k) . cols(x), op(b) gathered from x;
+                     with BIAS_ACT (an ACT_* code + 1) the epilogue also adds bias[i] and
+                     writes act <- f(c), bias_activation fused
+     2  input grad   c (C x H.W.NB) = w' (C x F.k.k) . dz', both gathered: w' reads w's
+                     (c, ki, kj) column of each filter f; row (f, ki, kj) of pixel (h, w, n)
+                     in dz' is dz[f, oh, ow, n] where oh s = h + p - ki, ow s = w + p - kj,
+                     else 0 (the adjoint of the forward's gather, col2im fused)
+     3  weight grad  c (F x C.k.k) = dz (F x Ho.Wo.NB) . cols(x)^T, op(b) gathered from x
+   The gathers load element by element (VW applies to a read operand only).
+
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
-   MICRO, PAD, VW, DB, SUBGROUP, MIN_GROUPS, SWIZZLE, SPLIT_K. */
+   MICRO, PAD, VW, DB, SUBGROUP, MIN_GROUPS, SWIZZLE, SPLIT_K; CONV, CONV_K, CONV_S, CONV_P,
+   BIAS_ACT. */
 #include "prelude.h"
 
 #ifndef TSM
@@ -102,6 +118,7 @@
 #endif
 
 /* element (row, col) of op(x) for a row-major x with leading dimension ld */
+#if !CONV
 #if TRANS_A
 #define A_AT(i, k) a[a_off + (k) * lda + (i)]
 #else
@@ -111,6 +128,40 @@
 #define B_AT(k, j) b[b_off + (j) * ldb + (k)]
 #else
 #define B_AT(k, j) b[b_off + (k) * ldb + (j)]
+#endif
+#else
+#define KK (CONV_K * CONV_K)
+/* cols(x)[r, col]: pixel (oh s - p + ki, ow s - p + kj) of channel c of sample n, 0 in the
+   padding, for row r = (c, ki, kj) and column col = (oh, ow, n) */
+DEVICE real patch(const GLOBAL real* RESTRICT x, const int x_off, const int r, const int col,
+                  const int H, const int W, const int NB, const int WO) {
+    const int c = r / KK, ki = r / CONV_K % CONV_K, kj = r % CONV_K;
+    const int n = col % NB, q = col / NB;
+    const int h = q / WO * CONV_S - CONV_P + ki, w = q % WO * CONV_S - CONV_P + kj;
+    return (h >= 0 && h < H && w >= 0 && w < W) ? x[x_off + ((c * H + h) * W + w) * NB + n]
+                                                : (real)0;
+}
+/* dz'[r, col] for row r = (f, ki, kj) and pixel col = (h, w, n): the output (oh, ow) whose
+   patch holds the pixel at (ki, kj), if there is one */
+DEVICE real spread(const GLOBAL real* RESTRICT dz, const int dz_off, const int r,
+                   const int col, const int W, const int NB, const int HO, const int WO) {
+    const int f = r / KK, ki = r / CONV_K % CONV_K, kj = r % CONV_K;
+    const int n = col % NB, q = col / NB;
+    const int hs = q / W + CONV_P - ki, ws = q % W + CONV_P - kj;     /* oh s, ow s */
+    const int oh = hs / CONV_S, ow = ws / CONV_S;
+    return (hs >= 0 && ws >= 0 && oh * CONV_S == hs && ow * CONV_S == ws && oh < HO && ow < WO)
+               ? dz[dz_off + ((f * HO + oh) * WO + ow) * NB + n] : (real)0;
+}
+#if CONV == 1
+#define A_AT(i, k) a[a_off + (i) * lda + (k) + k_base]
+#define B_AT(k, j) patch(b, b_off, (k) + k_base, j, H, W, NB, WO)
+#elif CONV == 2
+#define A_AT(i, k) a[a_off + (((k) + k_base) / KK * C + (i)) * KK + ((k) + k_base) % KK]
+#define B_AT(k, j) spread(b, b_off, (k) + k_base, j, W, NB, HO, WO)
+#else
+#define A_AT(i, k) a[a_off + (i) * lda + (k) + k_base]
+#define B_AT(k, j) patch(b, b_off, j, (k) + k_base, H, W, NB, WO)
+#endif
 #endif
 
 /* the e-th run of VW elements a work-group loads from a slab starts at (i, k) of the A slab,
@@ -156,7 +207,15 @@ KERNEL GROUP_SIZE(RTSN, RTSM, 1, MIN_GROUPS)
 void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const int a_off,
           const GLOBAL real* RESTRICT b, const int b_off, const real alpha, const real beta,
           const int M, const int N, const int K, const int lda, const int ldb,
-          const int k_chunk, const int vec_a, const int vec_b) {
+          const int k_chunk, const int vec_a, const int vec_b
+#if CONV
+          , const int C, const int H, const int W, const int NB, const int HO, const int WO,
+          const int k_base
+#endif
+#if BIAS_ACT
+          , GLOBAL real* act, const int act_off, const GLOBAL real* bias, const int bias_off
+#endif
+          ) {
     LOCAL real4 as4[(STAGES * TSK * (TSM + PAD) + 3) / 4];
     LOCAL real4 bs4[(STAGES * TSK * (TSN + PAD) + 3) / 4];
     LOCAL_PTR real* as = (LOCAL_PTR real*)as4;
@@ -203,9 +262,12 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
 #pragma unroll
             for (int l = 0; l < A_LOADS; ++l) {
                 A_RUN(tid + l * THREADS, i, k);
+#if CONV != 2                            /* (a gathered operand loads one by one) */
                 if (vec_a && inside && m0 + TSM <= M) {
                     LOAD_RUN(a_next[l], &A_AT(m0 + i, k1 + k));
-                } else {
+                } else
+#endif
+                {
 #pragma unroll
                     for (int v = 0; v < VW; ++v) {
                         A_ELEMENT(i, k, v, ie, ke);
@@ -217,9 +279,12 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
 #pragma unroll
             for (int l = 0; l < B_LOADS; ++l) {
                 B_RUN(tid + l * THREADS, k, j);
+#if !CONV
                 if (vec_b && inside && n0 + TSN <= N) {
                     LOAD_RUN(b_next[l], &B_AT(k1 + k, n0 + j));
-                } else {
+                } else
+#endif
+                {
 #pragma unroll
                     for (int v = 0; v < VW; ++v) {
                         B_ELEMENT(k, j, v, ke, je);
@@ -291,7 +356,13 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
             const int j = n0 + COL(tn, wn);
             if (i < M && j < N) {
                 GLOBAL real* cij = &c[c_off + c_part + i * N + j];
+#if BIAS_ACT                            /* z <- alpha acc + b; a <- f(z) (a may be z) */
+                const real z = alpha * acc[wm][wn] + bias[bias_off + i];
+                *cij = z;
+                act[act_off + i * N + j] = activate(BIAS_ACT - 1, z);
+#else
                 *cij = alpha * acc[wm][wn] + (beta == (real)0 ? (real)0 : beta * *cij);
+#endif
             }
         }
     }

@@ -5,6 +5,10 @@ PORTANET_DEVICE  default device string: cpu, opencl, opencl:P, opencl:P:D, cuda,
 PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the path
                  measured fastest on the device), vendor (CLBlast / cuBLAS) or own
                  (portanet's tiled kernels)
+PORTANET_CONV    convolution path on GPU backends: auto (the default: each shape to the
+                 path measured fastest), implicit (our GEMM gathering patches), direct
+                 (short patches only) or im2col (patch matrices and the vendor's GEMM, where
+                 it has one); a path that does not apply to a layer leaves it to auto
 PORTANET_GRAPHS  on (default) or off: record a training step once (a CUDA graph; on OpenCL
                  its bound launches) and replay it
 PORTANET_TUNING  on (default) or off: use the GEMM tilings `portanet tune` measured for
@@ -36,6 +40,18 @@ def gemm_path():
         raise PortanetError(f"PORTANET_GEMM={value!r} is not understood: use 'auto', "
                             f"'vendor' or 'own'")
     return value
+
+
+def conv_path():
+    value = os.environ.get("PORTANET_CONV", "").strip().lower() or "auto"
+    if value not in CONV_PATHS:
+        from .errors import PortanetError
+        raise PortanetError(f"PORTANET_CONV={value!r} is not understood: use one of "
+                            f"{', '.join(CONV_PATHS)}")
+    return value
+
+
+CONV_PATHS = ("auto", "implicit", "direct", "im2col")
 
 
 def graphs():

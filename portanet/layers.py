@@ -12,7 +12,7 @@ import math
 
 import numpy as np
 
-from .backends.base import ACTIVATIONS, conv_out
+from .backends.base import ACTIVATIONS, CONV_WORKSPACE_BYTES, conv_out
 from .errors import InputError, ShapeError, check_count
 from .memory import elements
 from .rng import key_array, mix32
@@ -62,7 +62,7 @@ class Layer:
 
     def shared_sizes(self, m):
         """(ones, workspace) elements this layer needs from the network's shared buffers
-        for a batch of m: the ones vector of bias gradients, the im2col workspace."""
+        for a batch of m: the ones vector of bias gradients, the conv workspace."""
         return 0, 0
 
     def sublayers(self):
@@ -185,12 +185,11 @@ class Dense(Layer):
         self.z = self.backend.view(self._z, (self.units, m))
         self.a = self.backend.view(self._a, (self.units, m))
         self.ones = self.backend.view(shared.ones, (m,))
-        self.inputs = self.a_prev           # what w multiplies: a_prev here, im2col's cols in Conv2D
         self.da_prev = self.a_prev          # where dL/da_prev goes (Residual's projection: apart)
 
     def forward(self, training=True):
         bk = self.backend
-        bk.gemm(1.0, self.w, self.inputs, 0.0, self.z)          # z <- w a_prev
+        bk.gemm(1.0, self.w, self.a_prev, 0.0, self.z)          # z <- w a_prev
         bk.bias_activation(self.activation, self.z, self.b, self.a)  # z <- z + b 1^T; a <- f(z)
 
     def backward(self, train, first, delta_in_z=False):
@@ -200,7 +199,7 @@ class Dense(Layer):
         g, alpha, beta = train.gradient(self)
         # (2) gw <- alpha dz a_prev^T + beta gw: before a_prev is overwritten (the river
         # crossing); for SGD, gw is the velocity, alpha = -eta/m and beta = mu
-        bk.gemm(alpha, self.z, self.inputs, beta, g["w"], trans_b=True)
+        bk.gemm(alpha, self.z, self.a_prev, beta, g["w"], trans_b=True)
         if not first:
             self.input_grad()                                    # (3) da_prev <- w^T dz
         bk.gemv(alpha, self.z, self.ones, beta, g["b"])          # (4) gb <- alpha dz 1 + beta gb
@@ -211,10 +210,11 @@ class Dense(Layer):
 
 
 class Conv2D(Dense):
-    """2-D convolution lowered to one GEMM over the whole batch: with images stored
-    (C, H, W, N), w (filters x C.k.k) . cols (C.k.k x Ho.Wo.N) is the output, already in
-    (filters, Ho, Wo, N) order. cols lives in the network's shared workspace; the update
-    is Dense's with cols in place of a_prev."""
+    """2-D convolution over the whole batch: with images stored (C, H, W, N), the output
+    w (filters x C.k.k) * x is already in (filters, Ho, Wo, N) order. The backend's conv,
+    conv_weight_grad and conv_input_grad compute it (gathering patches inside their GEMM,
+    or through patch matrices in the network's workspace, whose size is capped); the
+    update is Dense's, bias gradient by gemv over the output positions."""
 
     def __init__(self, filters, kernel_size, stride=1, padding=0, activation="linear"):
         super().__init__(_count("filters", filters, 1, "Conv2D"), activation)
@@ -240,8 +240,11 @@ class Conv2D(Dense):
         return in_shape[0] * self.k * self.k
 
     def shared_sizes(self, m):
+        """Output positions (the bias gradient's ones), and the patch-matrix workspace:
+        the whole matrix, n_in x positions, or CONV_WORKSPACE_BYTES of it."""
         positions = self.out_shape[1] * self.out_shape[2] * m
-        return positions, self.n_in * positions
+        cap = CONV_WORKSPACE_BYTES // self.backend.dtype.itemsize
+        return positions, min(self.n_in * positions, cap)
 
     def bind(self, a_prev, m, shared):
         Layer.bind(self, self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
@@ -249,25 +252,28 @@ class Conv2D(Dense):
         self.z = self.backend.view(self._z, (self.units, positions))
         self.a = self.backend.view(self._a, (self.units, positions))
         self.ones = self.backend.view(shared.ones, (positions,))
-        self.inputs = self.backend.view(shared.workspace, (self.n_in, positions))
         self.da_prev = self.a_prev
 
     def forward(self, training=True):
-        self.backend.im2col(self.inputs, self.a_prev, self.k, self.stride, self.pad)
-        self.shared.workspace_holds = id(self)
-        super().forward(training)
+        self.backend.conv(self.activation, self.w, self.a_prev, self.b, self.z, self.a,
+                          self.k, self.stride, self.pad, self.shared.workspace)
 
     def backward(self, train, first, delta_in_z=False):
-        if self.shared.workspace_holds != id(self):     # a later conv layer used it since
-            self.backend.im2col(self.inputs, self.a_prev, self.k, self.stride, self.pad)
-        super().backward(train, first, delta_in_z)
-        self.shared.workspace_holds = None
+        bk = self.backend
+        if not delta_in_z:
+            bk.activation_grad(self.activation, self.z, self.a)  # (1) dz <- f'(z) . da
+        g, alpha, beta = train.gradient(self)
+        # (2) gw <- alpha dz patches(a_prev)^T + beta gw, before a_prev is overwritten
+        bk.conv_weight_grad(alpha, self.z, self.a_prev, beta, g["w"], self.k, self.stride,
+                            self.pad, self.shared.workspace)
+        if not first:
+            self.input_grad()                                    # (3) da_prev <- w^T * dz
+        bk.gemv(alpha, self.z, self.ones, beta, g["b"])          # (4) gb <- alpha dz 1 + beta gb
+        train.update(self)                                       # (5) the optimizer's kernel
 
     def input_grad(self):
-        bk = self.backend
-        bk.gemm(1.0, self.w, self.z, 0.0, self.inputs, trans_a=True)   # dcols <- w^T dz
-        bk.col2im(self.da_prev, self.inputs, self.k, self.stride, self.pad)  # da_prev <- col2im
-        self.shared.workspace_holds = None
+        self.backend.conv_input_grad(self.da_prev, self.w, self.z, self.k, self.stride,
+                                     self.pad, self.shared.workspace)
 
 
 class _Pool2D(Layer):

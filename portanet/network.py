@@ -15,12 +15,11 @@ from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refu
 
 class Shared:
     """Buffers all layers of a network share: a ones vector (bias gradients by gemv) and
-    the im2col workspace, sized once for the largest layer; workspace_holds is the id of
-    the conv layer whose cols it holds (an id, not the layer: no reference cycle, so a
-    dropped network is freed at once, not at the next cycle collection)."""
+    the conv workspace (patch matrices, at most CONV_WORKSPACE_BYTES), sized once for the
+    largest layer."""
 
     def __init__(self, ones, workspace):
-        self.ones, self.workspace, self.workspace_holds = ones, workspace, None
+        self.ones, self.workspace = ones, workspace
 
 
 class Sequential:

@@ -8,7 +8,7 @@ from portanet import training
 from portanet.backends.base import conv_out
 from portanet.backends.numpy import NumpyBackend
 from portanet.rng import dropout_mask, key_array
-from conftest import F32, F64_GRAD, rel_err
+from conftest import F32, F64_GRAD, rel_err, simulated
 
 REF = NumpyBackend("cpu", np.float64)
 # (C, H, W, N, k, stride, pad): odd images, channels not a multiple of 4
@@ -242,3 +242,134 @@ def test_cnn_save_load_across_devices(device_name, tmp_path):
     net.save(tmp_path / "cnn.safetensors")
     loaded = pn.load(tmp_path / "cnn.safetensors", device="cpu")
     assert np.abs(loaded.predict(x) - net.predict(x)).max() < 1e-5
+
+
+# (C, H, W, N, k, stride, pad, F): channels 1, 3 and 17, kernels 1, 3 and 5, strides 1 and
+# 2, padding 0, 1 and 2, batches 1, 7 and 64; the last has patches (C.k.k = 2500) and an
+# input gradient's sum (F.k.k = 2250) longer than ACC_K, so K runs in pieces
+CONV_CASES = [(1, 9, 8, 7, 3, 1, 0, 5), (3, 7, 9, 5, 3, 2, 1, 4), (17, 6, 7, 7, 5, 2, 2, 6),
+              (3, 5, 5, 1, 1, 1, 0, 3), (1, 11, 10, 64, 5, 1, 2, 8), (17, 9, 9, 64, 3, 1, 1, 16),
+              (3, 8, 7, 7, 1, 2, 0, 9), (100, 5, 5, 2, 5, 1, 2, 90)]
+PATHS = ("implicit", "direct", "im2col")
+
+
+def conv_operands(rng, C, H, W, N, k, s, p, F):
+    Ho, Wo = conv_out(H, k, s, p), conv_out(W, k, s, p)
+    return (rng.standard_normal((C, H, W, N)), rng.standard_normal((F, C * k * k)) / k,
+            rng.standard_normal(F), rng.standard_normal((F, Ho, Wo, N)))
+
+
+@pytest.fixture
+def conv_path(backend, monkeypatch):
+    """A function that forces the backend's convolutions onto a path (PORTANET_CONV), with
+    chunks of any size allowed (MIN_CHUNK), and the labels of its launches kept."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has one path (chunked im2col, tested below)")
+    from portanet.backends import gpu
+    from test_kernels import _Labels
+    monkeypatch.setattr(gpu, "MIN_CHUNK", 1)
+    monkeypatch.setattr(backend, "trace", _Labels())
+
+    def force(path):
+        monkeypatch.setattr(backend, "conv_path", path)
+        backend.trace.labels.clear()
+    return force
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("case", CONV_CASES)
+def test_conv_paths(backend, conv_path, rng, case, path):
+    """Each path of the three convolution products against the reference (float64): the
+    forward with bias and relu, the weight gradient with alpha and beta, the input
+    gradient; im2col in three chunks of a small workspace. The labels say the path ran."""
+    C, H, W, N, k, s, p, F = case
+    x, w, b, dz = conv_operands(rng, *case)
+    rows, positions = C * k * k, dz[0].size
+    simulated(backend, F * rows * positions)
+    if path == "direct" and rows > gpu_direct_rows():
+        pytest.skip(f"direct is for patches of at most {gpu_direct_rows()} (this: {rows})")
+    if path == "im2col" and not backend.vendor_gemm:
+        pytest.skip("im2col goes with a vendor GEMM, which this device has not")
+    conv_path(path)
+    ws = backend.empty((rows * -(-positions // 3),))
+    z_ref, a_ref = np.empty(dz.shape), np.empty(dz.shape)
+    REF.conv("relu", w, x, b, z_ref, a_ref, k, s, p)
+    Z, A = (backend.upload(np.full(dz.shape, np.nan)) for _ in range(2))
+    X, Wt, DZ = backend.upload(x), backend.upload(w), backend.upload(dz)
+    backend.conv("relu", Wt, X, backend.upload(b), Z, A, k, s, p, ws)
+    assert rel_err(backend.download(Z), z_ref) < F32
+    assert rel_err(backend.download(A), a_ref) < F32
+    gw0 = rng.standard_normal(w.shape)
+    gw_ref = gw0.copy()
+    REF.conv_weight_grad(-0.3, dz, x, 0.9, gw_ref, k, s, p)
+    GW = backend.upload(gw0)
+    backend.conv_weight_grad(-0.3, DZ, X, 0.9, GW, k, s, p, ws)
+    assert rel_err(backend.download(GW), gw_ref) < F32
+    dx_ref = np.empty(x.shape)
+    REF.conv_input_grad(dx_ref, w, dz, k, s, p)
+    DX = backend.upload(np.full(x.shape, np.nan))
+    backend.conv_input_grad(DX, Wt, DZ, k, s, p, ws)
+    assert rel_err(backend.download(DX), dx_ref) < F32
+    ran = " ".join(backend.trace.labels)
+    mark = {"implicit": "conv dgrad", "direct": "conv_direct", "im2col": "im2col"}[path]
+    assert mark in ran, ran
+    if path == "im2col":
+        assert backend.trace.labels.count("im2col") == 2 * -(-positions // -(-positions // 3))
+
+
+def gpu_direct_rows():
+    from portanet.backends import gpu
+    return gpu.DIRECT_ROWS
+
+
+@pytest.mark.parametrize("case", CONV_CASES[:4])
+@pytest.mark.parametrize("room", [None, 1, 2, 7])
+def test_reference_conv_in_chunks(rng, case, room):
+    """The reference's convolution products by chunks of a workspace of `room` patch
+    columns (None: its own), against the definition and its adjoints:
+    <dz, conv(x)> = <x, input_grad(dz)> = <w, weight_grad(dz)>."""
+    C, H, W, N, k, s, p, F = case
+    x, w, b, dz = conv_operands(rng, *case)
+    ws = None if room is None else np.empty(C * k * k * room)
+    z, a = np.empty(dz.shape), np.empty(dz.shape)
+    REF.conv("tanh", w, x, b, z, a, k, s, p, ws)
+    ref = direct_conv(x, w.reshape(F, C, k, k), s, p)
+    assert rel_err(z, ref + b[:, None, None, None]) < 1e-12
+    assert rel_err(a, np.tanh(z)) < 1e-12
+    gw, dx = np.ones_like(w), np.full(x.shape, np.nan)
+    REF.conv_weight_grad(0.5, dz, x, 2.0, gw, k, s, p, ws)
+    REF.conv_input_grad(dx, w, dz, k, s, p, ws)
+    inner = np.sum(dz * ref)
+    assert np.sum(x * dx) == pytest.approx(inner, rel=1e-12)
+    assert np.sum(w * (gw - 2.0) / 0.5) == pytest.approx(inner, rel=1e-12)
+
+
+def test_conv_output_may_be_its_activation(backend, rng):
+    """conv with a = z (inference keeps only a): a <- f(w * x + b) on every path."""
+    case = (3, 7, 9, 5, 3, 2, 1, 4)
+    x, w, b, dz = conv_operands(rng, *case)
+    z_ref, a_ref = np.empty(dz.shape), np.empty(dz.shape)
+    REF.conv("sigmoid", w, x, b, z_ref, a_ref, 3, 2, 1)
+    A = backend.upload(np.full(dz.shape, np.nan))
+    backend.conv("sigmoid", backend.upload(w), backend.upload(x), backend.upload(b), A, A,
+                 3, 2, 1)
+    assert rel_err(backend.download(A), a_ref) < F32
+
+
+@pytest.mark.parametrize("what", ["w", "b", "z", "window"])
+def test_conv_shape_errors(backend, what):
+    """A conv whose arrays do not fit raises a ShapeError naming the array and its shape."""
+    x = backend.empty((3, 7, 9, 5))
+    w, b = backend.empty((4, 27)), backend.empty((4,))
+    z = backend.empty((4, 5, 7, 5))
+    k = 3
+    if what == "w":
+        w = backend.empty((4, 26))
+    elif what == "b":
+        b = backend.empty((5,))
+    elif what == "z":
+        z = backend.empty((4, 5, 7, 4))
+    else:
+        k = 10
+    with pytest.raises(pn.ShapeError, match="window" if what == "window" else f"{what} "):
+        backend.conv("relu", w, x, b, z, z, k, 1, 0)

@@ -9,8 +9,10 @@ One Backend serves every network built on its device string, from any thread; se
 memory accounting follows the lifetime of the arrays it hands out.
 """
 import inspect
+import math
 import threading
 import weakref
+from collections import namedtuple
 from functools import wraps
 
 import numpy as np
@@ -25,6 +27,11 @@ ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu", "el
 # pieces): a K = 150000 product of uniform [0, 1) inputs then errs by 1.3e-7 against float64
 # (normwise), not by 8e-6 as one running sum does, and K = 10000 by 2.5e-7, not 1.4e-6
 ACC_K = 2048
+
+# the most a network's conv workspace (patch matrices, im2col) may take: larger ones are
+# made and used chunk by chunk, so the workspace does not grow with the batch (on an
+# H100, lenet-infer on 10000 images had needed 5.8 GiB for one patch matrix)
+CONV_WORKSPACE_BYTES = 64 * 2**20
 
 
 class Backend:
@@ -259,6 +266,28 @@ class Backend:
         """x (C, H, W, N) <- the adjoint of im2col: each pixel sums the cols entries of it."""
         raise NotImplementedError
 
+    # convolution: x (C, H, W, N) images, w (F, C.k.k) filters (row (c, ki, kj) order),
+    # outputs (F, Ho, Wo, N), any shapes of those sizes. `workspace` (a 1-D array, or None)
+    # is the room a backend may use for patch matrices (im2col), chunk by chunk when it is
+    # smaller than the whole: the network sizes it at most CONV_WORKSPACE_BYTES, so patch
+    # matrices never grow with the batch. Backends that gather patches inside their GEMM
+    # (implicit GEMM) need none.
+
+    def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None):
+        """z <- w * x + b (the convolution, a bias per filter); a <- f(z), kind an
+        activation (softmax: over the filters of each position). a may be z."""
+        raise NotImplementedError
+
+    def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None):
+        """gw (F, C.k.k) <- alpha dz * patches(x)^T + beta gw: dz (F, Ho, Wo, N), the
+        gradient of the convolution's output; x its input."""
+        raise NotImplementedError
+
+    def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
+        """dx (C, H, W, N) <- the adjoint of the convolution applied to dz (F, Ho, Wo, N):
+        col2im(w^T dz), overwriting dx."""
+        raise NotImplementedError
+
     def maxpool(self, a, idx, x, pool, stride):
         """a (C, Ho, Wo, N) <- window maxima of x; idx (int32, like a) <- their flat index."""
         raise NotImplementedError
@@ -353,6 +382,52 @@ def check_gather(out, x, idx):
 def conv_out(size, k, stride, pad):
     """Output size of a convolution or pooling window sliding over `size`."""
     return (size + 2 * pad - k) // stride + 1
+
+
+class ConvShape(namedtuple("ConvShape", "F C H W N k stride pad Ho Wo")):
+    """The sizes of one convolution: F filters over C x H x W x N images, k x k windows,
+    stride, padding, Ho x Wo outputs per image."""
+    __slots__ = ()
+
+    @property
+    def rows(self):
+        """C.k.k: the length of a patch, a row of w."""
+        return self.C * self.k * self.k
+
+    @property
+    def positions(self):
+        """Ho.Wo.N: the output's columns."""
+        return self.Ho * self.Wo * self.N
+
+
+def check_conv(op, x, k, stride, pad, **arrays):
+    """The ConvShape of convolving x (C, H, W, N) with k x k windows, or a ShapeError
+    naming the array that does not fit: arrays are named by role, w (F, C.k.k), b (F,),
+    out (F, Ho, Wo, N) (any shape of that size) or gw (F, C.k.k)."""
+    if len(x.shape) != 4:
+        raise ShapeError(f"{op}: images x {tuple(x.shape)} must be (C, H, W, N)")
+    C, H, W, N = x.shape
+    k, stride, pad = int(k), int(stride), int(pad)
+    Ho, Wo = conv_out(H, k, stride, pad), conv_out(W, k, stride, pad)
+    filters = [y.shape[0] for y in arrays.values() if y is not None]
+    F = filters[0] if filters else 0
+    if min(k, stride) < 1 or pad < 0 or Ho < 1 or Wo < 1:
+        raise ShapeError(f"{op}: a {k}x{k} window with stride {stride} and padding {pad} "
+                         f"does not fit images {tuple(x.shape)}")
+    want = {"w": (F, C * k * k), "gw": (F, C * k * k), "b": (F,)}
+    for name, y in arrays.items():
+        if y is None:
+            continue
+        if name in want:
+            ok = tuple(y.shape) == want[name]
+        else:
+            ok = y.shape[0] == F and math.prod(y.shape) == F * Ho * Wo * N
+        if not ok:
+            shape = want.get(name, (F, Ho, Wo, N))
+            raise ShapeError(f"{op}: {name} {tuple(y.shape)} does not fit images "
+                             f"{tuple(x.shape)} with {k}x{k} windows, stride {stride}, "
+                             f"padding {pad} and {F} filters: it must be {shape}")
+    return ConvShape(F, C, H, W, N, k, stride, pad, Ho, Wo)
 
 
 def check_activation(kind):

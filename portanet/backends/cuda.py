@@ -234,7 +234,7 @@ class CudaBackend(KernelBackend):
 
     # -- GEMM ----------------------------------------------------------------------------
 
-    def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+    def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, ldc):
         """cuBLAS is column-major: row-major c = op(a) op(b) is column-major
         c^T = op(b)^T op(a)^T, so the operands swap and keep their own transposes."""
         self._scalars[:] = alpha, beta
@@ -243,7 +243,7 @@ class CudaBackend(KernelBackend):
         gemm = cublas.dgemm if self.dtype == np.float64 else cublas.sgemm
         gemm(self._cublas, int(trans_b), int(trans_a), n, m, k, ptr,
              self._address(b), b.shape[1], self._address(a), a.shape[1], ptr + size,
-             self._address(c), n)
+             self._address(c), ldc)
 
     @staticmethod
     def _address(x):

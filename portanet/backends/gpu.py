@@ -12,8 +12,8 @@ from .. import config
 from ..errors import ShapeError
 from . import sources
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
-                   check_gather, check_gemm, check_norm_kind, check_pool, check_rows,
-                   check_update, conv_out)
+                   check_conv, check_gather, check_gemm, check_norm_kind, check_pool,
+                   check_rows, check_update, conv_out)
 
 log = logging.getLogger("portanet")
 
@@ -28,8 +28,8 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "nesterov_update", "adam_update", "rmsprop_update"),
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum"),
-            "conv": ("im2col", "col2im", "maxpool", "maxpool_grad", "avgpool", "avgpool_grad",
-                     "dropout"),
+            "conv": ("im2col", "col2im", "conv_direct", "maxpool", "maxpool_grad", "avgpool",
+                     "avgpool_grad", "dropout"),
             "norm": ("batchnorm_train", "batchnorm_infer", "batchnorm_grad")}
 FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 
@@ -92,6 +92,7 @@ class KernelBackend(Backend):
         self._routes = {}
         self._kernels = {}
         self._announced = False
+        self.conv_path = config.conv_path()
 
     def build_all(self):
         """Build every kernel family (`portanet devices --check` does, to see that each
@@ -214,44 +215,51 @@ class KernelBackend(Backend):
         else:
             self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
 
-    def _gemm_vendor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+    def _gemm_vendor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, ldc=None):
         """The vendor's gemm, in calls of at most vendor_k terms each, added into c
         (c = alpha op(a_1) op(b_1) + beta c, then c += alpha op(a_p) op(b_p)): its sums run
         the whole K in one float accumulator, whose error grows with sqrt(K) (8e-6 at
         K = 150000, uniform inputs). `portanet tune` measures how long a K the vendor keeps
-        within bounds on a device; untuned, vendor_k is ACC_K."""
+        within bounds on a device; untuned, vendor_k is ACC_K. ldc: c's leading dimension
+        where c is columns of a wider matrix (default n)."""
         pieces = _pieces(a, b, trans_a, trans_b, k, self.vendor_k)
         for i, (a_p, b_p, kp) in enumerate(pieces):
             beta_p = beta if i == 0 else 1.0
             if self.trace is None:
-                self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b, m, n, kp)
+                self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b, m, n, kp,
+                                  ldc or n)
             else:
                 self.trace.record(
                     self, f"gemm {_shape_text(m, n, k, trans_a, trans_b)} vendor"
                     + _piece_text(i, len(pieces)),
                     lambda: self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b,
-                                              m, n, kp))
+                                              m, n, kp, ldc or n))
 
     def _route(self, a, b, beta, c, trans_a, trans_b, m, n, k):
-        """The faster path for this shape, measured now on the real operands (replayed as a
-        recorded step replays it, where the backend records steps) and remembered for the
-        life of the backend. Neither library wins everywhere: CLBlast has no split K, so a
-        conv layer's weight gradient (32 x 144, K = 147456) ran 17 times slower there than
-        our split-K kernel on an H100, while it wins the large square products. The trials
-        write into c itself, so routing allocates nothing; c is put back afterwards where
-        the call is to read it (beta != 0)."""
-        saved = self.download(c) if beta != 0 else None
-        seconds = {}
-        for path in ("own", "vendor"):
-            run = self._gemm_own if path == "own" else self._gemm_vendor_pieces
+        """The faster path for this shape, measured now on the real operands (`_fastest`)
+        and remembered for the life of the backend. Neither library wins everywhere:
+        CLBlast has no split K, so a conv layer's weight gradient (32 x 144, K = 147456) ran
+        17 times slower there than our split-K kernel on an H100, while it wins the large
+        square products."""
+        def path(run):
+            return lambda: run(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
+        return self._fastest((m, n, k, trans_a, trans_b),
+                             {"own": path(self._gemm_own), "vendor": path(self._gemm_vendor_pieces)},
+                             restore=[c] if beta != 0 else [])
 
-            def call(run=run):
-                run(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
+    def _fastest(self, key, paths, restore=()):
+        """The fastest of `paths` ({name: call}), each timed now on the real operands as a
+        recorded training step runs it, where the backend records steps: replayed, without
+        the Python around each launch (on NVIDIA's OpenCL an mlp-small step took 0.43 ms on
+        the paths eager timing chose, CLBlast, and 0.27 on ours). Remembered in _routes[key]
+        for the life of the backend. The trials write into the outputs themselves, so
+        routing allocates nothing; the arrays in `restore` (outputs the call also reads) are
+        put back afterwards."""
+        saved = [(x, self.download(x)) for x in restore]
+        seconds = {}
+        for name, call in paths.items():
             call()                                          # builds, warms up
             self.synchronize()
-            # timed as a recorded training step runs it, where steps are recorded: replayed,
-            # without the Python around each launch (on NVIDIA's OpenCL an mlp-small step
-            # took 0.43 ms on the paths eager timing chose, CLBlast, and 0.27 on ours)
             replay = self.capture(call) if config.graphs() and self.trace is None else None
             run_once = replay or call
             run_once()
@@ -260,18 +268,17 @@ class KernelBackend(Backend):
             for _ in range(ROUTING_REPEATS):
                 run_once()
             self.synchronize()
-            seconds[path] = time.perf_counter() - start
-        if saved is not None:
-            self.write(c, saved)
+            seconds[name] = time.perf_counter() - start
+        for x, host in saved:
+            self.write(x, host)
         best = min(seconds, key=seconds.get)
-        self._routes[(m, n, k, trans_a, trans_b)] = best
-        log.debug("gemm %s on %s: own %.0f us, vendor %.0f us -> %s",
-                  _shape_text(m, n, k, trans_a, trans_b), self.name,
-                  1e6 * seconds["own"] / ROUTING_REPEATS,
-                  1e6 * seconds["vendor"] / ROUTING_REPEATS, best)
+        self._routes[key] = best
+        log.debug("%s on %s: %s -> %s", _key_text(key), self.name,
+                  ", ".join(f"{name} {1e6 * t / ROUTING_REPEATS:.0f} us"
+                            for name, t in seconds.items()), best)
         return best
 
-    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, conv=None):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
         along dimension 2 the parts of a split K. The tiling, in order (docs/ARCHITECTURE.md
         has the measurements behind each step):
@@ -285,7 +292,10 @@ class KernelBackend(Backend):
             than one tile (a conv weight gradient: 16 x 9, K = 173056);
           - then K split in parts until the groups hold WORK_ITEMS_PER_UNIT work-items per
             compute unit, no part longer than ACC_K; an unsplit K longer than ACC_K runs as
-            launches over pieces of K that add into c."""
+            launches over pieces of K that add into c.
+        With conv (a `Gather`), an operand is gathered from images (gemm.cl's CONV): the
+        pieces of K then start at k_base, and the forward's bias and activation are fused
+        into the last step where K runs in one launch. Returns whether they were."""
         def tiles(p, m=m, n=n):
             return -(-m // p["TSM"]) * -(-n // p["TSN"])
         size = self._size_class(m, n)
@@ -311,29 +321,34 @@ class KernelBackend(Backend):
         parts, k_chunk = (1, k) if as_tuned else split_k(tiles_m * tiles_n, k, p["TSK"], groups)
         if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
             parts, k_chunk = -(-k // ACC_K), ACC_K
-        key = ("gemm", trans_a, trans_b, parts > 1, frozen)
+        fused = conv is not None and conv.kind is not None and parts == 1 and k <= ACC_K
+        key = ("gemm", trans_a, trans_b, parts > 1, frozen) + (conv.key(fused) if conv else ())
         if key not in self._kernels:
             self._kernels[key] = self._build("gemm", "gemm", gemm_options(
-                trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))) + self._register_cap(p))
-        label = f"gemm {_shape_text(m, n, k, trans_a, trans_b)} own {p['TSM']}x{p['TSN']}" + (
-            f" split-K {parts}" if parts > 1 else "")
+                trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))) + self._register_cap(p)
+                + (conv.options(fused) if conv else []))
+        label = (f"{conv.label if conv else 'gemm'} {_shape_text(m, n, k, trans_a, trans_b)} "
+                 f"own {p['TSM']}x{p['TSN']}" + (f" split-K {parts}" if parts > 1 else ""))
 
-        def launch(out, a, b, alpha, beta, k, k_chunk, label=label):
+        def launch(out, a, b, alpha, beta, k, k_chunk, k_base=0, label=label):
             vw = p["VW"]                # whole runs load as vectors where 16-byte aligned
             vec_a, vec_b = (vw > 1 and x.offset % vw == 0 and x.shape[1] % vw == 0
-                            for x in (a, b))
+                            and (conv is None or conv.reads(x)) for x in (a, b))
+            extra = conv.args(k_base, fused) if conv else ()
             self._run(self._kernels[key], (tiles_n * rtsn, tiles_m * rtsm, parts), out, a, b,
                       alpha, beta, m, n, k, a.shape[1], b.shape[1], k_chunk, vec_a, vec_b,
-                      local=(rtsn, rtsm, 1), label=label)
+                      *extra, local=(rtsn, rtsm, 1), label=label)
         if parts > 1:                   # partial products into the workspace, then summed
             ws = self._split_workspace(parts * m * n)
             launch(ws, a, b, 1.0, 0.0, k, k_chunk)
             self._run("gemm_split_sum", (m * n,), c, ws, float(alpha), float(beta), m * n, parts)
-            return
-        pieces = _pieces(a, b, trans_a, trans_b, k, ACC_K)
-        for i, (a_p, b_p, kp) in enumerate(pieces):
-            launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp,
-                   label + _piece_text(i, len(pieces)))
+            return False
+        pieces = (_pieces(a, b, trans_a, trans_b, k, ACC_K) if conv is None
+                  else [(a, b, kp, k0) for k0, kp in _k_pieces(k, ACC_K)])
+        for i, (a_p, b_p, kp, *k_base) in enumerate(pieces):
+            launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp, *k_base,
+                   label=label + _piece_text(i, len(pieces)))
+        return fused
 
     def _thin(self, params, m, n):
         """params, or where the output fills at most half of its tile's rows (columns),
@@ -510,12 +525,111 @@ class KernelBackend(Backend):
     def argmax(self, out, a):
         self._run("argmax", (a.shape[1],), out, a, *a.shape)
 
-    def im2col(self, cols, x, k, stride, pad):
+    def im2col(self, cols, x, k, stride, pad, col0=0):
+        """cols (C.k.k, n) <- columns col0 .. col0 + n of the patch matrix (all by default)."""
         rows, n = cols.shape
-        self._run("im2col", (n, rows), cols, x, *_conv_sizes(x, k, stride, pad))
+        self._run("im2col", (n, rows), cols, x, *_conv_sizes(x, k, stride, pad), col0, n)
 
-    def col2im(self, x, cols, k, stride, pad):
-        self._run("col2im", (x.size,), x, cols, *_conv_sizes(x, k, stride, pad))
+    def col2im(self, x, cols, k, stride, pad, col0=0, add=False):
+        """x <- (x if add, else 0) + col2im of cols, columns col0 .. col0 + n of a patch
+        matrix (all by default)."""
+        self._run("col2im", (x.size,), x, cols, *_conv_sizes(x, k, stride, pad), col0,
+                  cols.shape[1], add)
+
+    # -- convolution: each of the three products on the fastest of its paths, measured per
+    # shape as GEMMs are (`_fastest`; PORTANET_GEMM=own keeps to our kernels, vendor takes
+    # im2col where the workspace allows):
+    #   implicit  our GEMM kernel gathering patches tile by tile (gemm.cl's CONV): no
+    #             patch matrix; the forward's bias and activation in its epilogue
+    #   direct    conv_direct, the definition, for short patches (C.k.k <= DIRECT_ROWS)
+    #   im2col    patch matrices in chunks the workspace holds, and the vendor's GEMM
+
+    def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None):
+        check_activation(kind)
+        g = check_conv("conv", x, k, stride, pad, w=w, b=b, z=z, a=a)
+        z, a = (self.view(y, (g.F, g.positions)) for y in (z, a))
+
+        def implicit():
+            gather = Gather(1, g, w, "conv", None if kind == "softmax" else kind, a, b)
+            if not self._gemm_own(1.0, w, x, 0.0, z, False, False, g.F, g.positions, g.rows,
+                                  gather):
+                self.bias_activation(kind, z, b, a)
+
+        def direct():
+            self._run("conv_direct", (g.positions, -(-g.F // DIRECT_F)), z, a, w, b, x, g.F,
+                      *g[1:], ACT[kind])
+
+        def im2col():
+            for j0, cols in self._patch_chunks(g, workspace):
+                self.im2col(cols, x, k, stride, pad, j0)
+                self._gemm_vendor_pieces(1.0, w, cols, 0.0, _columns(z, j0), False, False,
+                                         g.F, cols.shape[1], g.rows, ldc=g.positions)
+            self.bias_activation(kind, z, b, a)
+        paths = {"implicit": implicit, "im2col": im2col}
+        if kind != "softmax":                   # (over the filters: not elementwise)
+            paths["direct"] = direct
+        self._conv_path(("conv", kind, *g), paths, g, workspace)()
+
+    def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None):
+        g = check_conv("conv_weight_grad", x, k, stride, pad, gw=gw, dz=dz)
+        dz = self.view(dz, (g.F, g.positions))
+
+        def implicit():
+            self._gemm_own(alpha, dz, x, beta, gw, False, True, g.F, g.rows, g.positions,
+                           Gather(3, g, dz, "conv wgrad"))
+
+        def im2col():
+            for i, (j0, cols) in enumerate(self._patch_chunks(g, workspace)):
+                self.im2col(cols, x, k, stride, pad, j0)
+                self._gemm_vendor_pieces(alpha, _columns(dz, j0), cols, beta if i == 0 else 1.0,
+                                         gw, False, True, g.F, g.rows, cols.shape[1])
+        paths = {"implicit": implicit, "im2col": im2col}
+        self._conv_path(("conv_weight_grad", *g), paths, g, workspace,
+                        restore=[gw] if beta != 0 else [])()
+
+    def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
+        g = check_conv("conv_input_grad", dx, k, stride, pad, w=w, dz=dz)
+        dz = self.view(dz, (g.F, g.positions))
+
+        def implicit():
+            self._gemm_own(1.0, w, dz, 0.0, self.view(dx, (g.C, g.H * g.W * g.N)), False, False,
+                           g.C, g.H * g.W * g.N, g.F * g.k * g.k, Gather(2, g, None, "conv dgrad"))
+
+        def im2col():
+            for i, (j0, dcols) in enumerate(self._patch_chunks(g, workspace)):
+                self._gemm_vendor_pieces(1.0, w, _columns(dz, j0), 0.0, dcols, True, False,
+                                         g.rows, dcols.shape[1], g.F)
+                self.col2im(dx, dcols, k, stride, pad, j0, add=i > 0)
+        paths = {"implicit": implicit, "im2col": im2col}
+        self._conv_path(("conv_input_grad", *g), paths, g, workspace)()
+
+    def _conv_path(self, key, paths, g, workspace, restore=()):
+        """The call of the path a convolution takes: of those that apply here (direct for
+        short patches, im2col with a vendor GEMM and a workspace of at least MIN_CHUNK
+        columns, or the whole matrix), the one PORTANET_CONV or PORTANET_GEMM forces, or
+        the fastest."""
+        room = workspace.size // g.rows if workspace is not None else 0
+        if not (self.vendor_gemm and room >= min(g.positions, MIN_CHUNK)):
+            paths.pop("im2col")
+        if "direct" in paths and g.rows > DIRECT_ROWS:
+            paths.pop("direct")
+        if self.conv_path in paths:
+            return paths[self.conv_path]
+        if self.gemm_path == "vendor" and "im2col" in paths:
+            return paths["im2col"]
+        if self.gemm_path != "auto":
+            paths.pop("im2col", None)
+        if len(paths) == 1:
+            return next(iter(paths.values()))
+        name = self._routes.get(key) or self._fastest(key, paths, restore)
+        return paths[name]
+
+    def _patch_chunks(self, g, workspace):
+        """[(j0, cols)]: the patch matrix's columns in chunks the workspace holds, cols a
+        view of it (C.k.k, columns)."""
+        step = min(workspace.size // g.rows, g.positions)
+        return [(j0, self.view(workspace, (g.rows, min(step, g.positions - j0))))
+                for j0 in range(0, g.positions, step)]
 
     def maxpool(self, a, idx, x, pool, stride):
         self._run("maxpool", (a.size,), a, idx, x, *_pool_sizes(x, pool, stride))
@@ -575,6 +689,9 @@ class KernelBackend(Backend):
 WORK_ITEMS_PER_UNIT = 512
 MAX_PARTS = 512
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
+DIRECT_F = 8               # filters per work-item of conv_direct (as in conv.cl)
+DIRECT_ROWS = 64           # the longest patch (C.k.k) conv_direct is tried for
+MIN_CHUNK = 1024           # the fewest patch-matrix columns a chunk of im2col may have
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1,
                  "VW": 1, "DB": 0, "SUBGROUP": 0, "MIN_GROUPS": 1, "SWIZZLE": 1}
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
@@ -614,19 +731,24 @@ def _thinned(p, side, length, fits):
     return p
 
 
-def _pieces(a, b, trans_a, trans_b, k, longest=ACC_K):
-    """(a_p, b_p, k_p) for each piece of a product's K of at most `longest` terms, in
-    equal pieces of whole 16s (so 4-wide loads stay aligned): a_p, b_p are a and b from the
-    piece's first term on (the arrays at another offset; their leading dimensions stay)."""
+def _k_pieces(k, longest=ACC_K):
+    """(k0, k_p) for each piece of a product's K of at most `longest` terms, in equal pieces
+    of whole 16s (so 4-wide loads stay aligned)."""
     count = max(1, -(-k // longest))
     step = -(-k // count)
     step = min(longest, -(-step // 16) * 16) if count > 1 else k
+    return [(k0, min(step, k - k0)) for k0 in range(0, max(k, 1), max(step, 1))]
+
+
+def _pieces(a, b, trans_a, trans_b, k, longest=ACC_K):
+    """(a_p, b_p, k_p) for each of _k_pieces: a_p, b_p are a and b from the piece's first
+    term on (the arrays at another offset; their leading dimensions stay)."""
     pieces = []
-    for k0 in range(0, max(k, 1), max(step, 1)):
+    for k0, kp in _k_pieces(k, longest):
         a_off = a.offset + (k0 * a.shape[1] if trans_a else k0)   # K runs down op(a)'s
         b_off = b.offset + (k0 if trans_b else k0 * b.shape[1])   # columns, op(b)'s rows
         pieces.append((DeviceArray(a.buf, a_off, a.shape, a.dtype, a),
-                       DeviceArray(b.buf, b_off, b.shape, b.dtype, b), min(step, k - k0)))
+                       DeviceArray(b.buf, b_off, b.shape, b.dtype, b), kp))
     return pieces
 
 
@@ -638,6 +760,47 @@ def _piece_text(i, count):
 def _shape_text(m, n, k, trans_a, trans_b):
     """'NT 32x144x147456': the transposes and m x n x k of a gemm, for profiles."""
     return f"{'T' if trans_a else 'N'}{'T' if trans_b else 'N'} {m}x{n}x{k}"
+
+
+class Gather:
+    """What makes our GEMM kernel an implicit-GEMM convolution (gemm.cl's CONV): the mode
+    (1 forward, 2 input gradient, 3 weight gradient), the convolution's sizes, the operand
+    read as a matrix (None: both are gathered) and, for the forward, the activation, a and
+    the bias that its epilogue may take (kind None: not fused, softmax)."""
+
+    def __init__(self, mode, g, read, label, kind=None, a=None, bias=None):
+        self.mode, self.g, self.read, self.label = mode, g, read, label
+        self.kind, self.a, self.bias = kind, a, bias
+
+    def reads(self, x):
+        """Whether x is an operand read as a matrix (so it may load as vectors)."""
+        return x is self.read
+
+    def key(self, fused):
+        return ("conv", self.mode, self.g.k, self.g.stride, self.g.pad,
+                self.kind if fused else None)
+
+    def options(self, fused):
+        g = self.g
+        return ([f"-DCONV={self.mode}", f"-DCONV_K={g.k}", f"-DCONV_S={g.stride}",
+                 f"-DCONV_P={g.pad}"] + ([f"-DBIAS_ACT={ACT[self.kind] + 1}"] if fused else []))
+
+    def args(self, k_base, fused):
+        g = self.g
+        return (g.C, g.H, g.W, g.N, g.Ho, g.Wo, k_base) + ((self.a, self.bias) if fused else ())
+
+
+def _columns(x, j0):
+    """x (rows, n) from column j0 on: the same array at another offset, so that its leading
+    dimension (n) stays; for the vendor's GEMM on a chunk of columns."""
+    return DeviceArray(x.buf, x.offset + j0, x.shape, x.dtype, x if x.base is None else x.base)
+
+
+def _key_text(key):
+    """A routing key in the log: 'gemm NT 32x144x147456' or 'conv_weight_grad (...)'."""
+    if isinstance(key[0], str):
+        return f"{key[0]} {key[1:]}"
+    return "gemm " + _shape_text(*key)
 
 
 def _conv_sizes(x, k, stride, pad):

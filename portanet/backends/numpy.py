@@ -7,8 +7,8 @@ import numpy as np
 
 from ..rng import dropout_mask
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
-                   check_gather, check_gemm, check_norm_kind, check_pool, check_rows,
-                   check_update, conv_out)
+                   CONV_WORKSPACE_BYTES, check_conv, check_gather, check_gemm,
+                   check_norm_kind, check_pool, check_rows, check_update, conv_out)
 
 
 def _quiet(method):
@@ -200,6 +200,64 @@ class NumpyBackend(Backend):
             for kj in range(k):
                 xp[:, ki:ki + stride * Ho:stride, kj:kj + stride * Wo:stride] += patches[:, ki, kj]
         x[...] = xp[:, pad:pad + H, pad:pad + W]
+
+    # convolution as im2col and a matrix product, chunk by chunk where the workspace does
+    # not hold the whole patch matrix (chunks of whole columns, (oh, ow, n) in order)
+
+    @_quiet
+    def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None):
+        g = check_conv("conv", x, k, stride, pad, w=w, b=b, z=z, a=a)
+        zf = z.reshape(g.F, g.positions)
+        for j0, j1, cols in self._patch_chunks(g, workspace):
+            self._patches(cols, x, g, j0, j1)
+            np.matmul(w, cols, out=zf[:, j0:j1])
+        self.bias_activation(kind, zf, b, a.reshape(zf.shape))
+
+    @_quiet
+    def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None):
+        g = check_conv("conv_weight_grad", x, k, stride, pad, gw=gw, dz=dz)
+        dzf = dz.reshape(g.F, g.positions)
+        _scale(beta, gw)
+        for j0, j1, cols in self._patch_chunks(g, workspace):
+            self._patches(cols, x, g, j0, j1)
+            gw += alpha * (dzf[:, j0:j1] @ cols.T)
+
+    @_quiet
+    def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
+        g = check_conv("conv_input_grad", dx, k, stride, pad, w=w, dz=dz)
+        dzf = dz.reshape(g.F, g.positions)
+        chunks = self._patch_chunks(g, workspace)
+        if len(chunks) == 1:                          # the whole patch matrix: col2im
+            np.matmul(w.T, dzf, out=chunks[0][2])
+            self.col2im(dx, chunks[0][2], k, stride, pad)
+            return
+        dx[...] = 0
+        for j0, j1, dcols in chunks:
+            np.matmul(w.T, dzf[:, j0:j1], out=dcols)
+            _add_patches(dx, dcols, g, j0, j1)
+
+    def _patch_chunks(self, g, workspace):
+        """[(j0, j1, cols)]: the patch matrix's columns in chunks that the workspace (or,
+        without one, a buffer of at most CONV_WORKSPACE_BYTES) holds, cols a view of it
+        (C.k.k, j1 - j0)."""
+        room = (workspace.size if workspace is not None
+                else CONV_WORKSPACE_BYTES // self.dtype.itemsize) // g.rows
+        step = max(1, min(room, g.positions))
+        if workspace is None or workspace.size < g.rows * step:
+            workspace = np.empty(g.rows * step, self.dtype)
+        return [(j0, min(j0 + step, g.positions),
+                 workspace[:g.rows * (min(j0 + step, g.positions) - j0)].reshape(g.rows, -1))
+                for j0 in range(0, g.positions, step)]
+
+    def _patches(self, cols, x, g, j0, j1):
+        """cols <- columns j0 .. j1 of im2col(x)."""
+        if j1 - j0 == g.positions:
+            self.im2col(cols, x, g.k, g.stride, g.pad)
+            return
+        out = cols.reshape(g.C, g.k, g.k, j1 - j0)
+        for ki, kj, h, w, n, inside in _patch_pixels(g, j0, j1):
+            out[:, ki, kj] = np.where(inside, x[:, np.clip(h, 0, g.H - 1),
+                                                np.clip(w, 0, g.W - 1), n], 0)
 
     def maxpool(self, a, idx, x, pool, stride):
         _, Ho, Wo, _ = a.shape
@@ -419,3 +477,24 @@ def _sysconf_bytes(pages):
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf(pages)
     except (ValueError, OSError, AttributeError):       # unknown name, or not POSIX
         return 0
+
+
+def _patch_pixels(g, j0, j1):
+    """For each window offset (ki, kj): the pixel (h, w, n) that columns j0 .. j1 of the
+    patch matrix take from the images there (as index arrays), and whether it is inside
+    the image (else padding)."""
+    q, n = np.divmod(np.arange(j0, j1), g.N)
+    oh, ow = np.divmod(q, g.Wo)
+    for ki in range(g.k):
+        h = oh * g.stride - g.pad + ki
+        for kj in range(g.k):
+            w = ow * g.stride - g.pad + kj
+            yield ki, kj, h, w, n, (h >= 0) & (h < g.H) & (w >= 0) & (w < g.W)
+
+
+def _add_patches(x, cols, g, j0, j1):
+    """x += col2im of columns j0 .. j1 of a patch matrix (the pixels of one window offset
+    are distinct, so a fancy-indexed += adds each once)."""
+    patches = cols.reshape(g.C, g.k, g.k, j1 - j0)
+    for ki, kj, h, w, n, inside in _patch_pixels(g, j0, j1):
+        x[:, h[inside], w[inside], n[inside]] += patches[:, ki, kj][:, inside]

@@ -574,13 +574,13 @@ class OpenCLBackend(KernelBackend):
         registers = getattr(self.device, "registers_per_block_nv", 65536)
         return [f"-cl-nv-maxrregcount={min(255, registers // (threads * groups)) // 8 * 8}"]
 
-    def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+    def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, ldc):
         """CLBlast, row-major, on the same queue."""
         arr = [self._wrapper(x) for x in (a, b, c)]
 
         def call(queue):
             pyclblast.gemm(queue, m, n, k, arr[0], arr[1], arr[2], a_ld=a.shape[1],
-                           b_ld=b.shape[1], c_ld=n, alpha=alpha, beta=beta, a_transp=trans_a,
+                           b_ld=b.shape[1], c_ld=ldc, alpha=alpha, beta=beta, a_transp=trans_a,
                            b_transp=trans_b, a_offset=a.offset, b_offset=b.offset,
                            c_offset=c.offset)
         if self._recording is not None:
