@@ -49,8 +49,8 @@
    CONV_K, CONV_S and CONV_P are the kernel size, stride and padding, the image sizes are
    arguments, and every K index is offset by k_base (a launch over a later piece of K):
      1  forward      c (F x Ho.Wo.NB) = w (F x C.k.k) . cols(x), op(b) gathered from x;
-                     with BIAS_ACT (an ACT_* code + 1) the epilogue also adds bias[i] and
-                     writes act <- f(c), bias_activation fused
+                     with BIAS_ACT = 1 the epilogue also adds bias[i] and writes
+                     act <- f(c) for the activation `kind` (bias_activation fused)
      2  input grad   c (C x H.W.NB) = w' (C x F.k.k) . dz', both gathered: w' reads w's
                      (c, ki, kj) column of each filter f; row (f, ki, kj) of pixel (h, w, n)
                      in dz' is dz[f, oh, ow, n] where oh s = h + p - ki, ow s = w + p - kj,
@@ -213,7 +213,8 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
           const int k_base
 #endif
 #if BIAS_ACT
-          , GLOBAL real* act, const int act_off, const GLOBAL real* bias, const int bias_off
+          , GLOBAL real* act, const int act_off, const GLOBAL real* bias, const int bias_off,
+          const int kind
 #endif
           ) {
     LOCAL real4 as4[(STAGES * TSK * (TSM + PAD) + 3) / 4];
@@ -359,7 +360,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
 #if BIAS_ACT                            /* z <- alpha acc + b; a <- f(z) (a may be z) */
                 const real z = alpha * acc[wm][wn] + bias[bias_off + i];
                 *cij = z;
-                act[act_off + i * N + j] = activate(BIAS_ACT - 1, z);
+                act[act_off + i * N + j] = activate(kind, z);
 #else
                 *cij = alpha * acc[wm][wn] + (beta == (real)0 ? (real)0 : beta * *cij);
 #endif

@@ -777,17 +777,17 @@ class Gather:
         return x is self.read
 
     def key(self, fused):
-        return ("conv", self.mode, self.g.k, self.g.stride, self.g.pad,
-                self.kind if fused else None)
+        return ("conv", self.mode, self.g.k, self.g.stride, self.g.pad, fused)
 
     def options(self, fused):
         g = self.g
-        return ([f"-DCONV={self.mode}", f"-DCONV_K={g.k}", f"-DCONV_S={g.stride}",
-                 f"-DCONV_P={g.pad}"] + ([f"-DBIAS_ACT={ACT[self.kind] + 1}"] if fused else []))
+        return [f"-DCONV={self.mode}", f"-DCONV_K={g.k}", f"-DCONV_S={g.stride}",
+                f"-DCONV_P={g.pad}", f"-DBIAS_ACT={int(fused)}"]
 
     def args(self, k_base, fused):
         g = self.g
-        return (g.C, g.H, g.W, g.N, g.Ho, g.Wo, k_base) + ((self.a, self.bias) if fused else ())
+        return (g.C, g.H, g.W, g.N, g.Ho, g.Wo, k_base) + (
+            (self.a, self.bias, ACT[self.kind]) if fused else ())
 
 
 def _columns(x, j0):

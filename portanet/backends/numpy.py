@@ -242,7 +242,8 @@ class NumpyBackend(Backend):
         (C.k.k, j1 - j0)."""
         room = (workspace.size if workspace is not None
                 else CONV_WORKSPACE_BYTES // self.dtype.itemsize) // g.rows
-        step = max(1, min(room, g.positions))
+        row = g.Wo * g.N                   # whole output rows where they fit: slices
+        step = max(1, min(room if room < row else room // row * row, g.positions))
         if workspace is None or workspace.size < g.rows * step:
             workspace = np.empty(g.rows * step, self.dtype)
         return [(j0, min(j0 + step, g.positions),
@@ -251,8 +252,12 @@ class NumpyBackend(Backend):
 
     def _patches(self, cols, x, g, j0, j1):
         """cols <- columns j0 .. j1 of im2col(x)."""
-        if j1 - j0 == g.positions:
-            self.im2col(cols, x, g.k, g.stride, g.pad)
+        row = g.Wo * g.N
+        if j0 % row == 0 and j1 % row == 0:
+            out = cols.reshape(g.C, g.k, g.k, (j1 - j0) // row, g.Wo, g.N)
+            for ki, kj, inside, window in _row_windows(g, j0 // row, j1 // row):
+                out[:, ki, kj][inside] = x[window]
+                _zero_outside(out[:, ki, kj], inside)
             return
         out = cols.reshape(g.C, g.k, g.k, j1 - j0)
         for ki, kj, h, w, n, inside in _patch_pixels(g, j0, j1):
@@ -492,9 +497,44 @@ def _patch_pixels(g, j0, j1):
             yield ki, kj, h, w, n, (h >= 0) & (h < g.H) & (w >= 0) & (w < g.W)
 
 
+def _row_windows(g, oh0, oh1):
+    """For each window offset (ki, kj) and output rows oh0 .. oh1: (ki, kj, inside,
+    window), slices of the (C, rows, Wo, N) patches that come from inside the image and of
+    the image they come from (every stride-th pixel)."""
+    def inside(first, last, offset, size):      # outputs o with 0 <= o s - p + offset < size
+        lo = max(first, -(-(g.pad - offset) // g.stride))
+        return lo, max(lo, min(last, (size - 1 + g.pad - offset) // g.stride + 1))
+
+    def pixels(lo, hi, offset):                 # the image's pixels of outputs lo .. hi
+        start = lo * g.stride - g.pad + offset
+        return slice(start, start + (hi - lo - 1) * g.stride + 1, g.stride) if hi > lo \
+            else slice(0, 0)
+    for ki in range(g.k):
+        h0, h1 = inside(oh0, oh1, ki, g.H)
+        for kj in range(g.k):
+            w0, w1 = inside(0, g.Wo, kj, g.W)
+            yield (ki, kj, (slice(None), slice(h0 - oh0, h1 - oh0), slice(w0, w1)),
+                   (slice(None), pixels(h0, h1, ki), pixels(w0, w1, kj)))
+
+
+def _zero_outside(patches, inside):
+    """patches (C, rows, Wo, N) <- 0 outside the rows and columns of `inside`."""
+    rows, cols = inside[1], inside[2]
+    patches[:, :rows.start] = 0
+    patches[:, rows.stop:] = 0
+    patches[:, :, :cols.start] = 0
+    patches[:, :, cols.stop:] = 0
+
+
 def _add_patches(x, cols, g, j0, j1):
     """x += col2im of columns j0 .. j1 of a patch matrix (the pixels of one window offset
     are distinct, so a fancy-indexed += adds each once)."""
+    row = g.Wo * g.N
+    if j0 % row == 0 and j1 % row == 0:
+        patches = cols.reshape(g.C, g.k, g.k, (j1 - j0) // row, g.Wo, g.N)
+        for ki, kj, inside, window in _row_windows(g, j0 // row, j1 // row):
+            x[window] += patches[:, ki, kj][inside]
+        return
     patches = cols.reshape(g.C, g.k, g.k, j1 - j0)
     for ki, kj, h, w, n, inside in _patch_pixels(g, j0, j1):
         x[:, h[inside], w[inside], n[inside]] += patches[:, ki, kj][:, inside]
