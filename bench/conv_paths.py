@@ -58,31 +58,19 @@ def main():
     parser.add_argument("--batches", default="64,256,734,10000")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'device':12s} {'layer':14s} {'batch':>6s} {'product':12s} "
-          + " ".join(f"{p:>9s}" for p in PATHS) + "  auto")
+    batches = list(map(int, args.batches.split(",")))
     for spec in args.devices.split(","):
         bk = pn.device(spec)
-        for N in map(int, args.batches.split(",")):
-            for C, H, W, F, k in LAYERS:
-                calls = products(bk, C, H, W, F, k, N, rng)
-                for name, call in calls.items():
-                    ms = {}
-                    for path in PATHS:
-                        applies = (path != "direct" or name == "forward"
-                                   and C * k * k <= gpu.DIRECT_ROWS) and (
-                                   path != "im2col" or bk.vendor_gemm)
-                        if applies:
-                            bk.conv_path = path
-                            ms[path] = timed(call, bk.synchronize)
-                    bk.conv_path = "auto"
-                    call()
-                    route = bk._routes.get(_key(name, C, H, W, F, k, N), "-")
-                    print(f"{spec:12s} {f'{C}->{F} {H}x{W}':14s} {N:6d} {name:12s} "
-                          + " ".join(f"{ms[p]:9.3f}" if p in ms else f"{'-':>9s}" for p in PATHS)
-                          + f"  {route}", flush=True)
+        for fixed in (True, False):
+            bk.conv_fixed = fixed           # image sizes compiled into the implicit kernels
+            bk._routes.clear()
+            print(f"\n{spec}: implicit kernels with the image sizes "
+                  f"{'compiled in' if fixed else 'as arguments'}")
+            table(bk, spec, batches, rng)
+        bk.conv_fixed = bk.is_gpu
         if bk.kind == "cuda":
             import torch
-            for N in map(int, args.batches.split(",")):
+            for N in batches:
                 for C, H, W, F, k in LAYERS:
                     for name, call in torch_products(C, H, W, F, k, N).items():
                         print(f"{'torch cudnn':12s} {f'{C}->{F} {H}x{W}':14s} {N:6d} "
@@ -90,10 +78,31 @@ def main():
                               flush=True)
 
 
+def table(bk, spec, batches, rng):
+    """Each path's ms per layer, batch and product on bk, and the route auto takes."""
+    print(f"{'device':12s} {'layer':14s} {'batch':>6s} {'product':12s} "
+          + " ".join(f"{p:>9s}" for p in PATHS) + "  auto")
+    for N in batches:
+        for C, H, W, F, k in LAYERS:
+            for name, call in products(bk, C, H, W, F, k, N, rng).items():
+                ms = {}
+                for path in PATHS:
+                    if ((path != "direct" or name == "forward" and C * k * k <= gpu.DIRECT_ROWS)
+                            and (path != "im2col" or bk.vendor_gemm)):
+                        bk.conv_path = path
+                        ms[path] = timed(call, bk.synchronize)
+                bk.conv_path = "auto"
+                call()
+                route = bk._routes.get(_key(name, C, H, W, F, k, N), "-")
+                print(f"{spec:12s} {f'{C}->{F} {H}x{W}':14s} {N:6d} {name:12s} "
+                      + " ".join(f"{ms[p]:9.3f}" if p in ms else f"{'-':>9s}" for p in PATHS)
+                      + f"  {route}", flush=True)
+
+
 def _key(name, C, H, W, F, k, N):
     Ho, Wo = conv_out(H, k, 1, 0), conv_out(W, k, 1, 0)
     g = (F, C, H, W, N, k, 1, 0, Ho, Wo)
-    return {"forward": ("conv", "relu", *g), "weight grad": ("conv_weight_grad", *g),
+    return {"forward": ("conv", "relu", *g), "weight grad": ("conv_weight_grad", False, *g),
             "input grad": ("conv_input_grad", *g)}[name]
 
 

@@ -56,11 +56,12 @@
                      in dz' is dz[f, oh, ow, n] where oh s = h + p - ki, ow s = w + p - kj,
                      else 0 (the adjoint of the forward's gather, col2im fused)
      3  weight grad  c (F x C.k.k) = dz (F x Ho.Wo.NB) . cols(x)^T, op(b) gathered from x
-   The gathers load element by element (VW applies to a read operand only).
+   The gathers load element by element (VW applies to a read operand only); CONV_FIXED
+   compiles the image sizes in.
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
    MICRO, PAD, VW, DB, SUBGROUP, MIN_GROUPS, SWIZZLE, SPLIT_K; CONV, CONV_K, CONV_S, CONV_P,
-   BIAS_ACT. */
+   BIAS_ACT, CONV_FIXED and the sizes it takes. */
 #include "prelude.h"
 
 #ifndef TSM
@@ -152,15 +153,32 @@ DEVICE real spread(const GLOBAL real* RESTRICT dz, const int dz_off, const int r
     return (hs >= 0 && ws >= 0 && oh * CONV_S == hs && ow * CONV_S == ws && oh < HO && ow < WO)
                ? dz[dz_off + ((f * HO + oh) * WO + ow) * NB + n] : (real)0;
 }
+/* the image sizes: kernel arguments, or with CONV_FIXED compiled in (CONV_C, CONV_H,
+   CONV_W, CONV_NB, CONV_HO, CONV_WO), so that the gathers divide by constants */
+#if CONV_FIXED
+#define G_C CONV_C
+#define G_H CONV_H
+#define G_W CONV_W
+#define G_NB CONV_NB
+#define G_HO CONV_HO
+#define G_WO CONV_WO
+#else
+#define G_C C
+#define G_H H
+#define G_W W
+#define G_NB NB
+#define G_HO HO
+#define G_WO WO
+#endif
 #if CONV == 1
 #define A_AT(i, k) a[a_off + (i) * lda + (k) + k_base]
-#define B_AT(k, j) patch(b, b_off, (k) + k_base, j, H, W, NB, WO)
+#define B_AT(k, j) patch(b, b_off, (k) + k_base, j, G_H, G_W, G_NB, G_WO)
 #elif CONV == 2
-#define A_AT(i, k) a[a_off + (((k) + k_base) / KK * C + (i)) * KK + ((k) + k_base) % KK]
-#define B_AT(k, j) spread(b, b_off, (k) + k_base, j, W, NB, HO, WO)
+#define A_AT(i, k) a[a_off + (((k) + k_base) / KK * G_C + (i)) * KK + ((k) + k_base) % KK]
+#define B_AT(k, j) spread(b, b_off, (k) + k_base, j, G_W, G_NB, G_HO, G_WO)
 #else
 #define A_AT(i, k) a[a_off + (i) * lda + (k) + k_base]
-#define B_AT(k, j) patch(b, b_off, j, (k) + k_base, H, W, NB, WO)
+#define B_AT(k, j) patch(b, b_off, j, (k) + k_base, G_H, G_W, G_NB, G_WO)
 #endif
 #endif
 

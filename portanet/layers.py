@@ -255,17 +255,21 @@ class Conv2D(Dense):
         self.da_prev = self.a_prev
 
     def forward(self, training=True):
-        self.backend.conv(self.activation, self.w, self.a_prev, self.b, self.z, self.a,
-                          self.k, self.stride, self.pad, self.shared.workspace)
+        left = self.backend.conv(self.activation, self.w, self.a_prev, self.b, self.z,
+                                 self.a, self.k, self.stride, self.pad, self.shared.workspace)
+        self.shared.workspace_holds = id(self) if left else None
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
         if not delta_in_z:
             bk.activation_grad(self.activation, self.z, self.a)  # (1) dz <- f'(z) . da
         g, alpha, beta = train.gradient(self)
-        # (2) gw <- alpha dz patches(a_prev)^T + beta gw, before a_prev is overwritten
+        # (2) gw <- alpha dz patches(a_prev)^T + beta gw, before a_prev is overwritten; the
+        # patches our forward left in the workspace serve, if no later layer took it since
         bk.conv_weight_grad(alpha, self.z, self.a_prev, beta, g["w"], self.k, self.stride,
-                            self.pad, self.shared.workspace)
+                            self.pad, self.shared.workspace,
+                            patches=self.shared.workspace_holds == id(self))
+        self.shared.workspace_holds = None
         if not first:
             self.input_grad()                                    # (3) da_prev <- w^T * dz
         bk.gemv(alpha, self.z, self.ones, beta, g["b"])          # (4) gb <- alpha dz 1 + beta gb

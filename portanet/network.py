@@ -21,10 +21,12 @@ INFERENCE_BYTES = 192 * 2**20
 class Shared:
     """Buffers all layers of a network share: a ones vector (bias gradients by gemv) and
     the conv workspace (patch matrices, at most CONV_WORKSPACE_BYTES), sized once for the
-    largest layer."""
+    largest layer; workspace_holds is the id of the conv layer whose patch matrix it holds
+    (an id, not the layer: no reference cycle, so a dropped network is freed at once, not
+    at the next cycle collection)."""
 
     def __init__(self, ones, workspace):
-        self.ones, self.workspace = ones, workspace
+        self.ones, self.workspace, self.workspace_holds = ones, workspace, None
 
 
 class Sequential:

@@ -315,6 +315,17 @@ def test_conv_paths(backend, conv_path, rng, case, path):
     assert mark in ran, ran
     if path == "im2col":
         assert backend.trace.labels.count("im2col") == 2 * -(-positions // -(-positions // 3))
+    # a workspace that holds the whole patch matrix: the forward says it left it there,
+    # and the weight gradient takes it from there (patches=True) without another im2col
+    whole = backend.empty((rows * positions,))
+    backend.trace.labels.clear()
+    left = backend.conv("relu", Wt, X, backend.upload(b), Z, A, k, s, p, whole)
+    assert left == (path == "im2col")
+    GW = backend.upload(gw0)
+    backend.conv_weight_grad(-0.3, DZ, X, 0.9, GW, k, s, p, whole, patches=left)
+    assert rel_err(backend.download(GW), gw_ref) < F32
+    if path != "direct":                # (the weight gradient has no direct path: routed)
+        assert backend.trace.labels.count("im2col") == (path == "im2col")
 
 
 def gpu_direct_rows():

@@ -275,12 +275,16 @@ class Backend:
 
     def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None):
         """z <- w * x + b (the convolution, a bias per filter); a <- f(z), kind an
-        activation (softmax: over the filters of each position). a may be z."""
+        activation (softmax: over the filters of each position). a may be z. Returns True
+        where the workspace holds x's whole patch matrix afterwards (see conv_weight_grad),
+        else False."""
         raise NotImplementedError
 
-    def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None):
+    def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None,
+                         patches=False):
         """gw (F, C.k.k) <- alpha dz * patches(x)^T + beta gw: dz (F, Ho, Wo, N), the
-        gradient of the convolution's output; x its input."""
+        gradient of the convolution's output; x its input. patches=True: the workspace
+        still holds x's patch matrix, as the conv that returned True left it."""
         raise NotImplementedError
 
     def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):

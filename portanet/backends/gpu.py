@@ -93,6 +93,10 @@ class KernelBackend(Backend):
         self._kernels = {}
         self._announced = False
         self.conv_path = config.conv_path()
+        # implicit-GEMM kernels with the image sizes compiled in (a build per layer and
+        # batch size) on GPUs, where the gathers' divisions cost most; CPUs (PoCL builds
+        # slowly) take them as arguments
+        self.conv_fixed = self.is_gpu
 
     def build_all(self):
         """Build every kernel family (`portanet devices --check` does, to see that each
@@ -298,8 +302,10 @@ class KernelBackend(Backend):
         into the last step where K runs in one launch. Returns whether they were."""
         def tiles(p, m=m, n=n):
             return -(-m // p["TSM"]) * -(-n // p["TSN"])
-        size = self._size_class(m, n)
+        size = None if conv else self._size_class(m, n)
         tuned = self.gemm_sizes.get(size, self.gemm_params)
+        if conv and self.is_gpu and self.gemm_fits(CONV_TILES):
+            tuned = CONV_TILES
         thin = self._thin(tuned, m, n)
         # a tiling tuned for a size class runs as it was measured (alone, unsplit) wherever
         # the output fills as many of its tiles as at that size
@@ -322,11 +328,13 @@ class KernelBackend(Backend):
         if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
             parts, k_chunk = -(-k // ACC_K), ACC_K
         fused = conv is not None and conv.kind is not None and parts == 1 and k <= ACC_K
-        key = ("gemm", trans_a, trans_b, parts > 1, frozen) + (conv.key(fused) if conv else ())
+        fixed = self.conv_fixed
+        key = ("gemm", trans_a, trans_b, parts > 1, frozen) + (
+            conv.key(fused, fixed) if conv else ())
         if key not in self._kernels:
             self._kernels[key] = self._build("gemm", "gemm", gemm_options(
                 trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))) + self._register_cap(p)
-                + (conv.options(fused) if conv else []))
+                + (conv.options(fused, fixed) if conv else []))
         label = (f"{conv.label if conv else 'gemm'} {_shape_text(m, n, k, trans_a, trans_b)} "
                  f"own {p['TSM']}x{p['TSN']}" + (f" split-K {parts}" if parts > 1 else ""))
 
@@ -562,17 +570,20 @@ class KernelBackend(Backend):
         def im2col():
             for j0, cols in self._patch_chunks(g, workspace):
                 self.im2col(cols, x, k, stride, pad, j0)
-                self._gemm_vendor_pieces(1.0, w, cols, 0.0, _columns(z, j0), False, False,
-                                         g.F, cols.shape[1], g.rows, ldc=g.positions)
+                self._gemm_columns(1.0, w, cols, 0.0, z, False, False, j0)
             self.bias_activation(kind, z, b, a)
         paths = {"implicit": implicit, "im2col": im2col}
         if kind != "softmax":                   # (over the filters: not elementwise)
             paths["direct"] = direct
-        self._conv_path(("conv", kind, *g), paths, g, workspace)()
+        path = self._conv_path(("conv", kind, *g), paths, g, workspace)
+        paths[path]()
+        return path == "im2col" and workspace.size >= g.rows * g.positions
 
-    def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None):
+    def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None,
+                         patches=False):
         g = check_conv("conv_weight_grad", x, k, stride, pad, gw=gw, dz=dz)
         dz = self.view(dz, (g.F, g.positions))
+        patches = patches and workspace is not None and workspace.size >= g.rows * g.positions
 
         def implicit():
             self._gemm_own(alpha, dz, x, beta, gw, False, True, g.F, g.rows, g.positions,
@@ -580,12 +591,13 @@ class KernelBackend(Backend):
 
         def im2col():
             for i, (j0, cols) in enumerate(self._patch_chunks(g, workspace)):
-                self.im2col(cols, x, k, stride, pad, j0)
-                self._gemm_vendor_pieces(alpha, _columns(dz, j0), cols, beta if i == 0 else 1.0,
-                                         gw, False, True, g.F, g.rows, cols.shape[1])
+                if not patches:
+                    self.im2col(cols, x, k, stride, pad, j0)
+                self._gemm_columns(alpha, dz, cols, beta if i == 0 else 1.0, gw, False, True,
+                                   j0)
         paths = {"implicit": implicit, "im2col": im2col}
-        self._conv_path(("conv_weight_grad", *g), paths, g, workspace,
-                        restore=[gw] if beta != 0 else [])()
+        paths[self._conv_path(("conv_weight_grad", patches, *g), paths, g, workspace,
+                              restore=[gw] if beta != 0 else [])]()
 
     def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
         g = check_conv("conv_input_grad", dx, k, stride, pad, w=w, dz=dz)
@@ -597,32 +609,54 @@ class KernelBackend(Backend):
 
         def im2col():
             for i, (j0, dcols) in enumerate(self._patch_chunks(g, workspace)):
-                self._gemm_vendor_pieces(1.0, w, _columns(dz, j0), 0.0, dcols, True, False,
-                                         g.rows, dcols.shape[1], g.F)
+                self._gemm_columns(1.0, w, dz, 0.0, dcols, True, False, j0)
                 self.col2im(dx, dcols, k, stride, pad, j0, add=i > 0)
         paths = {"implicit": implicit, "im2col": im2col}
-        self._conv_path(("conv_input_grad", *g), paths, g, workspace)()
+        paths[self._conv_path(("conv_input_grad", *g), paths, g, workspace)]()
+
+    def _gemm_columns(self, alpha, a, b, beta, c, trans_a, trans_b, j0):
+        """One chunk's product in a convolution's im2col path: the patch chunk is b (the
+        forward, the weight gradient: columns j0.. of the other operand, a or c, pair with
+        it) or c (the input gradient: with columns j0.. of b). Where the chunk is the whole
+        matrix, gemm (routed to our kernel or the vendor's as any product); else the
+        vendor's GEMM, which takes the wider matrix's leading dimension."""
+        chunk = c if trans_a else b
+        cols = chunk.shape[1]
+        if trans_b:                     # weight gradient: a (F, positions) . chunk^T
+            wide, m, n, k = a, a.shape[0], b.shape[0], cols
+        elif trans_a:                   # input gradient: a^T (rows, F) . b (F, positions)
+            wide, m, n, k = b, a.shape[1], cols, a.shape[0]
+        else:                           # forward: a (F, rows) . chunk into c (F, positions)
+            wide, m, n, k = c, a.shape[0], cols, a.shape[1]
+        if cols == wide.shape[1]:
+            self.gemm(alpha, a, b, beta, c, trans_a, trans_b)
+        elif trans_b:
+            self._gemm_vendor_pieces(alpha, _columns(a, j0), b, beta, c, False, True, m, n, k)
+        elif trans_a:
+            self._gemm_vendor_pieces(alpha, a, _columns(b, j0), beta, c, True, False, m, n, k)
+        else:
+            self._gemm_vendor_pieces(alpha, a, b, beta, _columns(c, j0), False, False, m, n, k,
+                                     ldc=c.shape[1])
 
     def _conv_path(self, key, paths, g, workspace, restore=()):
-        """The call of the path a convolution takes: of those that apply here (direct for
-        short patches, im2col with a vendor GEMM and a workspace of at least MIN_CHUNK
-        columns, or the whole matrix), the one PORTANET_CONV or PORTANET_GEMM forces, or
-        the fastest."""
+        """The path a convolution takes: of those that apply here (direct for short
+        patches; im2col with a workspace that holds the whole patch matrix, or, with a
+        vendor GEMM, chunks of at least MIN_CHUNK columns), the one PORTANET_CONV or
+        PORTANET_GEMM forces, or the fastest."""
         room = workspace.size // g.rows if workspace is not None else 0
-        if not (self.vendor_gemm and room >= min(g.positions, MIN_CHUNK)):
+        if not (room >= g.positions or self.vendor_gemm and room >= MIN_CHUNK):
             paths.pop("im2col")
         if "direct" in paths and g.rows > DIRECT_ROWS:
             paths.pop("direct")
         if self.conv_path in paths:
-            return paths[self.conv_path]
+            return self.conv_path
         if self.gemm_path == "vendor" and "im2col" in paths:
-            return paths["im2col"]
-        if self.gemm_path != "auto":
+            return "im2col"
+        if self.gemm_path != "auto" and len(paths) > 1:
             paths.pop("im2col", None)
         if len(paths) == 1:
-            return next(iter(paths.values()))
-        name = self._routes.get(key) or self._fastest(key, paths, restore)
-        return paths[name]
+            return next(iter(paths))
+        return self._routes.get(key) or self._fastest(key, paths, restore)
 
     def _patch_chunks(self, g, workspace):
         """[(j0, cols)]: the patch matrix's columns in chunks the workspace holds, cols a
@@ -697,6 +731,10 @@ GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO":
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
 # parts so that about 8 work-groups of 64 work-items run per compute unit
 SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)
+# the implicit-GEMM convolution's tiling on GPUs, before _thin fits it to few filters: the
+# gathers hold registers of their own, and a thinned 128 x 256 GEMM tiling (8 x 16 per
+# work-item) took all 255 of CUDA's and spilled (conv2 of LeNet at 4.5 TFLOP/s)
+CONV_TILES = dict(GEMM_DEFAULTS, TSM=64, TSN=128, TSK=16, WPTM=4, WPTN=8, MICRO=2, PAD=4, VW=4)
 SMALL_KEY = tuple(sorted(SMALL_TILES.items()))
 # CPUs (PoCL, Intel's runtime): 32 x 32 tiles, 8 deep, of 4 x 4 per work-item. PoCL compiles
 # a kernel per work-group size at its first launch, and the unrolled 8 x 8 x 16 body of the
@@ -776,13 +814,16 @@ class Gather:
         """Whether x is an operand read as a matrix (so it may load as vectors)."""
         return x is self.read
 
-    def key(self, fused):
-        return ("conv", self.mode, self.g.k, self.g.stride, self.g.pad, fused)
+    def key(self, fused, fixed):
+        return ("conv", self.mode, self.g.k, self.g.stride, self.g.pad, fused) + (
+            self.g if fixed else ())
 
-    def options(self, fused):
+    def options(self, fused, fixed):
         g = self.g
+        sizes = (f"-DCONV_FIXED=1 -DCONV_C={g.C} -DCONV_H={g.H} -DCONV_W={g.W} -DCONV_NB={g.N} "
+                 f"-DCONV_HO={g.Ho} -DCONV_WO={g.Wo}".split() if fixed else [])
         return [f"-DCONV={self.mode}", f"-DCONV_K={g.k}", f"-DCONV_S={g.stride}",
-                f"-DCONV_P={g.pad}", f"-DBIAS_ACT={int(fused)}"]
+                f"-DCONV_P={g.pad}", f"-DBIAS_ACT={int(fused)}", *sizes]
 
     def args(self, k_base, fused):
         g = self.g

@@ -208,18 +208,23 @@ class NumpyBackend(Backend):
     def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None):
         g = check_conv("conv", x, k, stride, pad, w=w, b=b, z=z, a=a)
         zf = z.reshape(g.F, g.positions)
-        for j0, j1, cols in self._patch_chunks(g, workspace):
+        chunks = self._patch_chunks(g, workspace)
+        for j0, j1, cols in chunks:
             self._patches(cols, x, g, j0, j1)
             np.matmul(w, cols, out=zf[:, j0:j1])
         self.bias_activation(kind, zf, b, a.reshape(zf.shape))
+        return workspace is not None and len(chunks) == 1
 
     @_quiet
-    def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None):
+    def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None,
+                         patches=False):
         g = check_conv("conv_weight_grad", x, k, stride, pad, gw=gw, dz=dz)
         dzf = dz.reshape(g.F, g.positions)
         _scale(beta, gw)
-        for j0, j1, cols in self._patch_chunks(g, workspace):
-            self._patches(cols, x, g, j0, j1)
+        chunks = self._patch_chunks(g, workspace)
+        for j0, j1, cols in chunks:
+            if not (patches and len(chunks) == 1 and workspace is not None):
+                self._patches(cols, x, g, j0, j1)
             gw += alpha * (dzf[:, j0:j1] @ cols.T)
 
     @_quiet
