@@ -14,7 +14,7 @@ set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source .gpu/gpu-env.sh > /dev/null || exit 1
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/safetensors*.whl || exit 1
-export PYTHONUNBUFFERED=1 PORTANET_DATA=$PWD/.data/fashion-mnist
+export PYTHONUNBUFFERED=1 PORTANET_DATA=$PWD/.data
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 tree() { [ $1 = before ] && echo build/old || echo .; }
 case "$1" in
