@@ -247,8 +247,8 @@ class KernelBackend(Backend):
         square products."""
         def path(run):
             return lambda: run(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
-        return self._fastest((m, n, k, trans_a, trans_b),
-                             {"own": path(self._gemm_own), "vendor": path(self._gemm_vendor_pieces)},
+        paths = {"own": path(self._gemm_own), "vendor": path(self._gemm_vendor_pieces)}
+        return self._fastest((m, n, k, trans_a, trans_b), paths,
                              restore=[c] if beta != 0 else [])
 
     def _fastest(self, key, paths, restore=()):
