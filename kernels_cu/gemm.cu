@@ -56,8 +56,9 @@
                      in dz' is dz[f, oh, ow, n] where oh s = h + p - ki, ow s = w + p - kj,
                      else 0 (the adjoint of the forward's gather, col2im fused)
      3  weight grad  c (F x C.k.k) = dz (F x Ho.Wo.NB) . cols(x)^T, op(b) gathered from x
-   The gathers load element by element (VW applies to a read operand only); CONV_FIXED
-   compiles the image sizes in.
+   Gathered patches load as runs of VW samples of one pixel where the host says the batch
+   and the images' offset are multiples of VW (vec_b), else element by element, as the
+   input gradient's gathers always do; CONV_FIXED compiles the image sizes in.
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
    MICRO, PAD, VW, DB, SUBGROUP, MIN_GROUPS, SWIZZLE, SPLIT_K; CONV, CONV_K, CONV_S, CONV_P,
@@ -142,6 +143,17 @@ DEVICE real patch(const GLOBAL real* RESTRICT x, const int x_off, const int r, c
     return (h >= 0 && h < H && w >= 0 && w < W) ? x[x_off + ((c * H + h) * W + w) * NB + n]
                                                 : (real)0;
 }
+/* out[0 .. VW) <- cols(x)[r, col .. col + VW): where NB and col are multiples of VW, the
+   same pixel of VW consecutive samples, so one bounds check and one vector load */
+#define PATCH_RUN(out, x, x_off, r, col, H, W, NB, WO) { \
+    const int c_ = (r) / KK, ki_ = (r) / CONV_K % CONV_K, kj_ = (r) % CONV_K; \
+    const int n_ = (col) % (NB), q_ = (col) / (NB); \
+    const int h_ = q_ / (WO) * CONV_S - CONV_P + ki_, w_ = q_ % (WO) * CONV_S - CONV_P + kj_; \
+    if (h_ >= 0 && h_ < (H) && w_ >= 0 && w_ < (W)) { \
+        LOAD_RUN(out, &x[(x_off) + ((c_ * (H) + h_) * (W) + w_) * (NB) + n_]); \
+    } else { \
+        for (int v_ = 0; v_ < VW; ++v_) out[v_] = (real)0; \
+    } }
 /* dz'[r, col] for row r = (f, ki, kj) and pixel col = (h, w, n): the output (oh, ow) whose
    patch holds the pixel at (ki, kj), if there is one */
 DEVICE real spread(const GLOBAL real* RESTRICT dz, const int dz_off, const int r,
@@ -173,12 +185,14 @@ DEVICE real spread(const GLOBAL real* RESTRICT dz, const int dz_off, const int r
 #if CONV == 1
 #define A_AT(i, k) a[a_off + (i) * lda + (k) + k_base]
 #define B_AT(k, j) patch(b, b_off, (k) + k_base, j, G_H, G_W, G_NB, G_WO)
+#define B_RUN_AT(out, k, j) PATCH_RUN(out, b, b_off, (k) + k_base, j, G_H, G_W, G_NB, G_WO)
 #elif CONV == 2
 #define A_AT(i, k) a[a_off + (((k) + k_base) / KK * G_C + (i)) * KK + ((k) + k_base) % KK]
 #define B_AT(k, j) spread(b, b_off, (k) + k_base, j, G_W, G_NB, G_HO, G_WO)
 #else
 #define A_AT(i, k) a[a_off + (i) * lda + (k) + k_base]
 #define B_AT(k, j) patch(b, b_off, j, (k) + k_base, G_H, G_W, G_NB, G_WO)
+#define B_RUN_AT(out, k, j) PATCH_RUN(out, b, b_off, j, (k) + k_base, G_H, G_W, G_NB, G_WO)
 #endif
 #endif
 
@@ -301,6 +315,10 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
 #if !CONV
                 if (vec_b && inside && n0 + TSN <= N) {
                     LOAD_RUN(b_next[l], &B_AT(k1 + k, n0 + j));
+                } else
+#elif CONV != 2 && VW > 1                /* runs of samples of one pixel */
+                if (vec_b && inside && n0 + TSN <= N) {
+                    B_RUN_AT(b_next[l], k1 + k, n0 + j);
                 } else
 #endif
                 {

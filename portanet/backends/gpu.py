@@ -340,8 +340,9 @@ class KernelBackend(Backend):
 
         def launch(out, a, b, alpha, beta, k, k_chunk, k_base=0, label=label):
             vw = p["VW"]                # whole runs load as vectors where 16-byte aligned
-            vec_a, vec_b = (vw > 1 and x.offset % vw == 0 and x.shape[1] % vw == 0
-                            and (conv is None or conv.reads(x)) for x in (a, b))
+            vec_a, vec_b = (vw > 1 and (conv.vector(x, vw) if conv else
+                                        x.offset % vw == 0 and x.shape[1] % vw == 0)
+                            for x in (a, b))
             extra = conv.args(k_base, fused) if conv else ()
             self._run(self._kernels[key], (tiles_n * rtsn, tiles_m * rtsm, parts), out, a, b,
                       alpha, beta, m, n, k, a.shape[1], b.shape[1], k_chunk, vec_a, vec_b,
@@ -810,9 +811,14 @@ class Gather:
         self.mode, self.g, self.read, self.label = mode, g, read, label
         self.kind, self.a, self.bias = kind, a, bias
 
-    def reads(self, x):
-        """Whether x is an operand read as a matrix (so it may load as vectors)."""
-        return x is self.read
+    def vector(self, x, vw):
+        """Whether operand x loads in runs of vw as one vector: a matrix read as such where
+        aligned, as gemm's operands; images (the forward's and the weight gradient's
+        patches) where the batch and their offset are multiples of vw, so that a run is
+        one pixel of vw samples."""
+        if x is self.read:
+            return x.offset % vw == 0 and x.shape[1] % vw == 0
+        return self.mode != 2 and x.offset % vw == 0 and self.g.N % vw == 0
 
     def key(self, fused, fixed):
         return ("conv", self.mode, self.g.k, self.g.stride, self.g.pad, fused) + (
