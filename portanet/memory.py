@@ -92,14 +92,15 @@ def refuse(plan, what, largest_batch=None):
     return OutOfMemoryError(text)
 
 
-def largest_batch(plan_for, limit):
-    """The largest m in [1, limit] whose plan fits (plans grow with m), or 0."""
-    if not plan_for(1).fits:
+def largest_batch(fits, limit):
+    """The largest m in [1, limit] for which fits(m) (false from some m on: plans grow with
+    m), or 0."""
+    if not fits(1):
         return 0
     low, high = 1, limit
     while low < high:
         mid = (low + high + 1) // 2
-        if plan_for(mid).fits:
+        if fits(mid):
             low = mid
         else:
             high = mid - 1

@@ -171,7 +171,7 @@ class Sequential:
                           getattr(self.backend, "max_alloc_bytes", None))
 
     def _largest_batch(self, limit):
-        return largest_batch(self._plan, limit)
+        return largest_batch(lambda m: self._plan(m).fits, limit)
 
     def _allocate_parameters(self, rng):
         plan = self._plan(0)
@@ -371,13 +371,8 @@ class Sequential:
         def fits(m):
             plan = self._plan(m)
             return plan.fits and plan.by_kind().get("batch", 0) <= INFERENCE_BYTES
-        low, high = 1, n                    # batch bytes grow with m: the largest that fits
-        while low < high:
-            mid = (low + high + 1) // 2
-            low, high = (mid, high) if fits(mid) else (low, mid - 1)
-        if self.capacity > low:
-            return self.capacity
-        return low if self._plan(low).fits else max(self._largest_batch(low), 1)
+        # at least 1: a sample that does not fit makes _bind raise with the numbers
+        return max(largest_batch(fits, n), self.capacity, 1)
 
     # -- input checks --------------------------------------------------------------------
 

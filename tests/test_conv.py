@@ -5,6 +5,7 @@ import pytest
 
 import portanet as pn
 from portanet import training
+from portanet.backends import gpu
 from portanet.backends.base import conv_out
 from portanet.backends.numpy import NumpyBackend
 from portanet.rng import dropout_mask, key_array
@@ -265,7 +266,6 @@ def conv_path(backend, monkeypatch):
     chunks of any size allowed (MIN_CHUNK), and the labels of its launches kept."""
     if backend.kind == "cpu":
         pytest.skip("the reference backend has one path (chunked im2col, tested below)")
-    from portanet.backends import gpu
     from test_kernels import _Labels
     monkeypatch.setattr(gpu, "MIN_CHUNK", 1)
     monkeypatch.setattr(backend, "trace", _Labels())
@@ -286,8 +286,8 @@ def test_conv_paths(backend, conv_path, rng, case, path):
     x, w, b, dz = conv_operands(rng, *case)
     rows, positions = C * k * k, dz[0].size
     simulated(backend, F * rows * positions)
-    if path == "direct" and rows > gpu_direct_rows():
-        pytest.skip(f"direct is for patches of at most {gpu_direct_rows()} (this: {rows})")
+    if path == "direct" and rows > gpu.DIRECT_ROWS:
+        pytest.skip(f"direct is for patches of at most {gpu.DIRECT_ROWS} (this: {rows})")
     if path == "im2col" and not backend.vendor_gemm:
         pytest.skip("im2col goes with a vendor GEMM, which this device has not")
     conv_path(path)
@@ -326,11 +326,6 @@ def test_conv_paths(backend, conv_path, rng, case, path):
     assert rel_err(backend.download(GW), gw_ref) < F32
     if path != "direct":                # (the weight gradient has no direct path: routed)
         assert backend.trace.labels.count("im2col") == (path == "im2col")
-
-
-def gpu_direct_rows():
-    from portanet.backends import gpu
-    return gpu.DIRECT_ROWS
 
 
 @pytest.mark.parametrize("case", CONV_CASES[:4] + CONV_CASES[6:7])

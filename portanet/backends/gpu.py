@@ -578,13 +578,13 @@ class KernelBackend(Backend):
             paths["direct"] = direct
         path = self._conv_path(("conv", kind, *g), paths, g, workspace)
         paths[path]()
-        return path == "im2col" and workspace.size >= g.rows * g.positions
+        return path == "im2col" and _holds_all(g, workspace)
 
     def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None,
                          patches=False):
         g = check_conv("conv_weight_grad", x, k, stride, pad, gw=gw, dz=dz)
         dz = self.view(dz, (g.F, g.positions))
-        patches = patches and workspace is not None and workspace.size >= g.rows * g.positions
+        patches = patches and _holds_all(g, workspace)
 
         def implicit():
             self._gemm_own(alpha, dz, x, beta, gw, False, True, g.F, g.rows, g.positions,
@@ -645,7 +645,7 @@ class KernelBackend(Backend):
         vendor GEMM, chunks of at least MIN_CHUNK columns), the one PORTANET_CONV or
         PORTANET_GEMM forces, or the fastest."""
         room = workspace.size // g.rows if workspace is not None else 0
-        if not (room >= g.positions or self.vendor_gemm and room >= MIN_CHUNK):
+        if not (_holds_all(g, workspace) or self.vendor_gemm and room >= MIN_CHUNK):
             paths.pop("im2col")
         if "direct" in paths and g.rows > DIRECT_ROWS:
             paths.pop("direct")
@@ -835,6 +835,11 @@ class Gather:
         g = self.g
         return (g.C, g.H, g.W, g.N, g.Ho, g.Wo, k_base) + (
             (self.a, self.bias, ACT[self.kind]) if fused else ())
+
+
+def _holds_all(g, workspace):
+    """Whether the workspace holds the whole patch matrix of convolution g."""
+    return workspace is not None and workspace.size >= g.rows * g.positions
 
 
 def _columns(x, j0):

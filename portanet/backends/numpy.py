@@ -222,8 +222,9 @@ class NumpyBackend(Backend):
         dzf = dz.reshape(g.F, g.positions)
         _scale(beta, gw)
         chunks = self._patch_chunks(g, workspace)
+        reuse = patches and workspace is not None and len(chunks) == 1   # as conv left it
         for j0, j1, cols in chunks:
-            if not (patches and len(chunks) == 1 and workspace is not None):
+            if not reuse:
                 self._patches(cols, x, g, j0, j1)
             gw += alpha * (dzf[:, j0:j1] @ cols.T)
 
