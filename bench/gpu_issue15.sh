@@ -9,6 +9,14 @@
 #                                       MNIST LeNet epoch (bench/lenet_compare.py); profiles
 #                                       of a LeNet step after; each conv path's time per shape
 #   bash bench/gpu_issue15.sh suite     the test suite on the GPUs
+#   bash bench/gpu_issue15.sh pipeline  the input pipeline (batches laid out on the device,
+#                                       background copies): its tests on cuda and
+#                                       opencl:nvidia; portanet bench before and after,
+#                                       alternating, twice (lenet-infer, lenet-step,
+#                                       mlp-small)
+#   bash bench/gpu_issue15.sh accuracy  before and after: the LeNet epoch
+#                                       (bench/lenet_compare.py) and five seeds' accuracy
+#                                       (bench/seed_spread.py); profiles of a LeNet step
 # Results under $OUT.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -42,6 +50,31 @@ compare)
     tar -C /tmp -cf "$OUT/issue15.tar" bench-before-1.json bench-after-1.json \
         bench-before-2.json bench-after-2.json epoch-before.json epoch-after.json \
         profile-cuda-64.txt profile-cuda-256.txt profile-opencl-64.txt profile-opencl-256.txt ;;
+pipeline)
+    PYTHONPATH=$PWD:$PYTHONPATH timeout 200 python3 -m pytest -q tests/test_kernels.py \
+        tests/test_memory.py tests/test_graphs.py tests/test_training.py tests/test_threads.py \
+        -k "cuda or nvidia" -p no:cacheprovider 2>&1 | tail -6 | tee "$OUT/pipeline-tests.log"
+    for r in 1 2; do for v in before after; do
+        (cd $(tree $v) && PYTHONPATH=$PWD:$PYTHONPATH timeout 150 python3 -m portanet.cli \
+            bench --device cuda --device opencl:0:0 --workload lenet-infer \
+            --workload lenet-step --workload mlp-small --json "$OUT/bench-$v-$r.json" 2>&1 \
+            | grep -v Warning | grep -E "^(cuda|opencl|torch)" | sed "s/^/$v $r /") \
+            | tee -a "$OUT/bench.log"
+    done; done ;;
+accuracy)
+    for v in before after; do
+        (cd $(tree $v) && PYTHONPATH=$PWD:$PYTHONPATH timeout 100 python3 \
+            bench/lenet_compare.py --devices cuda,opencl:0:0 --epochs 2 \
+            --json "$OUT/epoch-$v.json" 2>&1 | grep -v Warning | tail -5 | sed "s/^/$v /") \
+            | tee -a "$OUT/epoch.log"
+        PYTHONPATH=$(tree $v):$PYTHONPATH timeout 150 python3 bench/seed_spread.py \
+            --json "$OUT/seeds-$v.json" 2>&1 | grep -v Warning | sed "s/^/$v /" \
+            | tee -a "$OUT/seeds.log"
+    done
+    for d in cuda opencl:0:0; do
+        PYTHONPATH=$PWD:$PYTHONPATH timeout 60 python3 -m portanet.cli profile lenet-step \
+            --device $d --batch-size 64 2>&1 | grep -v Warning > "$OUT/profile-${d%%:*}-64.txt"
+    done ;;
 suite)
     PYTHONPATH=$PWD:$PYTHONPATH timeout 560 python3 -m pytest -q tests -p no:cacheprovider \
         2>&1 | tail -25 | tee "$OUT/pytest.log" ;;

@@ -24,6 +24,16 @@ KERNEL void gather_columns(GLOBAL real* out, const int out_off, const GLOBAL rea
     if (j < cols && r < rows) out[out_off + r * cols + j] = x[x_off + idx[idx_off + j] * rows + r];
 }
 
+/* out (rows, ld), columns col0 .. col0 + cols <- x^T, x samples-first (cols, rows): a
+   batch sent as the host holds it, laid out on the device. Dimension 0 runs along a
+   sample's features (reads in runs), 1 along the samples (writes in runs of the group's 8) */
+KERNEL void features_first(GLOBAL real* out, const int out_off, const GLOBAL real* x,
+                           const int x_off, const int rows, const int cols, const int ld,
+                           const int col0) {
+    const int r = GLOBAL_ID(0), j = GLOBAL_ID(1);
+    if (r < rows && j < cols) out[out_off + r * ld + col0 + j] = x[x_off + j * rows + r];
+}
+
 /* out[j] <- labels[idx[j]]: the integer targets of the same batch */
 KERNEL void gather_labels(GLOBAL int* out, const int out_off, const GLOBAL int* labels,
                           const int labels_off, const GLOBAL int* idx, const int idx_off,

@@ -17,6 +17,13 @@ from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refu
 # where one batch of 10000 had taken 5.8 GiB on an H100
 INFERENCE_BYTES = 192 * 2**20
 
+# the most the buffer that batches go through to the device (write_samples) takes: a batch
+# larger than that goes in parts of whole samples
+STAGING_BYTES = 16 * 2**20
+
+# the most pinned host memory predict's background downloads fill before it waits for them
+PREDICTIONS_BYTES = 16 * 2**20
+
 
 class Shared:
     """Buffers all layers of a network share: a ones vector (bias gradients by gemv) and
@@ -72,6 +79,7 @@ class Sequential:
         self._stepped = [l for _, l in self.walk()
                          if type(l).begin_step is not layer_module.Layer.begin_step]
         self._batch = []                # (owner, Buffer, device array) of the batch buffers
+        self._staging = None            # the batch buffer write_samples goes through
         self._params = []               # the same for parameters and saved buffers
         self.optimizer_state = None     # training.OptimizerState, made by the first fit
         self.stop_training = False      # a callback sets it to end fit after this epoch
@@ -133,6 +141,9 @@ class Sequential:
                ("_order", "batch", m, np.dtype(np.int32)),
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
+        if self.backend.stages_samples:     # whole samples, at least one (write_samples)
+            room = max(1, min(m, STAGING_BYTES // (self.n_in * real.itemsize)))
+            own.append(("_staging", "workspace", self.n_in * room, real))
         # owner None: the network's own (not the network itself, which the list of what it
         # holds would then hold: a reference cycle, and a dropped network would keep its
         # memory until the next cycle collection)
@@ -275,11 +286,13 @@ class Sequential:
 
     # -- one batch -----------------------------------------------------------------------
 
-    def _upload_batch(self, xb, yb=None):
+    def _upload_batch(self, xb, yb=None, wait=True):
+        """The batch into the input and target buffers; wait=False where xb and yb are
+        the network's own (nobody changes them while the copies may still run)."""
         self._bind(len(xb))
-        self.backend.write(self.x, _features_first(xb, self.backend.dtype))
+        self.backend.write_samples(self.x, xb, self._staging, wait)
         if yb is not None:
-            self.backend.write(self.y, yb)
+            self.backend.write(self.y, yb, wait)
 
     def _forward(self, training=False):
         for layer in self.layers:
@@ -333,25 +346,43 @@ class Sequential:
 
     def evaluate(self, x, y, batch_size=None):
         """(mean loss, accuracy) over the whole of x, y."""
-        x, t = self._check_data(x, y)
+        x, t = self._check_data(x, y, finite=False)
         chunk = self._inference_batch(batch_size, len(x))
         self._bind(chunk)
         self._reset_sums()
+        # the device runs batch i while i + 1 goes up (x is not changed before the sums
+        # are read, which waits for the copies)
         for i in range(0, len(x), chunk):
-            self._upload_batch(x[i:i + chunk], t[..., i:i + chunk])
+            self._upload_batch(_finite(x[i:i + chunk], i), t[..., i:i + chunk], wait=False)
             self._forward()
             self._loss()
         return self._read_sums(len(x))
 
     def predict(self, x, batch_size=None):
         """The network's outputs, (N, outputs): probabilities for softmax/sigmoid outputs."""
-        x = self._check_x(x)
+        x = self._check_x(x, finite=False)
         chunk = self._inference_batch(batch_size, len(x))
         out = np.empty((len(x), self.n_out), dtype=self.backend.dtype)
+        # the device runs batch i while batch i + 1 goes up; the outputs come back in the
+        # background into pinned memory, a slot per batch, read when the slots are full
+        # (and x is not changed before the copies are waited for, at the last batch)
+        each = self.n_out * chunk
+        slots = self.backend.host_empty(
+            (max(1, min(-(-len(x) // chunk), PREDICTIONS_BYTES // (each * out.itemsize))),
+             each))
+        starts = []
         for i in range(0, len(x), chunk):
-            self._upload_batch(x[i:i + chunk])
+            self._upload_batch(_finite(x[i:i + chunk], i), wait=False)
             self._forward()
-            out[i:i + chunk] = self.backend.download(self.layers[-1].a).T
+            a = self.layers[-1].a
+            self.backend.download_into(a, slots[len(starts), :a.size])
+            starts.append(i)
+            if len(starts) == len(slots) or i + chunk >= len(x):
+                self.backend.synchronize()
+                for slot, start in zip(slots, starts):
+                    n = min(chunk, len(x) - start)
+                    out[start:start + n] = slot[:n * self.n_out].reshape(self.n_out, n).T
+                starts = []
         return out
 
     def predict_classes(self, x, batch_size=None):
@@ -376,7 +407,9 @@ class Sequential:
 
     # -- input checks --------------------------------------------------------------------
 
-    def _check_x(self, x):
+    def _check_x(self, x, finite=True):
+        """x as the backend's dtype, checked; finite=False leaves NaN and inf to _finite,
+        part by part, where no cast made a copy (which is checked here whole)."""
         if not isinstance(x, np.ndarray):
             x = np.asarray(x)
         if not np.issubdtype(x.dtype, np.floating):
@@ -394,16 +427,14 @@ class Sequential:
                              f"shape (N, {', '.join(map(str, self.input_shape))})")
         with np.errstate(over="ignore"):
             cast = x.astype(self.backend.dtype, copy=False)
-        if not np.all(np.isfinite(cast)):       # checked after the cast: 1e39 is inf in float32
-            bad = int(np.argwhere(~np.isfinite(cast.reshape(len(cast), -1)))[0][0])
-            what = "NaN or inf" if not np.all(np.isfinite(x)) else \
-                f"values too large for {self.backend.dtype} (they become inf)"
-            raise InputError(f"input contains {what} (first at sample {bad}); clean, impute "
-                             f"or rescale the data before training")
+        if (finite or cast is not x) and not np.all(np.isfinite(cast)):  # after the cast:
+            _finite(x, 0)                                       # 1e39 is inf in float32
+            raise _not_finite(cast, 0, f"values too large for {self.backend.dtype} (they "
+                                       f"become inf)")
         return cast
 
-    def _check_data(self, x, y):
-        x = self._check_x(x)
+    def _check_data(self, x, y, finite=True):
+        x = self._check_x(x, finite)
         y = np.asarray(y)
         if y.ndim == 0 or len(y) != len(x):
             raise ShapeError(f"x has {len(x)} samples but y has "
@@ -486,16 +517,17 @@ class Sequential:
         return saving.describe(self.architecture())
 
 
-def _features_first(x, dtype, block=256):
-    """Samples-first x (N, ...) as a C-contiguous (features, N) array of dtype, copied
-    `block` samples at a time so that the rows read stay in the cache: 7 ms for 10000
-    images of 784 pixels, where NumPy's copy of the transposed view took 22 ms (and 171
-    against 712 ms for 10000 x 10000)."""
-    rows = x.reshape(len(x), -1)
-    out = np.empty((rows.shape[1], len(x)), dtype)
-    for i in range(0, len(x), block):
-        out[:, i:i + block] = rows[i:i + block].T
-    return out
+def _finite(x, first):
+    """x, part of an input from its sample `first` on, checked for NaN and inf."""
+    if not np.all(np.isfinite(x)):
+        raise _not_finite(x, first, "NaN or inf")
+    return x
+
+
+def _not_finite(x, first, what):
+    bad = first + int(np.argwhere(~np.isfinite(x.reshape(len(x), -1)))[0][0])
+    return InputError(f"input contains {what} (first at sample {bad}); clean, impute or "
+                      f"rescale the data before training")
 
 
 def _input_shape(shape):

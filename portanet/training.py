@@ -319,7 +319,7 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
                 net._bind(len(idx))
                 net.backend.write(net.order, idx.astype(np.int32))
             else:
-                net._upload_batch(x[idx], t[..., idx])
+                net._upload_batch(x[idx], t[..., idx], wait=False)     # copies: ours
             train_step(net, opt, data)
             if progress:
                 progress(i + 1, batches)

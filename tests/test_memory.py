@@ -107,6 +107,45 @@ def test_default_inference_batch_follows_the_plan(monkeypatch):
     assert fresh.capacity == 700
 
 
+def test_batches_go_up_in_parts_and_predictions_come_back_in_slots(device_name, monkeypatch):
+    """The staging buffer's cap cuts a batch into parts of whole samples, and predict's
+    pinned slots fill and are read several times a call: the same outputs as the host's
+    own layout and one slot per call, through evaluate, predict and fit; the staging
+    buffer is in the plan, within its cap."""
+    from portanet import network
+    x, y = data(45)
+    net = small_cnn(device_name)
+    p, score = net.predict(x, batch_size=45), net.evaluate(x, y, batch_size=45)
+    monkeypatch.setattr(network, "STAGING_BYTES", 4 * 2 * 81 * 3 + 4)   # 3 samples a part
+    monkeypatch.setattr(network, "PREDICTIONS_BYTES", 4 * 3 * 8 * 2)    # 2 batches of 8
+    cut = small_cnn(device_name)
+    staging = [b for b in cut.memory_plan(8).buffers if b.name == "_staging"]
+    assert [b.nbytes for b in staging] == ([4 * 2 * 81 * 3] if cut.backend.stages_samples
+                                           else [])
+    assert np.allclose(cut.predict(x, batch_size=8), p, rtol=1e-5, atol=1e-6)
+    assert np.allclose(cut.evaluate(x, y, batch_size=8), score, rtol=1e-5)
+    h1 = net.fit(x, y, epochs=2, batch_size=8, seed=3)
+    h2 = cut.fit(x, y, epochs=2, batch_size=8, seed=3)
+    assert np.allclose(h1["loss"], h2["loss"], rtol=1e-5)
+    assert np.allclose(cut.predict(x), net.predict(x), rtol=1e-5, atol=1e-6)
+
+
+def test_nan_is_found_in_any_batch(device_name):
+    """evaluate and predict check each batch as it goes up, naming the sample in x."""
+    net = small_cnn(device_name)
+    x, y = data(45)
+    x[37, 1, 4, 4] = np.inf
+    for call in (lambda: net.predict(x, batch_size=8), lambda: net.evaluate(x, y, 16)):
+        with pytest.raises(pn.InputError, match="NaN or inf .first at sample 37"):
+            call()
+    big = x.astype(np.float64)
+    big[37, 1, 4, 4], big[40, 0, 0, 0] = 0.0, 1e39     # finite, but not in float32
+    with pytest.raises(pn.InputError, match="too large for float32.*sample 40"):
+        net.predict(big, batch_size=8)
+    big[40, 0, 0, 0] = 0.0
+    assert net.predict(big, batch_size=8).shape == (45, 3)
+
+
 @pytest.mark.parametrize("optimizer", [pn.SGD(0.01, 0.9), pn.Adam()], ids=["sgd", "adam"])
 def test_dropped_networks_give_their_memory_back_at_once(device_name, optimizer):
     """A network holds no reference to itself (its buffer lists, its optimizer state):

@@ -48,6 +48,7 @@ class Backend:
     # the vendor BLAS handle. The NumPy backend shares nothing but its accounting.
     serialised = False
     max_alloc_bytes = None      # the largest single buffer, where the device has a limit
+    stages_samples = False      # write_samples lays batches out on the device (staging)
 
     def __init__(self, name, dtype=np.float32):
         self.name = name                     # the device string that selects it
@@ -126,13 +127,42 @@ class Backend:
         self.write(x, host)
         return x
 
-    def write(self, dst, host):
-        """Copy the host array into the existing device array `dst` (same size)."""
+    def write(self, dst, host, wait=True):
+        """Copy the host array into the existing device array `dst` (same size). wait=False
+        lets the copy go on after the call where the device can: host must then stay as it
+        is until the next synchronize or download."""
         raise NotImplementedError
+
+    def write_samples(self, dst, host, staging=None, wait=True):
+        """dst (features, m) <- host (m, ...): a batch as users hold it, samples first, in
+        the device layout. Kernel backends send it as it is, through `staging` (a flat
+        device buffer of at least one sample: `stages_samples`), and lay it out there, so
+        the host copies nothing; without staging, or here, the host transposes it."""
+        self.write(dst, features_first(host, dst.dtype), wait)
 
     def download(self, x):
         """A new NumPy array with the contents of device array `x`."""
         raise NotImplementedError
+
+    def download_into(self, x, out):
+        """Copy device array `x` into the host array `out` (of x's size), in order after the
+        work queued before it; out is whole after the next synchronize (at once where the
+        device cannot copy in the background). Fastest into a `host_empty` array."""
+        out = self._check_download(x, out)
+        out[...] = self.download(x).reshape(out.shape)
+
+    @staticmethod
+    def _check_download(x, out):
+        if out.size != x.size or out.dtype != x.dtype or not out.flags.c_contiguous:
+            shape = getattr(x, "shape", None)
+            raise ShapeError(f"download_into: an array of {shape} {x.dtype} into a host array "
+                             f"of {out.shape} {out.dtype}: give a C-contiguous one of its "
+                             f"size and dtype")
+        return out
+
+    def host_empty(self, shape, dtype=None):
+        """A host array that the device copies into fastest (pinned memory on CUDA)."""
+        return np.empty(shape, dtype or self.dtype)
 
     def view(self, x, shape, offset=0):
         """The prod(shape) elements of `x` from `offset` on, as an array of `shape`; no copy."""
@@ -359,6 +389,22 @@ def _serialised(method):
             return method(self, *args, **kwargs)
     locked.serialised = True
     return locked
+
+
+def features_first(x, dtype, out=None, block=256):
+    """Samples-first x (N, ...) as a C-contiguous (features, N) array of dtype (or into
+    out), copied `block` samples at a time so that the rows read stay in the cache: 7 ms
+    for 10000 images of 784 pixels, where NumPy's copy of the transposed view took 22 ms
+    (and 171 against 712 ms for 10000 x 10000)."""
+    rows = np.asarray(x).reshape(len(x), -1)
+    if out is None:
+        out = np.empty((rows.shape[1], len(x)), dtype)
+    elif out.shape != (rows.shape[1], len(x)):
+        raise ShapeError(f"write_samples: {len(x)} samples of {rows.shape[1]} features into "
+                         f"an array of {out.shape}")
+    for i in range(0, len(x), block):
+        out[:, i:i + block] = rows[i:i + block].T
+    return out
 
 
 def _device_dtype(host_dtype, real_dtype):

@@ -172,15 +172,25 @@ class CudaBackend(KernelBackend):
             raise OutOfMemoryError(self._oom_text(label, shape, nbytes, free, total)) from e
         return self._track(DeviceArray(buf, 0, shape, dtype), nbytes, buf)
 
-    def write(self, dst, host):
+    def write(self, dst, host, wait=True):
+        """In stream order; from pageable memory the driver copies host into its own staging
+        before returning (so host may change at once), and the device does not wait."""
         host = self._check_write(dst, host)
-        drv.memcpy_htod_async(int(dst.buf) + dst.offset * dst.dtype.itemsize, host, self.stream)
+        drv.memcpy_htod_async(self._address(dst), host, self.stream)
 
     def download(self, x):
         host = np.empty(x.shape, x.dtype)
-        drv.memcpy_dtoh_async(host, int(x.buf) + x.offset * x.dtype.itemsize, self.stream)
+        drv.memcpy_dtoh_async(host, self._address(x), self.stream)
         self.stream.synchronize()
         return host
+
+    def download_into(self, x, out):
+        """In the background where out is pinned (host_empty); into pageable memory the
+        driver returns only once the copy is done."""
+        drv.memcpy_dtoh_async(self._check_download(x, out), self._address(x), self.stream)
+
+    def host_empty(self, shape, dtype=None):
+        return drv.pagelocked_empty(shape, dtype or self.dtype)
 
     @staticmethod
     def _free_buffer(buf):

@@ -21,10 +21,15 @@ log = logging.getLogger("portanet")
 ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4, "leaky_relu": 5, "elu": 6,
        "gelu": 7, "silu": 8}
 
+# the most samples one features_first launch lays out: its dimension 1 in groups of 8
+# stays within CUDA's 65535 blocks
+STAGED_SAMPLES = 8 * 65535
+
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "bias_softmax", "activation_grad", "add_activation",
-                            "gather_columns", "gather_labels", "momentum_update",
+                            "gather_columns", "gather_labels", "features_first",
+                            "momentum_update",
                             "nesterov_update", "adam_update", "rmsprop_update"),
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum"),
@@ -84,6 +89,7 @@ class KernelBackend(Backend):
     vendor_k = ACC_K            # the longest sum one vendor gemm call may run (accuracy)
     gemm_sizes = {}             # tuned tilings by size class (set_gemm_params)
     _derived = None             # what _per_tiling made from each tiling, by tiling and use
+    stages_samples = True
 
     def _load_kernels(self):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
@@ -495,6 +501,23 @@ class KernelBackend(Backend):
                   w if gavg is None else gavg, g, float(lr), alpha, 1.0 - alpha, float(eps),
                   float(l2), float(momentum), buf is not None, gavg is not None, n_decay,
                   w.size)
+
+    def write_samples(self, dst, host, staging=None, wait=True):
+        """The batch copied as it is into staging, as many whole samples at a time as it
+        holds, each part laid out by features_first into its columns of dst."""
+        if staging is None:
+            return super().write_samples(dst, host, wait=wait)
+        rows, m = dst.shape
+        host = np.ascontiguousarray(host, dtype=dst.dtype)
+        if host.size != dst.size or len(host) != m:
+            raise ShapeError(f"write_samples: host array of {host.shape} into device array "
+                             f"{dst.shape} (features, samples)")
+        host = host.reshape(m, rows)
+        step = max(1, min(staging.size // rows, STAGED_SAMPLES))
+        for j in range(0, m, step):
+            part = host[j:j + step]
+            self.write(self.view(staging, (part.size,)), part, wait)
+            self._run("features_first", (rows, len(part)), dst, staging, rows, len(part), m, j)
 
     def gather(self, out, x, idx):
         check_gather(out, x, idx)

@@ -8,7 +8,8 @@ import numpy as np
 from ..rng import dropout_mask
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    CONV_WORKSPACE_BYTES, check_conv, check_gather, check_gemm,
-                   check_norm_kind, check_pool, check_rows, check_update, conv_out)
+                   check_norm_kind, check_pool, check_rows, check_update, conv_out,
+                   features_first)
 
 
 def _quiet(method):
@@ -33,8 +34,11 @@ class NumpyBackend(Backend):
         x = np.empty(shape, dtype=dtype or self.dtype)
         return self._track(x, x.nbytes)
 
-    def write(self, dst, host):
+    def write(self, dst, host, wait=True):
         dst[...] = np.asarray(host).reshape(dst.shape)
+
+    def write_samples(self, dst, host, staging=None, wait=True):
+        features_first(host, dst.dtype, out=dst)
 
     def download(self, x):
         return np.array(x)

@@ -4,6 +4,7 @@ shape, to CLBlast (pyclblast) or our own tiled kernel, whichever was measured fa
 (PORTANET_GEMM=auto); own or vendor force a path. Every kernel parameter (tile sizes,
 work-group sizes) derives from the device's limits, which PORTANET_CL_LIMITS can cap to
 those of a class of device we cannot test on (Limits)."""
+import collections
 import contextlib
 import ctypes
 import dataclasses
@@ -239,6 +240,7 @@ def _limit_value(key, value, spec):
 
 
 BOUND_KERNELS = 4096        # kernel objects with bound arguments kept (see _launch)
+PENDING_COPIES = 8          # background copies in flight before the oldest is waited for
 
 
 class _NotRecordable(Exception):
@@ -356,6 +358,7 @@ class OpenCLBackend(KernelBackend):
         self._bound, self._wrappers = {}, {}    # see _launch and _wrapper
         self._checked = set()                   # (kernel, group) held to the limits
         self._recording = None                  # a list while capture() records
+        self._pending = collections.deque()     # background copies' events (_pending_copy)
         self.vendor_gemm = pyclblast is not None and not self.simulator
         self._load_kernels()
         self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
@@ -486,16 +489,35 @@ class OpenCLBackend(KernelBackend):
                                   dev.global_mem_size - self.allocated_bytes, dev.global_mem_size)
                 + f" (one buffer may be at most {self.limits.max_alloc / 2**20:.0f} MiB)")
 
-    def write(self, dst, host):
+    def write(self, dst, host, wait=True):
         self._not_recording("a copy to the device")
         host = self._check_write(dst, host)
-        cl.enqueue_copy(self.queue, dst.buf, host, dst_offset=dst.offset * dst.dtype.itemsize)
+        self._pending_copy(cl.enqueue_copy(self.queue, dst.buf, host, is_blocking=wait,
+                                           dst_offset=dst.offset * dst.dtype.itemsize), wait)
 
     def download(self, x):
         self._not_recording("a copy from the device")
         host = np.empty(x.shape, x.dtype)
         cl.enqueue_copy(self.queue, host, x.buf, src_offset=x.offset * x.dtype.itemsize)
+        self._pending.clear()               # done: the queue runs in order
         return host
+
+    def download_into(self, x, out):
+        self._not_recording("a copy from the device")
+        out = self._check_download(x, out)
+        self._pending_copy(cl.enqueue_copy(self.queue, out, x.buf, is_blocking=False,
+                                           src_offset=x.offset * x.dtype.itemsize), False)
+
+    def _pending_copy(self, event, done):
+        """Keep a background copy's event (pyopencl's, which holds the host array and
+        waits for the copy when dropped) until the copy is surely done: at the next
+        synchronize or blocking copy, or when PENDING_COPIES newer ones are queued."""
+        if done:
+            self._pending.clear()
+            return
+        self._pending.append(event)
+        if len(self._pending) > PENDING_COPIES:
+            self._pending.popleft().wait()
 
     def _free_buffer(self, buf):
         self._bound.clear()         # kernels bound to it, or to a handle it may reuse
@@ -505,6 +527,7 @@ class OpenCLBackend(KernelBackend):
     def synchronize(self):
         self._not_recording("waiting for the device")
         self.queue.finish()
+        self._pending.clear()
 
     # -- recorded steps --------------------------------------------------------------------
 
