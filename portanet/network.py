@@ -17,8 +17,8 @@ from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refu
 # where one batch of 10000 had taken 5.8 GiB on an H100
 INFERENCE_BYTES = 192 * 2**20
 
-# the most the buffer that batches go through to the device (write_samples) takes: a batch
-# larger than that goes in parts of whole samples
+# the most the buffer that batches go through to the device (write_samples) takes: two
+# halves, each a batch or, for larger batches, a part of whole samples
 STAGING_BYTES = 16 * 2**20
 
 # the most pinned host memory predict's background downloads fill before it waits for them
@@ -141,9 +141,9 @@ class Sequential:
                ("_order", "batch", m, np.dtype(np.int32)),
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
-        if self.backend.stages_samples:     # whole samples, at least one (write_samples)
-            room = max(1, min(m, STAGING_BYTES // (self.n_in * real.itemsize)))
-            own.append(("_staging", "workspace", self.n_in * room, real))
+        if self.backend.stages_samples:     # two halves of whole samples (write_samples)
+            room = max(1, min(m, STAGING_BYTES // (2 * self.n_in * real.itemsize)))
+            own.append(("_staging", "workspace", 2 * self.n_in * room, real))
         # owner None: the network's own (not the network itself, which the list of what it
         # holds would then hold: a reference cycle, and a dropped network would keep its
         # memory until the next cycle collection)
@@ -290,7 +290,7 @@ class Sequential:
         """The batch into the input and target buffers; wait=False where xb and yb are
         the network's own (nobody changes them while the copies may still run)."""
         self._bind(len(xb))
-        self.backend.write_samples(self.x, xb, self._staging, wait)
+        self.backend.write_samples(self.x, xb, self._staging)
         if yb is not None:
             self.backend.write(self.y, yb, wait)
 

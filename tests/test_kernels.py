@@ -391,21 +391,29 @@ def test_views_write_download(backend, rng):
 @pytest.mark.parametrize("room", [None, 1, 3, 1000])
 def test_write_samples(bk, rng, m, shape, room):
     """A samples-first batch lands features-first in the columns of dst, through a staging
-    buffer of room whole samples (None: all of them; 1 and 3 send the batch in parts,
-    1000 is more than the batch) or none (the host lays it out), on views at offsets."""
+    buffer of room whole samples (None: all of them; 1 and 3 send the batch in parts, in
+    turn through the halves of staging where it holds two samples or more; 1000 is more
+    than the batch) or none (the host lays it out), on views at offsets; two batches with no
+    wait between, so that each part waits for the device to have read the one before it
+    in its half."""
     simulated(bk, m * int(np.prod(shape)))
-    x = rng.standard_normal((m, *shape))
     n = int(np.prod(shape))
     base = poisoned(bk, (n * m + 5,))
-    dst = bk.view(base, (n, m), 5)
+    dsts = [bk.view(base, (n, m), 5), poisoned(bk, (n, m))]
     staging = None
+    if bk.simulator and room != 1:
+        # its checks take what a copy writes at an offset for uninitialised (a write to
+        # element 3, then a kernel's read of it): the halves of staging are left to the
+        # other devices, and one sample at offset 0 is checked here
+        pytest.skip("Oclgrind flags reads of what a copy wrote at an offset")
     if bk.stages_samples and room is not None:
-        # at an offset, but not on Oclgrind: its checks take what a copy writes at an
-        # offset for uninitialised (a write to element 3, then a kernel's read of it)
         at = 0 if bk.simulator else 3
         staging = bk.view(poisoned(bk, (n * min(room, m) + at,)), (n * min(room, m),), at)
-    bk.write_samples(dst, x, staging)
-    assert np.array_equal(bk.download(dst), x.reshape(m, n).T.astype(bk.dtype))
+    xs = [rng.standard_normal((m, *shape)) for _ in dsts]
+    for x, dst in zip(xs, dsts):            # no wait between: the parts take turns
+        bk.write_samples(dst, x, staging)
+    for x, dst in zip(xs, dsts):
+        assert np.array_equal(bk.download(dst), x.reshape(m, n).T.astype(bk.dtype))
     assert np.all(np.isnan(bk.download(bk.view(base, (5,)))))      # nothing before dst
 
 

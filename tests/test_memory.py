@@ -116,11 +116,11 @@ def test_batches_go_up_in_parts_and_predictions_come_back_in_slots(device_name, 
     x, y = data(45)
     net = small_cnn(device_name)
     p, score = net.predict(x, batch_size=45), net.evaluate(x, y, batch_size=45)
-    monkeypatch.setattr(network, "STAGING_BYTES", 4 * 2 * 81 * 3 + 4)   # 3 samples a part
+    monkeypatch.setattr(network, "STAGING_BYTES", 2 * 648 * 3 + 4)     # halves of 3 samples
     monkeypatch.setattr(network, "PREDICTIONS_BYTES", 4 * 3 * 8 * 2)    # 2 batches of 8
     cut = small_cnn(device_name)
     staging = [b for b in cut.memory_plan(8).buffers if b.name == "_staging"]
-    assert [b.nbytes for b in staging] == ([4 * 2 * 81 * 3] if cut.backend.stages_samples
+    assert [b.nbytes for b in staging] == ([2 * 648 * 3] if cut.backend.stages_samples
                                            else [])
     assert np.allclose(cut.predict(x, batch_size=8), p, rtol=1e-5, atol=1e-6)
     assert np.allclose(cut.evaluate(x, y, batch_size=8), score, rtol=1e-5)

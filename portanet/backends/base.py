@@ -133,12 +133,13 @@ class Backend:
         is until the next synchronize or download."""
         raise NotImplementedError
 
-    def write_samples(self, dst, host, staging=None, wait=True):
+    def write_samples(self, dst, host, staging=None):
         """dst (features, m) <- host (m, ...): a batch as users hold it, samples first, in
-        the device layout. Kernel backends send it as it is, through `staging` (a flat
-        device buffer of at least one sample: `stages_samples`), and lay it out there, so
-        the host copies nothing; without staging, or here, the host transposes it."""
-        self.write(dst, features_first(host, dst.dtype), wait)
+        the device layout; host is read before the call returns. Kernel backends send it as
+        it is, through `staging` (a flat device buffer of at least one sample, planned
+        where `stages_samples`), and lay it out there, while the device goes on with the
+        work before it; without staging, or here, the host transposes it."""
+        self.write(dst, features_first(host, dst.dtype), wait=False)    # a copy: ours
 
     def download(self, x):
         """A new NumPy array with the contents of device array `x`."""

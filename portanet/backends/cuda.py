@@ -32,6 +32,7 @@ except (ImportError, OSError, RuntimeError):
 
 _initialised = False
 _ARG_CODES = {np.uintp: "P", np.int32: "i", np.float32: "f", np.float64: "d"}
+PINNED = 3                  # pinned buffers write_samples fills in turn (_CopyLane)
 
 
 def _init():
@@ -74,6 +75,33 @@ def enumerate_devices():
     return out
 
 
+class _CopyLane:
+    """write_samples' way up: a stream for copies beside the backend's own, PINNED pinned
+    host buffers taken in turn (one is filled again once its last copy is done) and, per
+    half of a staging buffer, the event after which the device has read it."""
+
+    def __init__(self):
+        self.stream = drv.Stream()
+        self.pinned, self.copied, self.next = [None] * PINNED, [None] * PINNED, 0
+        self.read = [None, None]
+
+    def send(self, part, address, dtype, after):
+        i, self.next = self.next, (self.next + 1) % PINNED
+        if self.copied[i] is not None:
+            self.copied[i].synchronize()
+        if self.pinned[i] is None or self.pinned[i].size < part.size or \
+                self.pinned[i].dtype != dtype:
+            self.pinned[i] = drv.pagelocked_empty(part.size, dtype)
+        host = self.pinned[i][:part.size]
+        np.copyto(host, part.reshape(-1))
+        if after is not None:
+            self.stream.wait_for_event(after)
+        drv.memcpy_htod_async(address, host, self.stream)
+        self.copied[i] = drv.Event()
+        self.copied[i].record(self.stream)
+        return self.copied[i]
+
+
 class CudaBackend(KernelBackend):
     kind, lang = "cuda", "cu"
     is_gpu = True
@@ -94,6 +122,7 @@ class CudaBackend(KernelBackend):
     def _setup(self):
         """What needs the context current: stream, kernels, cuBLAS handle."""
         self.stream = drv.Stream()
+        self._lane = None               # made by the first write_samples
         cc = self.device.compute_capability()
         self.arch = f"sm_{cc[0]}{cc[1]}"
         real = "double" if self.dtype == np.float64 else "float"
@@ -177,6 +206,21 @@ class CudaBackend(KernelBackend):
         before returning (so host may change at once), and the device does not wait."""
         host = self._check_write(dst, host)
         drv.memcpy_htod_async(self._address(dst), host, self.stream)
+
+    def _send(self, slot, part, turn):
+        """part into the device array slot on the copy stream, from a pinned buffer (the
+        host memcpy, then a copy the device runs beside its kernels), once the device has
+        read what the last send of this turn put there; the backend's stream waits for it."""
+        lane = self._lane
+        if lane is None:
+            lane = self._lane = _CopyLane()
+        copied = lane.send(part, self._address(slot), slot.dtype, lane.read[turn])
+        self.stream.wait_for_event(copied)
+
+    def _laid_out(self, turn):
+        lane = self._lane
+        lane.read[turn] = drv.Event()
+        lane.read[turn].record(self.stream)
 
     def download(self, x):
         host = np.empty(x.shape, x.dtype)

@@ -90,6 +90,7 @@ class KernelBackend(Backend):
     gemm_sizes = {}             # tuned tilings by size class (set_gemm_params)
     _derived = None             # what _per_tiling made from each tiling, by tiling and use
     stages_samples = True
+    _turn = 0                   # the half of a staging buffer write_samples used last
 
     def _load_kernels(self):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
@@ -502,22 +503,28 @@ class KernelBackend(Backend):
                   float(l2), float(momentum), buf is not None, gavg is not None, n_decay,
                   w.size)
 
-    def write_samples(self, dst, host, staging=None, wait=True):
-        """The batch copied as it is into staging, as many whole samples at a time as it
-        holds, each part laid out by features_first into its columns of dst."""
+    def write_samples(self, dst, host, staging=None):
+        """The batch in parts of whole samples. Each is copied by the host into pinned
+        memory, sent up on the backend's copy lane (_send) into one half of staging while
+        the device lays out the part before from the other half, then laid out by
+        features_first into its columns of dst, in order with the work on the device."""
         if staging is None:
-            return super().write_samples(dst, host, wait=wait)
+            return super().write_samples(dst, host)
         rows, m = dst.shape
-        host = np.ascontiguousarray(host, dtype=dst.dtype)
+        host = np.asarray(host)
         if host.size != dst.size or len(host) != m:
             raise ShapeError(f"write_samples: host array of {host.shape} into device array "
                              f"{dst.shape} (features, samples)")
         host = host.reshape(m, rows)
-        step = max(1, min(staging.size // rows, STAGED_SAMPLES))
+        halves = 2 if staging.size >= 2 * rows else 1
+        step = max(1, min(staging.size // (halves * rows), STAGED_SAMPLES))
         for j in range(0, m, step):
             part = host[j:j + step]
-            self.write(self.view(staging, (part.size,)), part, wait)
-            self._run("features_first", (rows, len(part)), dst, staging, rows, len(part), m, j)
+            self._turn = turn = (self._turn + 1) % halves
+            slot = self.view(staging, (part.size,), turn * step * rows)
+            self._send(slot, part, turn)
+            self._run("features_first", (rows, len(part)), dst, slot, rows, len(part), m, j)
+            self._laid_out(turn)
 
     def gather(self, out, x, idx):
         check_gather(out, x, idx)

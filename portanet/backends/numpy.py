@@ -37,7 +37,7 @@ class NumpyBackend(Backend):
     def write(self, dst, host, wait=True):
         dst[...] = np.asarray(host).reshape(dst.shape)
 
-    def write_samples(self, dst, host, staging=None, wait=True):
+    def write_samples(self, dst, host, staging=None):
         features_first(host, dst.dtype, out=dst)
 
     def download(self, x):

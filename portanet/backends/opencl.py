@@ -66,6 +66,37 @@ def simulator_checks():
         tempfile.gettempdir(), f"portanet-oclgrind-{os.getpid()}.log"))
 
 
+class _CopyLane:
+    """write_samples' way up: a second queue for copies, PINNED buffers of pinned host
+    memory (allocated by the driver, mapped once) taken in turn, one filled again once its
+    last copy is done, and per half of a staging buffer the event after which the device
+    has read it."""
+
+    def __init__(self, ctx):
+        self.ctx, self.queue = ctx, cl.CommandQueue(ctx)
+        self.pinned, self.copied, self.next = [None] * PINNED, [None] * PINNED, 0
+        self.read = [None, None]
+
+    def send(self, part, slot, after):
+        i, self.next = self.next, (self.next + 1) % PINNED
+        if self.copied[i] is not None:
+            self.copied[i].wait()
+        held = self.pinned[i]
+        if held is None or held[1].size < part.size or held[1].dtype != slot.dtype:
+            buf = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR,
+                            part.nbytes)
+            host, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.WRITE, 0,
+                                            (part.size,), slot.dtype)
+            held = self.pinned[i] = (buf, host)
+        host = held[1][:part.size]
+        np.copyto(host, part.reshape(-1))
+        self.copied[i] = cl.enqueue_copy(
+            self.queue, slot.buf, host, dst_offset=slot.offset * slot.dtype.itemsize,
+            is_blocking=False, wait_for=None if after is None else [after])
+        self.queue.flush()          # submitted now: the other queue's barrier waits for it
+        return self.copied[i]
+
+
 class SimulatorReport:
     """What the simulator writes to its log from now on: `SimulatorReport(log).read()`."""
 
@@ -241,6 +272,7 @@ def _limit_value(key, value, spec):
 
 BOUND_KERNELS = 4096        # kernel objects with bound arguments kept (see _launch)
 PENDING_COPIES = 8          # background copies in flight before the oldest is waited for
+PINNED = 3                  # pinned buffers write_samples fills in turn (_CopyLane)
 
 
 class _NotRecordable(Exception):
@@ -359,6 +391,7 @@ class OpenCLBackend(KernelBackend):
         self._checked = set()                   # (kernel, group) held to the limits
         self._recording = None                  # a list while capture() records
         self._pending = collections.deque()     # background copies' events (_pending_copy)
+        self._lane = None                       # made by the first write_samples
         self.vendor_gemm = pyclblast is not None and not self.simulator
         self._load_kernels()
         self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
@@ -494,6 +527,20 @@ class OpenCLBackend(KernelBackend):
         host = self._check_write(dst, host)
         self._pending_copy(cl.enqueue_copy(self.queue, dst.buf, host, is_blocking=wait,
                                            dst_offset=dst.offset * dst.dtype.itemsize), wait)
+
+    def _send(self, slot, part, turn):
+        """part into the device array slot through the copy lane's queue, from pinned
+        memory, once the device has read what the last send of this turn put there; the
+        backend's queue waits for it (a barrier on the copy's event)."""
+        self._not_recording("a copy to the device")
+        lane = self._lane
+        if lane is None:
+            lane = self._lane = _CopyLane(self.ctx)
+        copied = lane.send(part, slot, lane.read[turn])
+        cl.enqueue_barrier(self.queue, wait_for=[copied])
+
+    def _laid_out(self, turn):
+        self._lane.read[turn] = cl.enqueue_marker(self.queue)
 
     def download(self, x):
         self._not_recording("a copy from the device")
