@@ -26,6 +26,7 @@ typedef float4 real4;
 #define LOCAL_ID(d) ((int)get_local_id(d))
 #define GROUP_ID(d) ((int)get_group_id(d))
 #define NUM_GROUPS(d) ((int)get_num_groups(d))
+#define ATOMIC_MIN(p, v) atomic_min(p, v)     /* on a GLOBAL int */
 #define RESTRICT restrict
 #define DEVICE static            /* a helper function called by kernels */
 /* the work-group a kernel is always launched with, so the compiler can plan registers

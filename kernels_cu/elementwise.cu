@@ -25,13 +25,20 @@ KERNEL void gather_columns(GLOBAL real* out, const int out_off, const GLOBAL rea
 }
 
 /* out (rows, ld), columns col0 .. col0 + cols <- x^T, x samples-first (cols, rows): a
-   batch sent as the host holds it, laid out on the device. Dimension 0 runs along a
-   sample's features (reads in runs), 1 along the samples (writes in runs of the group's 8) */
+   batch sent as the host holds it, laid out on the device. Where check, the least index
+   (first + col0 + j) of a sample holding NaN or inf goes into *bad, which the caller set
+   high and reads when it waits anyway. Dimension 0 runs along a sample's features
+   (reads in runs), 1 along the samples (writes in runs of the group's 8). */
 KERNEL void features_first(GLOBAL real* out, const int out_off, const GLOBAL real* x,
-                           const int x_off, const int rows, const int cols, const int ld,
-                           const int col0) {
+                           const int x_off, GLOBAL int* bad, const int bad_off,
+                           const int check, const int first, const int rows, const int cols,
+                           const int ld, const int col0) {
     const int r = GLOBAL_ID(0), j = GLOBAL_ID(1);
-    if (r < rows && j < cols) out[out_off + r * ld + col0 + j] = x[x_off + j * rows + r];
+    if (r < rows && j < cols) {
+        const real v = x[x_off + j * rows + r];
+        out[out_off + r * ld + col0 + j] = v;
+        if (check && !isfinite(v)) ATOMIC_MIN(bad + bad_off, first + col0 + j);
+    }
 }
 
 /* out[j] <- labels[idx[j]]: the integer targets of the same batch */

@@ -26,6 +26,7 @@ typedef float4 real4;
 #define LOCAL_ID(d) ((int)((d) == 0 ? threadIdx.x : (d) == 1 ? threadIdx.y : threadIdx.z))
 #define GROUP_ID(d) ((int)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
 #define NUM_GROUPS(d) ((int)((d) == 0 ? gridDim.x : (d) == 1 ? gridDim.y : gridDim.z))
+#define ATOMIC_MIN(p, v) atomicMin(p, v)     /* on a GLOBAL int */
 #define RESTRICT __restrict__
 #define DEVICE static __device__  /* a helper function called by kernels */
 /* the work-group a kernel is always launched with, so the compiler can plan registers

@@ -21,6 +21,9 @@ INFERENCE_BYTES = 192 * 2**20
 # halves, each a batch or, for larger batches, a part of whole samples
 STAGING_BYTES = 16 * 2**20
 
+# what the device's NaN and inf check holds while it has met none (_check_nonfinite)
+NO_SAMPLE = 2**31 - 1
+
 # the most pinned host memory predict's background downloads fill before it waits for them
 PREDICTIONS_BYTES = 16 * 2**20
 
@@ -139,6 +142,7 @@ class Sequential:
         own = [("_x", "batch", self.n_in * m, real), ("_y", "batch", self.n_out * m, target),
                ("_loss_sum", "batch", m, real), ("_hit_sum", "batch", m, real),
                ("_order", "batch", m, np.dtype(np.int32)),
+               ("_nonfinite", "workspace", 1, np.dtype(np.int32)),     # see _upload_batch
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
         if self.backend.stages_samples:     # two halves of whole samples (write_samples)
@@ -286,13 +290,26 @@ class Sequential:
 
     # -- one batch -----------------------------------------------------------------------
 
-    def _upload_batch(self, xb, yb=None, wait=True):
-        """The batch into the input and target buffers; wait=False where xb and yb are
-        the network's own (nobody changes them while the copies may still run)."""
+    def _upload_batch(self, xb, yb=None, wait=True, first=None):
+        """The batch into the input and target buffers; wait=False where yb is the
+        network's own or not changed before the next wait. first: xb's place in an input
+        not checked for NaN and inf yet: the device looks as it lays the batch out, for
+        _check_nonfinite to report."""
         self._bind(len(xb))
-        self.backend.write_samples(self.x, xb, self._staging)
+        self.backend.write_samples(self.x, xb, self._staging,
+                                   None if first is None else self._nonfinite, first or 0)
         if yb is not None:
             self.backend.write(self.y, yb, wait)
+
+    def _reset_nonfinite(self):
+        self.backend.write(self._nonfinite, np.array([NO_SAMPLE], np.int32))
+
+    def _check_nonfinite(self):
+        """The InputError naming the first sample holding NaN or inf that the uploads
+        since _reset_nonfinite met; after a wait, so that reading costs nothing more."""
+        bad = int(self.backend.download(self._nonfinite)[0])
+        if bad != NO_SAMPLE:
+            raise _nonfinite("NaN or inf", bad)
 
     def _forward(self, training=False):
         for layer in self.layers:
@@ -350,13 +367,16 @@ class Sequential:
         chunk = self._inference_batch(batch_size, len(x))
         self._bind(chunk)
         self._reset_sums()
-        # the device runs batch i while i + 1 goes up (x is not changed before the sums
+        self._reset_nonfinite()
+        # the device runs batch i while i + 1 goes up (y is not changed before the sums
         # are read, which waits for the copies)
         for i in range(0, len(x), chunk):
-            self._upload_batch(_finite(x[i:i + chunk], i), t[..., i:i + chunk], wait=False)
+            self._upload_batch(x[i:i + chunk], t[..., i:i + chunk], wait=False, first=i)
             self._forward()
             self._loss()
-        return self._read_sums(len(x))
+        sums = self._read_sums(len(x))
+        self._check_nonfinite()
+        return sums
 
     def predict(self, x, batch_size=None):
         """The network's outputs, (N, outputs): probabilities for softmax/sigmoid outputs."""
@@ -365,14 +385,15 @@ class Sequential:
         out = np.empty((len(x), self.n_out), dtype=self.backend.dtype)
         # the device runs batch i while batch i + 1 goes up; the outputs come back in the
         # background into pinned memory, a slot per batch, read when the slots are full
-        # (and x is not changed before the copies are waited for, at the last batch)
+        self._bind(chunk)
+        self._reset_nonfinite()
         each = self.n_out * chunk
         slots = self.backend.host_empty(
             (max(1, min(-(-len(x) // chunk), PREDICTIONS_BYTES // (each * out.itemsize))),
              each))
         starts = []
         for i in range(0, len(x), chunk):
-            self._upload_batch(_finite(x[i:i + chunk], i), wait=False)
+            self._upload_batch(x[i:i + chunk], first=i)
             self._forward()
             a = self.layers[-1].a
             self.backend.download_into(a, slots[len(starts), :a.size])
@@ -383,6 +404,7 @@ class Sequential:
                     n = min(chunk, len(x) - start)
                     out[start:start + n] = slot[:n * self.n_out].reshape(self.n_out, n).T
                 starts = []
+        self._check_nonfinite()
         return out
 
     def predict_classes(self, x, batch_size=None):
@@ -408,8 +430,8 @@ class Sequential:
     # -- input checks --------------------------------------------------------------------
 
     def _check_x(self, x, finite=True):
-        """x as the backend's dtype, checked; finite=False leaves NaN and inf to _finite,
-        part by part, where no cast made a copy (which is checked here whole)."""
+        """x as the backend's dtype, checked; finite=False leaves NaN and inf to the device
+        (_upload_batch) where no cast made a copy (which is checked here whole)."""
         if not isinstance(x, np.ndarray):
             x = np.asarray(x)
         if not np.issubdtype(x.dtype, np.floating):
@@ -428,9 +450,10 @@ class Sequential:
         with np.errstate(over="ignore"):
             cast = x.astype(self.backend.dtype, copy=False)
         if (finite or cast is not x) and not np.all(np.isfinite(cast)):  # after the cast:
-            _finite(x, 0)                                       # 1e39 is inf in float32
-            raise _not_finite(cast, 0, f"values too large for {self.backend.dtype} (they "
-                                       f"become inf)")
+            what = "NaN or inf" if not np.all(np.isfinite(x)) else \
+                f"values too large for {self.backend.dtype} (they become inf)"  # 1e39 in f32
+            raise _nonfinite(what, int(np.argwhere(~np.isfinite(cast.reshape(len(cast),
+                                                                               -1)))[0][0]))
         return cast
 
     def _check_data(self, x, y, finite=True):
@@ -517,16 +540,8 @@ class Sequential:
         return saving.describe(self.architecture())
 
 
-def _finite(x, first):
-    """x, part of an input from its sample `first` on, checked for NaN and inf."""
-    if not np.all(np.isfinite(x)):
-        raise _not_finite(x, first, "NaN or inf")
-    return x
-
-
-def _not_finite(x, first, what):
-    bad = first + int(np.argwhere(~np.isfinite(x.reshape(len(x), -1)))[0][0])
-    return InputError(f"input contains {what} (first at sample {bad}); clean, impute or "
+def _nonfinite(what, sample):
+    return InputError(f"input contains {what} (first at sample {sample}); clean, impute or "
                       f"rescale the data before training")
 
 

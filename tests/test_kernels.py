@@ -417,6 +417,30 @@ def test_write_samples(bk, rng, m, shape, room):
     assert np.all(np.isnan(bk.download(bk.view(base, (5,)))))      # nothing before dst
 
 
+def test_write_samples_finds_nan_and_inf(backend, rng):
+    """Where asked, the least index (first + sample) of a sample holding NaN or inf goes
+    into bad, kept over calls; a clean batch leaves it as it was."""
+    m, n = 37, 19
+    bad = backend.upload(np.array([2**31 - 1], np.int32))
+    dst = backend.empty((n, m))
+    # parts of 4 in turn through two halves; one sample at a time on Oclgrind (whose checks
+    # take what a copy wrote at an offset for uninitialised: test_write_samples)
+    staging = backend.empty(((1 if backend.simulator else 8) * n,)) \
+        if backend.stages_samples else None
+    x = rng.standard_normal((m, n))
+    backend.write_samples(dst, x, staging, bad, first=100)
+    assert backend.download(bad)[0] == 2**31 - 1
+    x[30, 3], x[21, 18], x[35, 0] = np.inf, np.nan, -np.inf
+    backend.write_samples(dst, x, staging, bad, first=100)
+    assert backend.download(bad)[0] == 121
+    x[21, 18] = 0.0
+    backend.write_samples(dst, x, staging, bad, first=0)
+    assert backend.download(bad)[0] == 30
+    backend.write_samples(dst, x, staging, bad, first=50)       # 80: not less than 30
+    assert backend.download(bad)[0] == 30
+    assert np.array_equal(backend.download(dst), x.T.astype(backend.dtype))
+
+
 def test_write_samples_refuses_a_wrong_size(backend, rng):
     dst = backend.empty((6, 4))
     staging = backend.empty((24,)) if backend.stages_samples else None

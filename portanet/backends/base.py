@@ -133,13 +133,23 @@ class Backend:
         is until the next synchronize or download."""
         raise NotImplementedError
 
-    def write_samples(self, dst, host, staging=None):
+    def write_samples(self, dst, host, staging=None, bad=None, first=0):
         """dst (features, m) <- host (m, ...): a batch as users hold it, samples first, in
         the device layout; host is read before the call returns. Kernel backends send it as
         it is, through `staging` (a flat device buffer of at least one sample, planned
         where `stages_samples`), and lay it out there, while the device goes on with the
-        work before it; without staging, or here, the host transposes it."""
+        work before it; without staging, or here, the host transposes it. bad: a device
+        int32 array of one element that takes the least index (first + sample) of a sample
+        holding NaN or inf, where it is less: read when the caller waits anyway."""
+        if bad is not None:
+            self._flag_nonfinite(bad, host, first)
         self.write(dst, features_first(host, dst.dtype), wait=False)    # a copy: ours
+
+    def _flag_nonfinite(self, bad, host, first):
+        finite = np.isfinite(np.asarray(host).reshape(len(host), -1)).all(axis=1)
+        if not finite.all():
+            least = min(int(self.download(bad)[0]), first + int(np.argmin(finite)))
+            self.write(bad, np.array([least], np.int32))
 
     def download(self, x):
         """A new NumPy array with the contents of device array `x`."""

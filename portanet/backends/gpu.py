@@ -503,13 +503,14 @@ class KernelBackend(Backend):
                   float(l2), float(momentum), buf is not None, gavg is not None, n_decay,
                   w.size)
 
-    def write_samples(self, dst, host, staging=None):
+    def write_samples(self, dst, host, staging=None, bad=None, first=0):
         """The batch in parts of whole samples. Each is copied by the host into pinned
         memory, sent up on the backend's copy lane (_send) into one half of staging while
         the device lays out the part before from the other half, then laid out by
-        features_first into its columns of dst, in order with the work on the device."""
+        features_first into its columns of dst, in order with the work on the device,
+        which also looks for NaN and inf where asked (bad): the host reads host once."""
         if staging is None:
-            return super().write_samples(dst, host)
+            return super().write_samples(dst, host, None, bad, first)
         rows, m = dst.shape
         host = np.asarray(host)
         if host.size != dst.size or len(host) != m:
@@ -523,7 +524,9 @@ class KernelBackend(Backend):
             self._turn = turn = (self._turn + 1) % halves
             slot = self.view(staging, (part.size,), turn * step * rows)
             self._send(slot, part, turn)
-            self._run("features_first", (rows, len(part)), dst, slot, rows, len(part), m, j)
+            # without bad, dst stands in for it (check 0: never written)
+            self._run("features_first", (rows, len(part)), dst, slot,
+                      dst if bad is None else bad, bad is not None, first, rows, len(part), m, j)
             self._laid_out(turn)
 
     def gather(self, out, x, idx):

@@ -37,8 +37,10 @@ class NumpyBackend(Backend):
     def write(self, dst, host, wait=True):
         dst[...] = np.asarray(host).reshape(dst.shape)
 
-    def write_samples(self, dst, host, staging=None):
+    def write_samples(self, dst, host, staging=None, bad=None, first=0):
         features_first(host, dst.dtype, out=dst)
+        if bad is not None:
+            self._flag_nonfinite(bad, host, first)
 
     def download(self, x):
         return np.array(x)
