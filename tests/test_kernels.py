@@ -389,15 +389,23 @@ def test_views_write_download(backend, rng):
 
 @pytest.mark.parametrize("m,shape", [(1, (1,)), (7, (3, 5, 2)), (130, (33,)), (64, (1, 28, 28))])
 @pytest.mark.parametrize("room", [None, 1, 3, 1000])
-def test_write_samples(bk, rng, m, shape, room):
+@pytest.mark.parametrize("lane", ["plain", "lane", "mixed"])
+def test_write_samples(bk, rng, m, shape, room, lane, monkeypatch):
     """A samples-first batch lands features-first in the columns of dst, through a staging
     buffer of room whole samples (None: all of them; 1 and 3 send the batch in parts, in
     turn through the halves of staging where it holds two samples or more; 1000 is more
     than the batch) or none (the host lays it out), on views at offsets; two batches with no
     wait between, so that each part waits for the device to have read the one before it
-    in its half."""
+    in its half. Parts go by plain writes, by the copy lane, or mixed: parts of two
+    samples or more by the lane, smaller ones plain."""
     simulated(bk, m * int(np.prod(shape)))
     n = int(np.prod(shape))
+    if lane != "plain" and (not bk.stages_samples or room not in (None, 3)):
+        pytest.skip("no staging here: the host lays batches out" if not bk.stages_samples
+                    else "the lane's turns are seen with room for the batch and for 3")
+    from portanet.backends import gpu
+    monkeypatch.setattr(gpu, "LANE_BYTES", {"plain": 2**62, "lane": 0,
+                                            "mixed": 2 * n * bk.dtype.itemsize}[lane])
     base = poisoned(bk, (n * m + 5,))
     dsts = [bk.view(base, (n, m), 5), poisoned(bk, (n, m))]
     staging = None

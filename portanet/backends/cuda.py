@@ -33,6 +33,7 @@ except (ImportError, OSError, RuntimeError):
 _initialised = False
 _ARG_CODES = {np.uintp: "P", np.int32: "i", np.float32: "f", np.float64: "d"}
 PINNED = 3                  # pinned buffers write_samples fills in turn (_CopyLane)
+BEHIND = "behind"           # _CopyLane.read: a plain write used the half last
 
 
 def _init():
@@ -214,13 +215,19 @@ class CudaBackend(KernelBackend):
         lane = self._lane
         if lane is None:
             lane = self._lane = _CopyLane()
-        copied = lane.send(part, self._address(slot), slot.dtype, lane.read[turn])
-        self.stream.wait_for_event(copied)
+        after = lane.read[turn]
+        if after is BEHIND:                 # a plain write used the half last: all before now
+            after = drv.Event()
+            after.record(self.stream)
+        self.stream.wait_for_event(lane.send(part, self._address(slot), slot.dtype, after))
 
-    def _laid_out(self, turn):
-        lane = self._lane
-        lane.read[turn] = drv.Event()
-        lane.read[turn].record(self.stream)
+    def _laid_out(self, turn, laned):
+        """After the launches that read a half of staging: what the lane waits for before
+        it writes there again (an event; BEHIND after a plain write, to be made then)."""
+        if self._lane is not None:
+            self._lane.read[turn] = drv.Event() if laned else BEHIND
+            if laned:
+                self._lane.read[turn].record(self.stream)
 
     def download(self, x):
         host = np.empty(x.shape, x.dtype)

@@ -273,6 +273,7 @@ def _limit_value(key, value, spec):
 BOUND_KERNELS = 4096        # kernel objects with bound arguments kept (see _launch)
 PENDING_COPIES = 8          # background copies in flight before the oldest is waited for
 PINNED = 3                  # pinned buffers write_samples fills in turn (_CopyLane)
+BEHIND = "behind"           # _CopyLane.read: a plain write used the half last
 
 
 class _NotRecordable(Exception):
@@ -536,11 +537,19 @@ class OpenCLBackend(KernelBackend):
         lane = self._lane
         if lane is None:
             lane = self._lane = _CopyLane(self.ctx)
-        copied = lane.send(part, slot, lane.read[turn])
-        cl.enqueue_barrier(self.queue, wait_for=[copied])
+        after = lane.read[turn]
+        if after is BEHIND:                 # a plain write used the half last: all before now
+            after = cl.enqueue_marker(self.queue)
+            self.queue.flush()
+        cl.enqueue_barrier(self.queue, wait_for=[lane.send(part, slot, after)])
 
-    def _laid_out(self, turn):
-        self._lane.read[turn] = cl.enqueue_marker(self.queue)
+    def _laid_out(self, turn, laned):
+        """After the launches that read a half of staging: what the lane waits for before
+        it writes there again (a marker; BEHIND after a plain write, to be made then)."""
+        if self._lane is not None:
+            self._lane.read[turn] = cl.enqueue_marker(self.queue) if laned else BEHIND
+            if laned:
+                self.queue.flush()          # the lane's queue may wait for the marker
 
     def download(self, x):
         self._not_recording("a copy from the device")
