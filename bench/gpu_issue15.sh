@@ -71,10 +71,11 @@ accuracy)
             --json "$OUT/seeds-$v.json" 2>&1 | grep -v Warning | sed "s/^/$v /" \
             | tee -a "$OUT/seeds.log"
     done
-    for d in cuda opencl:0:0; do
-        PYTHONPATH=$PWD:$PYTHONPATH timeout 60 python3 -m portanet.cli profile lenet-step \
-            --device $d --batch-size 64 2>&1 | grep -v Warning > "$OUT/profile-${d%%:*}-64.txt"
-    done ;;
+    for v in before after; do for d in cuda opencl:0:0; do
+        (cd $(tree $v) && PYTHONPATH=$PWD:$PYTHONPATH timeout 60 python3 -m portanet.cli \
+            profile lenet-step --device $d --batch-size 64 2>&1 | grep -v Warning \
+            > "$OUT/profile-$v-${d%%:*}-64.txt")
+    done; done ;;
 suite)
     PYTHONPATH=$PWD:$PYTHONPATH timeout 560 python3 -m pytest -q tests -p no:cacheprovider \
         2>&1 | tail -25 | tee "$OUT/pytest.log" ;;
