@@ -386,3 +386,15 @@ def test_the_shipped_database_is_one(monkeypatch):
         assert tuning._entry_problem(entry) is None, key
     assert all(e["vendor_k"] is None or e["vendor_k"] >= tuning.VENDOR_KS[0]
                for e in data["entries"].values())
+
+
+def test_the_shipped_entries_are_for_these_kernels(monkeypatch):
+    """Every shipped entry is keyed by the kernel digest of this tree: an edit of gemm.cl,
+    gemm.cu or a prelude untunes every device (an H100's LeNet step went from 0.28 to
+    0.34 ms when a prelude macro was added): tune again, or re-key where
+    bench/gemm_same_tokens.py finds the GEMM unchanged."""
+    monkeypatch.undo()
+    data = json.loads(tuning.SHIPPED.read_text())
+    digests = {"cuda": tuning.kernel_hash("cu"), "opencl": tuning.kernel_hash("cl")}
+    for key in data["entries"]:
+        assert key.endswith(f"gemm {digests[key.split(' | ')[0]]}"), key
