@@ -14,6 +14,28 @@ import numpy as np
 import portanet as pn
 
 
+def timeline(net, x, chunk):
+    """predict's loop with markers on the device after each batch's upload and forward,
+    and the host's clock at the same points (ms from the start)."""
+    bk = net.backend
+    bk.synchronize()
+    rows = []
+    with bk.profiling():
+        origin, t0 = bk._marker(), time.perf_counter()
+        for i in range(0, len(x), chunk):
+            h0 = time.perf_counter()
+            net._upload_batch(x[i:i + chunk], first=i)
+            h1, up = time.perf_counter(), bk._marker()
+            net._forward()
+            h2, fw = time.perf_counter(), bk._marker()
+            rows.append((h0, h1, h2, up, fw))
+        bk.synchronize()
+        print("batch  host: start  sent  queued   device: uploaded  forward done (ms)")
+        for k, (h0, h1, h2, up, fw) in enumerate(rows):
+            print(f"{k:5d}  {(h0 - t0) * 1e3:11.2f} {(h1 - t0) * 1e3:5.2f} {(h2 - t0) * 1e3:7.2f}"
+                  f"  {bk._elapsed(origin, up) * 1e3:16.2f} {bk._elapsed(origin, fw) * 1e3:13.2f}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--device", default="cuda")
@@ -46,6 +68,7 @@ def main():
             end = bk._marker()
             took = bk._elapsed(start, end) / 10
         print(f"forward of a batch of {m}, device: {took * 1e3:.3f} ms")
+    timeline(net, x, chunk)
     start = time.perf_counter()
     for i in range(0, len(x), chunk):
         np.all(np.isfinite(x[i:i + chunk]))

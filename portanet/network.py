@@ -75,7 +75,8 @@ class Sequential:
             self._first.append(not seen_trainable)
             seen_trainable = seen_trainable or layer.trainable
         self.capacity, self.m = 0, None
-        self._graphs = {}               # (m, optimizer, data on device) -> recorded step,
+        self._graphs = {}               # (m, optimizer, data on device) -> recorded step
+        #                                 (("predict" or "evaluate", m): a forward pass),
         #                                 None (seen once) or False (cannot be recorded)
         self._capturable = config.graphs() and all(l.capturable for l in self.layers)
         # layers with host work before each step (Dropout's key)
@@ -315,6 +316,10 @@ class Sequential:
         for layer in self.layers:
             layer.forward(training)
 
+    def _forward_loss(self):
+        self._forward()
+        self._loss()
+
     def _loss(self):
         """Loss kernel: the delta into the last layer; each sample's loss and hit added to
         the epoch's sums (per batch position: the first m of the capacity)."""
@@ -372,8 +377,7 @@ class Sequential:
         # are read, which waits for the copies)
         for i in range(0, len(x), chunk):
             self._upload_batch(x[i:i + chunk], t[..., i:i + chunk], wait=False, first=i)
-            self._forward()
-            self._loss()
+            training.replayed(self, ("evaluate", self.m), self._forward_loss)
         sums = self._read_sums(len(x))
         self._check_nonfinite()
         return sums
@@ -394,7 +398,7 @@ class Sequential:
         starts = []
         for i in range(0, len(x), chunk):
             self._upload_batch(x[i:i + chunk], first=i)
-            self._forward()
+            training.replayed(self, ("predict", self.m), self._forward)
             a = self.layers[-1].a
             self.backend.download_into(a, slots[len(starts), :a.size])
             starts.append(i)

@@ -188,12 +188,17 @@ def train_step(net, opt, data=None):
     not be replayed would say so (capturable) and keep the network eager. Replays give bit
     for bit the eager step's results."""
     begin_step(net)
-    key = (net.m, opt, data is not None)
+    replayed(net, (net.m, opt, data is not None),
+             (lambda: gather_step(net, opt, data)) if data else (lambda: step(net, opt)))
+
+
+def replayed(net, key, work):
+    """work(), for the network's batch buffers as bound now: eagerly the first time key is
+    seen, recorded the second (where the device and the layers can), replayed after."""
     graphs = net._graphs
     graph = graphs.get(key)
     if graph and not graph.current:             # it points at a workspace since freed
         graph = graphs[key] = None
-    work = (lambda: gather_step(net, opt, data)) if data else (lambda: step(net, opt))
     if graph is None and key in graphs and net._capturable:
         graph = graphs[key] = net.backend.capture(work) or False
     if graph:

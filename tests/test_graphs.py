@@ -165,3 +165,26 @@ def test_opencl_replays_enqueue_each_launch_without_pyopencl(device_name, monkey
         want = (want + np.arange(10.0)) * 0.5
     assert np.array_equal(bk.download(y), want.astype(bk.dtype))
     assert opencl._status_name(-5) == "CL_OUT_OF_RESOURCES (-5)"
+
+
+@pytest.mark.parametrize("description", DESCRIPTIONS)
+def test_predict_and_evaluate_replay_their_forward_pass(device_name, description,
+                                                        monkeypatch):
+    """predict and evaluate record a batch size's forward pass (and loss) the second time
+    they run it and replay it after: the outputs and sums are the eager ones bit for bit,
+    through a partial last batch."""
+    results = []
+    for graphs in (True, False):
+        net, _, _ = train(description, device_name, monkeypatch, graphs)
+        rng = np.random.default_rng(9)
+        x = rng.standard_normal((70, *net.input_shape)).astype(np.float32)
+        y = rng.integers(0, 5, 70)
+        runs = [(net.predict(x, batch_size=16), net.evaluate(x, y, batch_size=16))
+                for _ in range(3)]
+        results.append((net, runs))
+    (recorded, replays), (_, eager) = results
+    for (p1, s1), (p2, s2) in zip(replays, eager):
+        assert np.array_equal(p1, p2) and s1 == s2
+    kinds = {key[0] for key, graph in recorded._graphs.items() if graph} - {32}   # fit's
+    assert kinds == ({"predict", "evaluate"} if recorded.backend.kind in ("cuda", "opencl")
+                     else set())
