@@ -14,6 +14,10 @@
 #                                       opencl:nvidia; portanet bench before and after,
 #                                       alternating, twice (lenet-infer, lenet-step,
 #                                       mlp-small)
+#   bash bench/gpu_issue15.sh infer     lenet-infer before and after, twice, alternating;
+#                                       five seeds' accuracy on build/pre15 (the tree
+#                                       before issue 15: git archive 28d6ea7) and after;
+#                                       bench/infer_profile.py on cuda
 #   bash bench/gpu_issue15.sh accuracy  before and after: the LeNet epoch
 #                                       (bench/lenet_compare.py) and five seeds' accuracy
 #                                       (bench/seed_spread.py); profiles of a LeNet step
@@ -76,6 +80,19 @@ accuracy)
             profile lenet-step --device $d --batch-size 64 2>&1 | grep -v Warning \
             > "$OUT/profile-$v-${d%%:*}-64.txt")
     done; done ;;
+infer)
+    for r in 1 2; do for v in before after; do
+        (cd $(tree $v) && PYTHONPATH=$PWD:$PYTHONPATH timeout 100 python3 -m portanet.cli \
+            bench --device cuda --device opencl:0:0 --workload lenet-infer \
+            --json "$OUT/infer-$v-$r.json" 2>&1 | grep -v Warning | grep auto \
+            | sed "s/^/$v $r /") | tee -a "$OUT/infer.log"
+    done; done
+    for v in build/pre15 .; do
+        PYTHONPATH=$v:$PYTHONPATH timeout 150 python3 bench/seed_spread.py 2>&1 \
+            | grep -v Warning | sed "s|^|$v |" | tee -a "$OUT/seeds.log"
+    done
+    PYTHONPATH=$PWD:$PYTHONPATH timeout 60 python3 bench/infer_profile.py --device cuda \
+        2>&1 | grep -v Warning > "$OUT/infer-profile-cuda.txt" ;;
 suite)
     PYTHONPATH=$PWD:$PYTHONPATH timeout 560 python3 -m pytest -q tests -p no:cacheprovider \
         2>&1 | tail -25 | tee "$OUT/pytest.log" ;;
