@@ -2,8 +2,9 @@
 
 Users hand in NumPy arrays samples-first, (N, features) or (N, C, H, W); each batch goes
 to the device as it is and is laid out there (features, batch) by the backend's
-write_samples, and predictions are transposed once on download. Batch buffers are sized for the largest batch seen and viewed for smaller
-ones, so after the first step of a size training allocates nothing.
+write_samples, and predictions are transposed once on download. Batch buffers are sized
+for the largest batch seen and viewed for smaller ones, so after the first step of a size
+training allocates nothing.
 """
 import numpy as np
 
@@ -458,8 +459,8 @@ class Sequential:
         if (finite or cast is not x) and not np.all(np.isfinite(cast)):  # after the cast:
             what = "NaN or inf" if not np.all(np.isfinite(x)) else \
                 f"values too large for {self.backend.dtype} (they become inf)"  # 1e39 in f32
-            raise _nonfinite(what, int(np.argwhere(~np.isfinite(cast.reshape(len(cast),
-                                                                               -1)))[0][0]))
+            rows = cast.reshape(len(cast), -1)
+            raise _nonfinite(what, int(np.argwhere(~np.isfinite(rows))[0][0]))
         return cast
 
     def _check_data(self, x, y, finite=True):

@@ -25,9 +25,10 @@ ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4, "leaky_rel
 # stays within CUDA's 65535 blocks
 STAGED_SAMPLES = 8 * 65535
 
-# the least part of a batch write_samples sends through the copy lane: below it, its
-# events and calls cost more than the copy (a LeNet step at batch 64, 200 KiB, took 0.34
-# against 0.28 ms on an H100 through the lane)
+# the least part of a batch write_samples sends through the copy lane: a smaller one (a
+# training step's batch) goes by a plain write, which the driver stages at once, without
+# the lane's pinned copy, events and waits (not measured apart: the 60 us a LeNet step lost
+# when this came in was an untuned GEMM, tests/test_tune.py)
 LANE_BYTES = 2**20
 
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
@@ -509,8 +510,8 @@ class KernelBackend(Backend):
                   w.size)
 
     def write_samples(self, dst, host, staging=None, bad=None, first=0):
-        """The batch in parts of whole samples. Each (of LANE_BYTES or more: a small one
-        goes by a plain write, whose cost is only the launch) is copied by the host into
+        """The batch in parts of whole samples. Each (of LANE_BYTES or more: a smaller one
+        goes by a plain write) is copied by the host into
         pinned memory, sent up on the backend's copy lane (_send) into one half of staging
         while the device lays out the part before from the other half, then laid out by
         features_first into its columns of dst, in order with the work on the device,
