@@ -17,7 +17,8 @@ import numpy as np
 from .. import config, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
-from .gpu import DeviceArray, KernelBackend, Recorded, default_local, gemm_params
+from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, default_local,
+                  gemm_params)
 
 try:
     import pycuda.driver as drv
@@ -32,8 +33,6 @@ except (ImportError, OSError, RuntimeError):
 
 _initialised = False
 _ARG_CODES = {np.uintp: "P", np.int32: "i", np.float32: "f", np.float64: "d"}
-PINNED = 3                  # pinned buffers write_samples fills in turn (_CopyLane)
-BEHIND = "behind"           # _CopyLane.read: a plain write used the half last
 
 
 def _init():
@@ -217,17 +216,14 @@ class CudaBackend(KernelBackend):
             lane = self._lane = _CopyLane()
         after = lane.read[turn]
         if after is BEHIND:                 # a plain write used the half last: all before now
-            after = drv.Event()
-            after.record(self.stream)
+            after = self._marker()
         self.stream.wait_for_event(lane.send(part, self._address(slot), slot.dtype, after))
 
     def _laid_out(self, turn, laned):
         """After the launches that read a half of staging: what the lane waits for before
         it writes there again (an event; BEHIND after a plain write, to be made then)."""
         if self._lane is not None:
-            self._lane.read[turn] = drv.Event() if laned else BEHIND
-            if laned:
-                self._lane.read[turn].record(self.stream)
+            self._lane.read[turn] = self._marker() if laned else BEHIND
 
     def download(self, x):
         host = np.empty(x.shape, x.dtype)

@@ -31,6 +31,12 @@ STAGED_SAMPLES = 8 * 65535
 # when this came in was an untuned GEMM, tests/test_tune.py)
 LANE_BYTES = 2**20
 
+# the copy lanes (_CopyLane in cuda.py and opencl.py): the pinned buffers write_samples
+# fills in turn, and what a half of staging holds in place of an event when a plain write
+# used it last
+PINNED = 3
+BEHIND = "behind"
+
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "bias_softmax", "activation_grad", "add_activation",

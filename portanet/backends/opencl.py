@@ -21,7 +21,8 @@ import numpy as np
 from .. import config, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import icd, sources
-from .gpu import DeviceArray, KernelBackend, Recorded, default_local, gemm_params
+from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, default_local,
+                  gemm_params)
 
 log = logging.getLogger("portanet")
 
@@ -272,8 +273,6 @@ def _limit_value(key, value, spec):
 
 BOUND_KERNELS = 4096        # kernel objects with bound arguments kept (see _launch)
 PENDING_COPIES = 8          # background copies in flight before the oldest is waited for
-PINNED = 3                  # pinned buffers write_samples fills in turn (_CopyLane)
-BEHIND = "behind"           # _CopyLane.read: a plain write used the half last
 
 
 class _NotRecordable(Exception):
@@ -539,7 +538,7 @@ class OpenCLBackend(KernelBackend):
             lane = self._lane = _CopyLane(self.ctx)
         after = lane.read[turn]
         if after is BEHIND:                 # a plain write used the half last: all before now
-            after = cl.enqueue_marker(self.queue)
+            after = self._marker()
             self.queue.flush()
         cl.enqueue_barrier(self.queue, wait_for=[lane.send(part, slot, after)])
 
@@ -547,7 +546,7 @@ class OpenCLBackend(KernelBackend):
         """After the launches that read a half of staging: what the lane waits for before
         it writes there again (a marker; BEHIND after a plain write, to be made then)."""
         if self._lane is not None:
-            self._lane.read[turn] = cl.enqueue_marker(self.queue) if laned else BEHIND
+            self._lane.read[turn] = self._marker() if laned else BEHIND
             if laned:
                 self.queue.flush()          # the lane's queue may wait for the marker
 
