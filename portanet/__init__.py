@@ -9,6 +9,8 @@ from .models import lenet, mlp, resnet, from_description
 from .network import Sequential
 from .optim import SGD, Adam, AdamW, RMSprop
 from .saving import load
+from .onnx_io import from_onnx
+from .torch_state import load_torch_state
 from . import callbacks, schedules
 
 __version__ = "0.1.0"
@@ -16,6 +18,6 @@ __version__ = "0.1.0"
 __all__ = ["device", "list_devices", "load_dataset", "Sequential", "load", "SGD", "Adam",
            "AdamW", "RMSprop", "Dense", "Flatten", "Conv2D", "MaxPool2D", "Dropout",
            "AvgPool2D", "GlobalAvgPool2D", "BatchNorm", "Residual", "mlp", "lenet", "resnet",
-           "from_description", "callbacks",
+           "from_description", "callbacks", "from_onnx", "load_torch_state",
            "PortanetError", "DeviceError", "OutOfMemoryError", "ShapeError", "InputError",
            "DataError", "ModelFileError", "DivergedError", "schedules"]

@@ -89,12 +89,21 @@ def write(path, architecture, tensors, metadata=None):
     full disk, a file-size limit, a non-float or non-finite tensor; the previous file is
     left intact. KeyboardInterrupt propagates as itself, also after removing the temp.
     Returns the Path written (for a symlink, the file it points to)."""
-    target = _destination(path)
     tensors = {name: _prepare(name, x) for name, x in tensors.items()}
     header = dict(metadata or {})
     if not all(isinstance(k, str) and isinstance(v, str) for k, v in header.items()):
         raise TypeError("metadata must map str to str (safetensors stores text only)")
     header.update(format=FORMAT, architecture=json.dumps(architecture, allow_nan=False))
+    return write_atomically(
+        path, lambda tmp: safetensors.numpy.save_file(tensors, tmp, metadata=header))
+
+
+def write_atomically(path, save):
+    """save(temp_path) writes a file, which then replaces `path` atomically: after this
+    returns, or fails, or the process is killed at any moment, `path` holds either the
+    complete previous file or the complete new one (model files, ONNX exports). Raises
+    ModelFileError as write does. Returns the Path written."""
+    target = _destination(path)
     mode = _mode_for(target)
 
     # Write into a hidden temp folder beside the target: os.replace from it is then a
@@ -105,11 +114,11 @@ def write(path, architecture, tensors, metadata=None):
     # removes (_remove_stale_temps).
     _remove_stale_temps(target)
     work = _temp_beside(target, path, mkdir=True)
-    tmp = os.path.join(work, "model.safetensors")
+    tmp = os.path.join(work, "model.tmp")
     try:
-        safetensors.numpy.save_file(tensors, tmp, metadata=header)
+        save(tmp)
         os.chmod(tmp, mode)
-        # safetensors flushes but does not fsync: without this a crash soon after the
+        # neither safetensors nor onnx fsyncs: without this a crash soon after the
         # rename could leave an empty target on some file systems.
         fd = os.open(tmp, os.O_RDONLY)
         try:

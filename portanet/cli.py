@@ -1,4 +1,4 @@
-"""The `portanet` command: devices, train."""
+"""The `portanet` command: devices, train, bench, profile, tune, export."""
 import json
 import logging
 import sys
@@ -349,6 +349,23 @@ def tune(specs, budget, sizes, quick, output, json_path):
     if failures:
         raise click.ClickException(f"{len(failures)} of {len(specs)} devices not tuned: "
                                    + "; ".join(failures) if len(specs) > 1 else failures[0])
+
+
+@main.command()
+@click.argument("model_file", type=click.Path(dir_okay=False))
+@click.argument("out", type=click.Path(dir_okay=False))
+@click.option("--opset", type=int, default=None,
+              help="the ONNX opset to write (default 17; gelu needs 20)")
+def export(model_file, out, opset):
+    """Write MODEL_FILE (a file saved by portanet) as the ONNX model OUT (extra `onnx`):
+    samples-first input (N, ...) with N free, the output activation included."""
+    from . import onnx_io, saving
+    try:
+        net = saving.load(model_file)
+        path = onnx_io.to_onnx(net, out, onnx_io.OPSET if opset is None else opset)
+    except PortanetError as e:
+        raise click.ClickException(str(e)) from e
+    click.echo(f"wrote {path}: {net._describe()}, opset {opset or onnx_io.OPSET}")
 
 
 def build_model(model, dataset, input_shape, device, seed):

@@ -1,0 +1,637 @@
+"""Networks to ONNX and back (the extra `onnx`).
+
+Export writes each layer as the ONNX operators of its inference form: Dense -> Gemm,
+Conv2D -> Conv, activations as their operators, the pools, Flatten, BatchNorm ->
+BatchNormalization with the running statistics, Residual -> its layers, the shortcut and
+Add, Dropout -> Dropout (the identity in inference, kept so that an import trains as the
+network did). The input is samples-first, (N, C, H, W) or (N, F), as users feed predict,
+with N left free.
+
+Import reads a graph in two passes. The first takes the nodes in order: constants and the
+shape arithmetic of reshapes are evaluated (with a stand-in for the free batch size), and
+each node on the activation stream becomes an Op: a layer with its weights, an activation,
+a bias, a flatten, or an Add of two streams. The second walks the stream from the input:
+activations and biases join the layer before them, and where the stream forks, the Add
+that every path from the fork passes through closes a Residual block, whose shortcut is
+the input itself or one 1x1 convolution (Dense for vectors), as portanet's are.
+"""
+import math
+import os
+
+import numpy as np
+
+from . import checkpoint, layers as L
+from .errors import InputError, ModelFileError, ShapeError
+
+OPSET = 17                 # the default: read by ONNX Runtime, TensorRT and OpenVINO alike
+MIN_OPSET = 13             # Softmax over one axis, Unsqueeze's axes as an input
+GELU_OPSET = 20            # the first opset with a Gelu operator
+
+# the free batch size while reshapes' shape arithmetic is evaluated on import
+BATCH = 2**31 - 1
+
+# ONNX activation operators <-> portanet's activations (LeakyRelu and Elu with the
+# alpha portanet's kernels use)
+_ACTIVATIONS = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Softmax": "softmax",
+                "LeakyRelu": "leaky_relu", "Elu": "elu", "Gelu": "gelu"}
+_ALPHA = {"LeakyRelu": 0.01, "Elu": 1.0}
+MONOTONE = ("relu", "leaky_relu", "elu", "sigmoid", "tanh")     # non-decreasing
+HOMOGENEOUS = ("relu", "leaky_relu")                            # f(c x) = c f(x), c >= 0
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError as e:
+        raise InputError("ONNX export and import need the onnx package: pip install "
+                         "'portanet[onnx]'") from e
+    return onnx
+
+
+# -- export ----------------------------------------------------------------------------
+
+
+def to_onnx(net, path, opset=OPSET):
+    """Write `net` as an ONNX model to `path` (atomically), its input samples-first with
+    a free batch dimension; checked with onnx.checker before it is written."""
+    onnx = _onnx()
+    newest = onnx.defs.onnx_opset_version()
+    if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= newest:
+        raise InputError(f"opset must be a whole number from {MIN_OPSET} to {newest} (this "
+                         f"onnx package's newest), got {opset!r}")
+    model = export_model(net, opset)
+    onnx.checker.check_model(model, full_check=True)
+    return checkpoint.write_atomically(path, lambda tmp: onnx.save_model(model, tmp))
+
+
+def export_model(net, opset=OPSET):
+    """The ModelProto of `net` (see to_onnx)."""
+    onnx = _onnx()
+    g = _Graph(onnx, opset)
+    weights = net.get_weights()
+    g.value_info("input", net.input_shape)
+    x, shape = "input", net.input_shape
+    for path, layer in zip(map(str, range(len(net.layers))), net.layers):
+        x, shape = g.layer(layer, path, x, shape, weights)
+    g.node("Identity", [x], out="output")
+    graph = onnx.helper.make_graph(g.nodes, "portanet", [g.inputs[0]],
+                                   [g.value_info("output", net.output_shape)], g.initializers)
+    model = onnx.helper.make_model(graph, producer_name="portanet",
+                                   opset_imports=[onnx.helper.make_opsetid("", opset)])
+    from . import __version__
+    model.producer_version = __version__
+    return model
+
+
+class _Graph:
+    """The nodes and initializers of an export, as they are made."""
+
+    def __init__(self, onnx, opset):
+        self.onnx, self.opset = onnx, opset
+        self.nodes, self.initializers, self.inputs = [], [], []
+        self.count = 0
+
+    def value_info(self, name, shape):
+        info = self.onnx.helper.make_tensor_value_info(
+            name, self.onnx.TensorProto.FLOAT, ["N", *shape])
+        if name == "input":
+            self.inputs.append(info)
+        return info
+
+    def node(self, op, inputs, out=None, **attrs):
+        self.count += 1
+        out = out or f"{op.lower()}_{self.count}"
+        self.nodes.append(self.onnx.helper.make_node(op, inputs, [out], name=f"{op}_{self.count}",
+                                                     **attrs))
+        return out
+
+    def const(self, name, value):
+        self.initializers.append(self.onnx.numpy_helper.from_array(
+            np.array(value, dtype=np.float32, order="C"), name))
+        return name
+
+    def layer(self, layer, path, x, shape, weights):
+        """The nodes of one layer on x, of per-sample shape; (output, its shape)."""
+        kind = type(layer).__name__
+        if isinstance(layer, L.Conv2D):
+            k, s, p = layer.k, layer.stride, layer.pad
+            w = weights[f"{path}.w"].reshape(layer.units, shape[0], k, k)
+            x = self.node("Conv", [x, self.const(f"{path}.w", w),
+                                   self.const(f"{path}.b", weights[f"{path}.b"])],
+                          kernel_shape=[k, k], strides=[s, s], pads=[p, p, p, p])
+        elif isinstance(layer, L.Dense):
+            if len(shape) != 1:
+                x = self.node("Flatten", [x], axis=1)
+            x = self.node("Gemm", [x, self.const(f"{path}.w", weights[f"{path}.w"]),
+                                   self.const(f"{path}.b", weights[f"{path}.b"])], transB=1)
+        elif isinstance(layer, L.GlobalAvgPool2D):
+            x = self.node("Flatten", [self.node("GlobalAveragePool", [x])], axis=1)
+        elif isinstance(layer, L._Pool2D):
+            op = "MaxPool" if isinstance(layer, L.MaxPool2D) else "AveragePool"
+            x = self.node(op, [x], kernel_shape=[layer.pool] * 2, strides=[layer.stride] * 2)
+        elif isinstance(layer, L.Flatten):
+            if len(shape) != 1:
+                x = self.node("Flatten", [x], axis=1)
+        elif isinstance(layer, L.BatchNorm):
+            x = self.node("BatchNormalization", [x] + [
+                self.const(f"{path}.{name}", weights[f"{path}.{name}"])
+                for name in ("gamma", "beta", "running_mean", "running_var")],
+                epsilon=layer.eps, momentum=1.0 - layer.momentum)
+        elif isinstance(layer, L.Residual):
+            x = self.residual(layer, path, x, shape, weights)
+        elif isinstance(layer, L.Dropout):       # the identity in inference; kept for import
+            x = self.node("Dropout", [x, self.const(f"{path}.ratio", np.float32(layer.rate))])
+        else:
+            raise InputError(f"{layer}: no ONNX form for {kind} layers")
+        return self.activation(getattr(layer, "activation", "linear"), x), layer.out_shape
+
+    def residual(self, block, path, x, shape, weights):
+        inner, inner_shape = x, shape
+        for i, layer in enumerate(block.layers):
+            inner, inner_shape = self.layer(layer, f"{path}.{i}", inner, inner_shape, weights)
+        shortcut = x
+        if block.projection:
+            shortcut, _ = self.layer(block.projection, f"{path}.proj", x, shape, weights)
+        return self.node("Add", [inner, shortcut])
+
+    def activation(self, kind, x):
+        if kind == "linear":
+            return x
+        if kind == "silu":                                     # x sigmoid(x)
+            return self.node("Mul", [x, self.node("Sigmoid", [x])])
+        op = next(op for op, act in _ACTIVATIONS.items() if act == kind)
+        if op == "Gelu" and self.opset < GELU_OPSET:
+            raise InputError(f"gelu is an ONNX operator from opset {GELU_OPSET}: export "
+                             f"with opset={GELU_OPSET} or later")
+        attrs = {"axis": 1} if op == "Softmax" else \
+            {"alpha": _ALPHA[op]} if op in _ALPHA else {}
+        return self.node(op, [x], **attrs)
+
+
+# -- import ----------------------------------------------------------------------------
+
+
+SUPPORTED = ("Gemm, MatMul (+ Add), Conv, BatchNormalization, MaxPool, AveragePool, "
+             "GlobalAveragePool, Flatten, Reshape, Relu, Sigmoid, Tanh, Softmax, LeakyRelu, "
+             "Elu, Gelu, x * Sigmoid(x), Add (residual), Dropout, Identity; constants and "
+             "Shape arithmetic for reshapes")
+
+
+def from_onnx(model, device=None, dtype="float32", loss=None, seed=0):
+    """A portanet network from an ONNX model (a path or a ModelProto) whose nodes map
+    onto portanet's layers, such as what torch.onnx.export writes for MLPs, LeNet-style
+    CNNs and ResNet blocks; it predicts as the graph does and can be trained further.
+
+    loss: by default the graph's output decides: softmax -> softmax_cross_entropy,
+    sigmoid -> binary_cross_entropy, anything else -> mse. A graph ending in logits (as
+    a PyTorch classifier does) gets a softmax output with loss="softmax_cross_entropy",
+    the loss PyTorch's CrossEntropyLoss computes from them; predict then gives the
+    probabilities."""
+    from .network import Sequential
+    onnx = _onnx()
+    where = model if isinstance(model, (str, os.PathLike)) else "the ONNX model"
+    if isinstance(model, (str, os.PathLike)):
+        try:
+            model = onnx.load(os.fspath(model))
+        except (OSError, ValueError) as e:       # missing, unreadable, not a protobuf
+            raise ModelFileError(f"cannot read {where} as an ONNX model: {e}") from e
+        except Exception as e:      # protobuf's DecodeError is no OSError or ValueError
+            raise ModelFileError(f"{where} is not an ONNX model ({type(e).__name__}: {e})") \
+                from e
+    if not isinstance(model, onnx.ModelProto):
+        raise InputError(f"from_onnx takes a path or an onnx.ModelProto, got "
+                         f"{type(model).__name__}")
+    reader = _Reader(onnx, model.graph, where)
+    layers, params = reader.network()
+    last = layers[-1]
+    output = getattr(last, "activation", "linear")
+    if loss is None:
+        loss = {"softmax": "softmax_cross_entropy", "sigmoid": "binary_cross_entropy"}.get(
+            output, "mse")
+    elif loss == "softmax_cross_entropy" and output == "linear" and isinstance(last, L.Dense):
+        last.activation = "softmax"
+    try:
+        net = Sequential(layers, reader.input_shape, loss, device, dtype, seed)
+    except ShapeError as e:
+        raise InputError(f"{where}: its layers do not make a portanet network: {e}") from e
+    values = net.get_weights()
+    for path, layer in net.walk():
+        for name, value in params.get(id(layer), {}).items():
+            values[f"{path}.{name}"] = np.asarray(value).reshape(values[f"{path}.{name}"].shape)
+        if isinstance(layer, L.Residual) and id(layer) in reader.projections:
+            for name, value in reader.projections[id(layer)].items():
+                values[f"{path}.proj.{name}"] = np.asarray(value).reshape(
+                    values[f"{path}.proj.{name}"].shape)
+    net.set_weights(values)
+    return net
+
+
+class _Op:
+    """A node (or a few fused) on the activation stream: kind "layer" (with the layer and
+    its weights), "act", "bias", "flatten", "skip" or "add"; inputs are stream values."""
+
+    def __init__(self, node, kind, inputs, output, shape, **more):
+        self.node, self.kind, self.inputs, self.output, self.shape = (
+            node, kind, inputs, output, shape)
+        self.layer = self.weights = self.activation = self.bias = None
+        self.__dict__.update(more)
+
+    def __repr__(self):
+        return f"node {self.node.name or self.output!r} ({self.node.op_type})"
+
+
+class _Reader:
+    def __init__(self, onnx, graph, where):
+        self.onnx, self.where = onnx, where
+        self.consts = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
+        self.shapes, self.ops, self.users = {}, {}, {}
+        self.projections = {}                   # id(Residual) -> its shortcut's weights
+        inputs = [i for i in graph.input if i.name not in self.consts]
+        if len(inputs) != 1 or len(graph.output) != 1:
+            raise InputError(f"{where}: portanet reads graphs of one input and one output; "
+                             f"this one has {len(inputs)} and {len(graph.output)}")
+        self.input, self.output = inputs[0].name, graph.output[0].name
+        dims = [d.dim_value if d.HasField("dim_value") else None
+                for d in inputs[0].type.tensor_type.shape.dim]
+        if len(dims) not in (2, 4) or not all(dims[1:]):
+            raise InputError(f"{where}: its input {self.input!r} has shape {dims}; portanet "
+                             f"reads (N, features) or (N, C, H, W) inputs of known sizes")
+        self.input_shape = self.shapes[self.input] = tuple(dims[1:])
+        for node in graph.node:
+            self.read(node)
+
+    # -- the first pass: node by node ------------------------------------------------------
+
+    def unsupported(self, node, why=""):
+        return InputError(f"{self.where}: node {node.name!r} ({node.op_type}) is not "
+                          f"supported{': ' + why if why else ''}; portanet reads {SUPPORTED}")
+
+    def const(self, node, name):
+        if name not in self.consts:
+            raise self.unsupported(node, f"its input {name!r} must be a constant")
+        return self.consts[name]
+
+    def read(self, node):
+        attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
+        stream = [i for i in node.input if i in self.shapes]
+        if not stream:
+            self.fold(node, attrs)
+        elif node.op_type == "Shape":
+            full = np.array([BATCH, *self.shapes[stream[0]]], np.int64)
+            self.consts[node.output[0]] = full[attrs.get("start", 0):attrs.get("end", None)]
+        else:
+            op = self.stream_op(node, attrs, stream)
+            self.ops[op.output] = op
+            self.shapes[op.output] = op.shape
+            for v in op.inputs:
+                self.users.setdefault(v, []).append(op)
+
+    def fold(self, node, attrs):
+        """A node of constants only: evaluated now."""
+        t = node.op_type
+        if t == "Constant":
+            if "value" in attrs:
+                value = self.onnx.numpy_helper.to_array(attrs["value"])
+            else:
+                key = next(iter(attrs))
+                value = np.array(attrs[key], np.float32 if "float" in key else np.int64)
+            self.consts[node.output[0]] = value
+            return
+        x = [self.const(node, i) if i else None for i in node.input]
+        folds = {
+            "Identity": lambda: x[0], "Cast": lambda: x[0].astype(
+                self.onnx.helper.tensor_dtype_to_np_dtype(attrs["to"])),
+            "Transpose": lambda: np.transpose(x[0], attrs.get("perm")),
+            "Reshape": lambda: x[0].reshape(_resolve(x[0].shape, x[1], None)),
+            "Gather": lambda: np.take(x[0], x[1], axis=attrs.get("axis", 0)),
+            "Unsqueeze": lambda: np.expand_dims(x[0], tuple(
+                attrs["axes"] if "axes" in attrs else x[1])),
+            "Squeeze": lambda: np.squeeze(x[0], tuple(
+                attrs["axes"] if "axes" in attrs else x[1]) if len(x) > 1 or "axes" in attrs
+                else None),
+            "Concat": lambda: np.concatenate(x, axis=attrs["axis"]),
+            "Slice": lambda: _slice(*x), "Mul": lambda: x[0] * x[1],
+            "Div": lambda: x[0] // x[1] if x[0].dtype.kind == "i" else x[0] / x[1],
+            "Add": lambda: x[0] + x[1], "Sub": lambda: x[0] - x[1]}
+        if t not in folds:
+            raise self.unsupported(node, "a constant operation portanet does not evaluate")
+        self.consts[node.output[0]] = np.asarray(folds[t]())
+
+    def stream_op(self, node, attrs, stream):
+        t, out, x = node.op_type, node.output[0], stream[0]
+        shape = self.shapes[x]
+
+        def op(kind, out_shape=shape, inputs=(x,), **more):
+            return _Op(node, kind, list(inputs), out, out_shape, **more)
+
+        if t == "Identity":
+            return op("skip")
+        if t == "Dropout":
+            rate = float(self.const(node, node.input[1])) if len(node.input) > 1 and \
+                node.input[1] else attrs.get("ratio", 0.5)
+            return op("layer", layer=L.Dropout(_float32(rate)), weights={})
+        if t in _ACTIVATIONS:
+            self.check_activation(node, t, attrs, shape)
+            return op("act", activation=_ACTIVATIONS[t])
+        if t in ("Flatten", "Reshape"):
+            if t == "Flatten" and attrs.get("axis", 1) != 1:
+                raise self.unsupported(node, "portanet flattens from axis 1")
+            target = (BATCH, math.prod(shape))
+            if t == "Reshape":
+                target = _resolve((BATCH, *shape), self.const(node, node.input[1]),
+                                  attrs.get("allowzero", 0))
+                if tuple(target) == (BATCH, *shape):
+                    return op("skip")
+                if tuple(target) != (BATCH, math.prod(shape)):
+                    raise self.unsupported(node, f"a reshape of {shape} samples to "
+                                                 f"{_shown(target)}; portanet flattens only")
+            return op("flatten", (math.prod(shape),))
+        if t == "Add" and len(stream) == 2:
+            if self.shapes[stream[0]] != self.shapes[stream[1]]:
+                raise self.unsupported(node, f"an Add of {self.shapes[stream[0]]} and "
+                                             f"{self.shapes[stream[1]]} samples")
+            return op("add", inputs=stream)
+        if t == "Add":
+            b = self.const(node, next(i for i in node.input if i != x))
+            if len(shape) != 1 or b.size != shape[0]:
+                raise self.unsupported(node, f"an Add of a {b.shape} constant to {shape} "
+                                             f"samples; portanet adds biases after MatMul")
+            return op("bias", bias=b.reshape(-1))
+        if t == "Mul" and len(stream) == 2:
+            gate = [v for v in stream if v in self.ops and self.ops[v].kind == "act"
+                    and self.ops[v].activation == "sigmoid" and self.ops[v].inputs == [
+                        w for w in stream if w != v]]
+            if gate:                                          # x sigmoid(x): silu
+                sigmoid = self.ops[gate[0]]
+                self.users[sigmoid.inputs[0]].remove(sigmoid)
+                return op("act", inputs=sigmoid.inputs, activation="silu")
+        if t in ("Gemm", "MatMul"):
+            return self.dense(node, attrs, x, shape, op)
+        if t == "Conv":
+            return self.conv(node, attrs, shape, op)
+        if t in ("MaxPool", "AveragePool"):
+            return self.pool(node, attrs, shape, op)
+        if t == "GlobalAveragePool":
+            self.check_images(node, shape)
+            return op("layer", (shape[0], 1, 1), layer=L.GlobalAvgPool2D(), weights={})
+        if t == "BatchNormalization":
+            if attrs.get("training_mode", 0):
+                raise self.unsupported(node, "training_mode=1; export the model in eval mode")
+            gamma, beta, mean, var = (self.const(node, i) for i in node.input[1:5])
+            # float32 attributes: 0.1 would come back as 0.10000002384185791
+            layer = L.BatchNorm(momentum=_float32(1.0 - attrs.get("momentum", 0.9)),
+                                eps=_float32(attrs.get("epsilon", 1e-5)))
+            return op("layer", layer=layer, weights={
+                "gamma": gamma, "beta": beta, "running_mean": mean, "running_var": var})
+        raise self.unsupported(node)
+
+    def check_activation(self, node, t, attrs, shape):
+        if t in _ALPHA and not math.isclose(attrs.get("alpha", 0.01 if t == "LeakyRelu"
+                                                     else 1.0), _ALPHA[t], rel_tol=1e-6):
+            raise self.unsupported(node, f"alpha {attrs['alpha']}; portanet's {t} has "
+                                         f"alpha {_ALPHA[t]}")
+        if t == "Gelu" and attrs.get("approximate", "none") != "none":
+            raise self.unsupported(node, "the tanh approximation; portanet's gelu is erf's")
+        if t == "Softmax" and (len(shape) != 1 or attrs.get("axis", -1) not in (1, -1)):
+            raise self.unsupported(node, "softmax over other than the features of vectors")
+
+    def check_images(self, node, shape):
+        if len(shape) != 3:
+            raise self.unsupported(node, f"it takes images, the stream has {shape} samples")
+
+    def dense(self, node, attrs, x, shape, op):
+        if len(shape) != 1:
+            raise self.unsupported(node, f"a product with {shape} samples; flatten first")
+        w = self.const(node, node.input[1]).astype(np.float64)
+        if w.ndim != 2:
+            raise self.unsupported(node, f"a weight of shape {w.shape}")
+        b = None
+        if node.op_type == "Gemm":
+            if attrs.get("transA", 0):
+                raise self.unsupported(node, "transA=1")
+            w = attrs.get("alpha", 1.0) * (w if attrs.get("transB", 0) else w.T)
+            if len(node.input) > 2 and node.input[2]:
+                b = attrs.get("beta", 1.0) * np.broadcast_to(
+                    self.const(node, node.input[2]), (w.shape[0],))
+        else:
+            w = w.T                                   # x (N, in) @ B (in, out): w = B^T
+        if w.shape[1] != shape[0]:
+            raise self.unsupported(node, f"a weight for {w.shape[1]} inputs on {shape[0]}")
+        return op("layer", (w.shape[0],), layer=L.Dense(w.shape[0]),
+                  weights={"w": w, "b": np.zeros(w.shape[0]) if b is None else b},
+                  bias=b is not None)
+
+    def window(self, node, attrs, kernel, shape):
+        """(k, stride, pad) of a square window with equal strides and pads, or an error."""
+        self.check_images(node, shape)
+        k = attrs.get("kernel_shape", kernel)
+        s = attrs.get("strides", [1, 1])
+        p = attrs.get("pads", [0, 0, 0, 0])
+        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
+            raise self.unsupported(node, f"auto_pad {attrs['auto_pad']!r}; give pads")
+        if len(k) != 2 or k[0] != k[1] or s[0] != s[1] or len(set(p)) != 1:
+            raise self.unsupported(node, f"kernel {list(k)}, strides {list(s)}, pads "
+                                         f"{list(p)}: portanet's are square and even")
+        if any(d != 1 for d in attrs.get("dilations", [1, 1])):
+            raise self.unsupported(node, "dilations")
+        return int(k[0]), int(s[0]), int(p[0])
+
+    def conv(self, node, attrs, shape, op):
+        w = self.const(node, node.input[1])
+        if w.ndim != 4 or attrs.get("group", 1) != 1:
+            raise self.unsupported(node, f"a weight of shape {w.shape}, group "
+                                         f"{attrs.get('group', 1)}")
+        k, s, p = self.window(node, attrs, w.shape[2:], shape)
+        if w.shape[1] != shape[0]:
+            raise self.unsupported(node, f"a weight for {w.shape[1]} channels on {shape[0]}")
+        b = self.const(node, node.input[2]) if len(node.input) > 2 and node.input[2] else \
+            np.zeros(w.shape[0])
+        layer = L.Conv2D(w.shape[0], k, stride=s, padding=p)
+        out = (w.shape[0], *(L.conv_out(n, k, s, p) for n in shape[1:]))
+        return op("layer", out, layer=layer, weights={"w": w, "b": b})
+
+    def pool(self, node, attrs, shape, op):
+        k, s, p = self.window(node, attrs, None, shape)
+        out = [L.conv_out(n, k, s, 0) for n in shape[1:]]
+        exact = all((n - k) % s == 0 for n in shape[1:])
+        if p or attrs.get("storage_order", 0) or (attrs.get("ceil_mode", 0) and not exact):
+            raise self.unsupported(node, "pads, ceil_mode or storage_order; portanet pools "
+                                         "whole windows inside the image")
+        if node.op_type == "AveragePool" and not attrs.get("count_include_pad", 0) in (0, 1):
+            raise self.unsupported(node)
+        layer = (L.MaxPool2D if node.op_type == "MaxPool" else L.AvgPool2D)(k, s)
+        return op("layer", (shape[0], *out), layer=layer, weights={})
+
+    # -- the second pass: the stream from the input --------------------------------------
+
+    def network(self):
+        """([layers], {id(layer): {name: host array}}) of the graph."""
+        self.params, self.biased = {}, set()
+        layers = self.chain(self.input, self.output)
+        if not any(isinstance(l, L.Layer) and type(l) is not L.Flatten for l in layers):
+            raise InputError(f"{self.where}: the graph computes nothing portanet has a layer "
+                             f"for")
+        return layers, self.params
+
+    def chain(self, v, end, first=None):
+        """The layers from stream value v to `end`, beginning with op `first` if given."""
+        layers = []
+        while v != end:
+            users = [first] if first else self.users.get(v, [])
+            first = None
+            if not users:
+                raise InputError(f"{self.where}: the stream ends at {v!r} before the graph's "
+                                 f"output {end!r}")
+            if len(users) == 1:
+                op = users[0]
+                if op.kind == "add":
+                    raise self.unsupported(op.node, "an Add joining streams that do not "
+                                                    "fork from one value")
+                self.apply(layers, op)
+                v = op.output
+            else:
+                block, v = self.residual(v, users)
+                layers.append(block)
+        return layers
+
+    def apply(self, layers, op):
+        last = layers[-1] if layers else None
+        if op.kind == "layer":
+            layers.append(op.layer)
+            self.params[id(op.layer)] = op.weights
+            if op.bias is not False:
+                self.biased.add(id(op.layer))
+        elif op.kind == "flatten":
+            if len(self.shapes[op.inputs[0]]) == 3 and not isinstance(last, L.GlobalAvgPool2D):
+                layers.append(L.Flatten())
+        elif op.kind == "act":
+            if op.activation == "softmax" and not self.last(op):
+                raise self.unsupported(op.node, "softmax is portanet's output activation only")
+            # max pooling commutes with a non-decreasing activation (PyTorch's
+            # relu(max_pool2d(conv(x))) is portanet's conv(relu) then the pool), dropout
+            # with a positively homogeneous one: the activation goes to the layer before
+            back = len(layers) - 1
+            while back > 0 and (
+                    isinstance(layers[back], L.MaxPool2D) and op.activation in MONOTONE
+                    or isinstance(layers[back], L.Dropout) and op.activation in HOMOGENEOUS):
+                back -= 1
+            last = layers[back] if layers else None
+            if not isinstance(last, (L.Dense, L.BatchNorm, L.Residual)) \
+                    or last.activation != "linear":
+                raise self.unsupported(op.node, f"an activation after {last or 'the input'}; "
+                                       f"portanet applies activations in Dense, Conv2D, "
+                                       f"BatchNorm and Residual layers")
+            last.activation = op.activation
+        elif op.kind == "bias":
+            if type(last) is not L.Dense or last.activation != "linear" \
+                    or id(last) in self.biased:
+                raise self.unsupported(op.node, f"a bias after {last or 'the input'}")
+            self.params[id(last)]["b"] = op.bias
+            self.biased.add(id(last))
+        elif op.kind != "skip":
+            raise self.unsupported(op.node)
+
+    def last(self, op):
+        """Whether only skips lie between op and the graph's output."""
+        v = op.output
+        while v != self.output:
+            users = self.users.get(v, [])
+            if len(users) != 1 or users[0].kind != "skip":
+                return False
+            v = users[0].output
+        return True
+
+    def residual(self, v, users):
+        """(the Residual block forking at v, the stream value after its Add)."""
+        join = self.join(v)
+        if len(users) != 2:
+            raise self.unsupported(join.node, f"{len(users)} streams forking from {v!r}; "
+                                              f"portanet's residual blocks have two")
+        # the shortcut: v itself, or one 1x1 conv (Dense) from v into the Add; the second
+        # of the Add's inputs first (PyTorch's "out += identity")
+        for shortcut in reversed(join.inputs):
+            if shortcut == v:
+                inner_first = next((u for u in users if u is not join), None)
+                break
+            op = self.ops.get(shortcut)
+            if op in users and op.kind == "layer" and _projection(op.layer):
+                inner_first = next(u for u in users if u is not op)
+                break
+        else:
+            raise self.unsupported(join.node, "a residual block whose shortcut is neither "
+                                              "its input nor one 1x1 convolution or Gemm")
+        inner_end = next((i for i in join.inputs if i != shortcut), None)
+        if inner_first is None or inner_end is None:
+            raise self.unsupported(join.node, "an Add of a value to itself")
+        block = L.Residual(self.chain(v, inner_end, first=inner_first))
+        if shortcut != v:
+            op = self.ops[shortcut]
+            stride = getattr(op.layer, "stride", 1)
+            block.configure(_ShapeOnly(), self.shapes[v])
+            if block.projection is None or getattr(block.projection, "stride", 1) != stride:
+                raise self.unsupported(op.node, "a projection shortcut other than the one "
+                                       "portanet gives a block of these shapes (a 1x1 "
+                                       "convolution of the smallest stride, or none)")
+            self.projections[id(block)] = op.weights
+        return block, join.output
+
+    def join(self, v):
+        """The Add that every path from v to the output passes through, the first such."""
+        order = list(self.ops.values())
+        start = order.index(self.ops[v]) + 1 if v in self.ops else 0
+        for cand in order[start:]:
+            if cand.kind == "add" and not self.reaches(v, cand):
+                return cand
+        raise InputError(f"{self.where}: the streams forking from {v!r} never join in an Add")
+
+    def reaches(self, v, avoid):
+        """Whether some path from v reaches the output without passing through avoid."""
+        seen, todo = set(), [v]
+        while todo:
+            w = todo.pop()
+            if w == self.output:
+                return True
+            for op in self.users.get(w, []):
+                if op is not avoid and op.output not in seen:
+                    seen.add(op.output)
+                    todo.append(op.output)
+        return False
+
+
+class _ShapeOnly:
+    """Stands in for a backend while a block's shapes are worked out."""
+    dtype = np.dtype(np.float32)
+
+
+def _projection(layer):
+    return (type(layer) is L.Dense or (type(layer) is L.Conv2D and layer.k == 1
+                                       and layer.pad == 0)) and layer.activation == "linear"
+
+
+def _resolve(shape, target, allowzero):
+    """ONNX Reshape's output shape: 0 copies the input's dimension (unless allowzero),
+    one -1 takes what is left."""
+    out = [int(shape[i]) if d == 0 and not allowzero else int(d)
+           for i, d in enumerate(np.asarray(target).reshape(-1))]
+    if out.count(-1) == 1:
+        known = math.prod(d for d in out if d != -1)
+        out[out.index(-1)] = math.prod(shape) // known if known else 0
+    return out
+
+
+def _slice(x, starts, ends, axes=None, steps=None):
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    index = [slice(None)] * x.ndim
+    for a, s, e, st in zip(axes, starts, ends, steps):
+        index[int(a)] = slice(int(s), int(e), int(st))
+    return x[tuple(index)]
+
+
+def _float32(value):
+    """The shortest decimal that an ONNX float32 attribute stands for."""
+    return float(f"{np.float32(value):.7g}")
+
+
+def _shown(shape):
+    return "(" + ", ".join("N" if d == BATCH else str(d) for d in shape) + ")"
