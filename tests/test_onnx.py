@@ -14,8 +14,11 @@ from portanet.cli import main
 from portanet.errors import InputError, ModelFileError
 
 onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+try:                            # the test extra has it; the GPU machine runs the rest
+    import onnxruntime as ort
+except ImportError:
+    ort = None
 
 TOLERANCE = 1e-5            # the issue's: max abs difference of the predictions
 TRAIN = 1000                # Fashion-MNIST samples each model trains on, one epoch
@@ -55,6 +58,8 @@ def _test_images(fashion, name):
 
 
 def run_ort(path, x):
+    if ort is None:
+        pytest.skip("onnxruntime is not installed here")
     session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     return session.run(None, {session.get_inputs()[0].name: x})[0]
 
