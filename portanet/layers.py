@@ -84,6 +84,20 @@ class Layer:
         """{name: device array} of the parameters and buffers saved with the network."""
         return {name: getattr(self, name) for name in (*self.parameters(), *self.buffers())}
 
+    def weights(self):
+        """{name: view} of the parameters and saved buffers (BatchNorm's running statistics),
+        lent to other libraries without a copy through DLPack: NumPy arrays on cpu, DLPack
+        views on cuda (torch.from_dlpack(layer.weights()["w"]) is the layer's memory: a
+        write there is the layer's). OpenCL cannot lend them: a DeviceError says so."""
+        names = (*self.parameters(), *self.buffers()) if hasattr(self, "backend") else None
+        arrays = {name: getattr(self, name, None) for name in names or ()}
+        # the parameters are views of `flat`, which free() lets go of
+        if names is None or any(x is None for x in arrays.values()) or (
+                self.parameters() and getattr(self, "flat", None) is None):
+            raise InputError(f"{self} holds no parameters now: weights() lends those of a "
+                             f"layer in a Sequential, which has not been freed")
+        return {name: self.backend.dlpack_view(x) for name, x in arrays.items()}
+
     @functools.cached_property
     def n_decay(self):
         """Elements of the flat parameter vector that weight decay applies to."""

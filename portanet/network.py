@@ -1,14 +1,16 @@
 """Sequential networks: build, fit, evaluate, predict, save and load.
 
-Users hand in NumPy arrays samples-first, (N, features) or (N, C, H, W); each batch goes
-to the device as it is and is laid out there (features, batch) by the backend's
-write_samples, and predictions are transposed once on download. Batch buffers are sized
+Users hand in arrays samples-first, (N, features) or (N, C, H, W): NumPy's, or any other
+library's through DLPack (portanet/dlpack.py); each batch goes to the device as it is and is
+laid out there (features, batch) by the backend's write_samples (or, where the array is on
+the network's device already, write_samples_device, straight from its memory), and
+predictions are transposed once on download. Batch buffers are sized
 for the largest batch seen and viewed for smaller ones, so after the first step of a size
 training allocates nothing.
 """
 import numpy as np
 
-from . import backends, config, layers as layer_module, losses, saving, training
+from . import backends, config, dlpack, layers as layer_module, losses, saving, training
 from .errors import InputError, OutOfMemoryError, ShapeError, check_count
 from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refuse,
                      size_text as _size)
@@ -298,10 +300,13 @@ class Sequential:
         """The batch into the input and target buffers; wait=False where yb is the
         network's own or not changed before the next wait. first: xb's place in an input
         not checked for NaN and inf yet: the device looks as it lays the batch out, for
-        _check_nonfinite to report."""
+        _check_nonfinite to report. xb may be DeviceSamples (on the device already)."""
         self._bind(len(xb))
-        self.backend.write_samples(self.x, xb, self._staging,
-                                   None if first is None else self._nonfinite, first or 0)
+        bad = None if first is None else self._nonfinite
+        if isinstance(xb, dlpack.DeviceSamples):
+            self.backend.write_samples_device(self.x, xb.array, bad, first or 0)
+        else:
+            self.backend.write_samples(self.x, xb, self._staging, bad, first or 0)
         if yb is not None:
             self.backend.write(self.y, yb, wait)
 
@@ -314,6 +319,15 @@ class Sequential:
         bad = int(self.backend.download(self._nonfinite)[0])
         if bad != NO_SAMPLE:
             raise _nonfinite("NaN or inf", bad)
+
+    def _scan_nonfinite(self, x, m):
+        """The InputError naming the first sample of DeviceSamples x that holds NaN or inf,
+        looked for by the device as it lays x out into the input buffer m samples at a time
+        (as predict's batches are): the check a host array gets whole in _check_x."""
+        self._reset_nonfinite()
+        for i in range(0, len(x), m):
+            self._upload_batch(x[i:i + m], first=i)
+        self._check_nonfinite()
 
     def _forward(self, training=False):
         for layer in self.layers:
@@ -346,6 +360,11 @@ class Sequential:
         """Train; returns a History (a dict) of per-epoch lists: loss, accuracy, lr,
         seconds, and val_loss, val_accuracy when validating.
 
+        x, y (and validation_data): NumPy arrays, or any with __dlpack__ (PyTorch, CuPy,
+        JAX). Host memory is read without a copy. On cuda, an array on the network's GPU
+        (float32, C-contiguous) is read in place: its batches are gathered there, whatever
+        data_on_device says, and its targets come down to be checked (portanet/dlpack.py).
+
         optimizer: pn.SGD, pn.Adam, pn.AdamW or pn.RMSprop; its state is allocated at the
         first fit and kept by later ones of the same kind. schedule (portanet.schedules, or
         its text such as "cosine(30)") sets each epoch's learning rate from optimizer.lr.
@@ -370,49 +389,54 @@ class Sequential:
                             data_on_device, callbacks, checkpoint, resume)
 
     def evaluate(self, x, y, batch_size=None):
-        """(mean loss, accuracy) over the whole of x, y."""
-        x, t = self._check_data(x, y, finite=False)
-        chunk = self._inference_batch(batch_size, len(x))
-        self._bind(chunk)
-        self._reset_sums()
-        self._reset_nonfinite()
-        # the device runs batch i while i + 1 goes up (y is not changed before the sums
-        # are read, which waits for the copies)
-        for i in range(0, len(x), chunk):
-            self._upload_batch(x[i:i + chunk], t[..., i:i + chunk], wait=False, first=i)
-            training.replayed(self, ("evaluate", self.m), self._forward_loss)
-        sums = self._read_sums(len(x))
-        self._check_nonfinite()
-        return sums
+        """(mean loss, accuracy) over the whole of x, y (NumPy arrays, or any with
+        __dlpack__: see fit)."""
+        with dlpack.taken(x, self.backend) as x:
+            x, t = self._check_data(x, y, finite=False)
+            chunk = self._inference_batch(batch_size, len(x))
+            self._bind(chunk)
+            self._reset_sums()
+            self._reset_nonfinite()
+            # the device runs batch i while i + 1 goes up (y is not changed before the sums
+            # are read, which waits for the copies)
+            for i in range(0, len(x), chunk):
+                self._upload_batch(x[i:i + chunk], t[..., i:i + chunk], wait=False, first=i)
+                training.replayed(self, ("evaluate", self.m), self._forward_loss)
+            sums = self._read_sums(len(x))
+            self._check_nonfinite()
+            return sums
 
     def predict(self, x, batch_size=None):
-        """The network's outputs, (N, outputs): probabilities for softmax/sigmoid outputs."""
-        x = self._check_x(x, finite=False)
-        chunk = self._inference_batch(batch_size, len(x))
-        out = np.empty((len(x), self.n_out), dtype=self.backend.dtype)
-        # the device runs batch i while batch i + 1 goes up; the outputs come back in the
-        # background into pinned memory, a slot per batch, read when the slots are full
-        self._bind(chunk)
-        self._reset_nonfinite()
-        each = self.n_out * chunk
-        slots = self.backend.host_empty(
-            (max(1, min(-(-len(x) // chunk), PREDICTIONS_BYTES // (each * out.itemsize))),
-             each))
-        starts = []
-        for i in range(0, len(x), chunk):
-            self._upload_batch(x[i:i + chunk], first=i)
-            training.replayed(self, ("predict", self.m), self._forward)
-            a = self.layers[-1].a
-            self.backend.download_into(a, slots[len(starts), :a.size])
-            starts.append(i)
-            if len(starts) == len(slots) or i + chunk >= len(x):
-                self.backend.synchronize()
-                for slot, start in zip(slots, starts):
-                    n = min(chunk, len(x) - start)
-                    out[start:start + n] = slot[:n * self.n_out].reshape(self.n_out, n).T
-                starts = []
-        self._check_nonfinite()
-        return out
+        """The network's outputs, (N, outputs): probabilities for softmax/sigmoid outputs.
+        x: a NumPy array, or any with __dlpack__ (see fit)."""
+        with dlpack.taken(x, self.backend) as x:
+            x = self._check_x(x, finite=False)
+            chunk = self._inference_batch(batch_size, len(x))
+            out = np.empty((len(x), self.n_out), dtype=self.backend.dtype)
+            # the device runs batch i while batch i + 1 goes up; the outputs come back in
+            # the background into pinned memory, a slot per batch, read when the slots are
+            # full
+            self._bind(chunk)
+            self._reset_nonfinite()
+            each = self.n_out * chunk
+            slots = self.backend.host_empty(
+                (max(1, min(-(-len(x) // chunk), PREDICTIONS_BYTES // (each * out.itemsize))),
+                 each))
+            starts = []
+            for i in range(0, len(x), chunk):
+                self._upload_batch(x[i:i + chunk], first=i)
+                training.replayed(self, ("predict", self.m), self._forward)
+                a = self.layers[-1].a
+                self.backend.download_into(a, slots[len(starts), :a.size])
+                starts.append(i)
+                if len(starts) == len(slots) or i + chunk >= len(x):
+                    self.backend.synchronize()
+                    for slot, start in zip(slots, starts):
+                        n = min(chunk, len(x) - start)
+                        out[start:start + n] = slot[:n * self.n_out].reshape(self.n_out, n).T
+                    starts = []
+            self._check_nonfinite()
+            return out
 
     def predict_classes(self, x, batch_size=None):
         p = self.predict(x, batch_size)
@@ -438,10 +462,14 @@ class Sequential:
 
     def _check_x(self, x, finite=True):
         """x as the backend's dtype, checked; finite=False leaves NaN and inf to the device
-        (_upload_batch) where no cast made a copy (which is checked here whole)."""
-        if not isinstance(x, np.ndarray):
+        (_upload_batch) where no cast made a copy (which is checked here whole). x is what
+        dlpack.taken gave: DeviceSamples (of the backend's dtype) have their shape checked
+        here and NaN and inf looked for by the device, as their callers lay them out (fit
+        and train_batch before the first step: _scan_nonfinite)."""
+        on_device = isinstance(x, dlpack.DeviceSamples)
+        if not on_device and not isinstance(x, np.ndarray):
             x = np.asarray(x)
-        if not np.issubdtype(x.dtype, np.floating):
+        if not on_device and not np.issubdtype(x.dtype, np.floating):
             raise InputError(f"input has dtype {x.dtype}; the network takes floating-point "
                              f"data: convert with x.astype(np.float32) (and scale pixels "
                              f"to [0, 1] with / 255)")
@@ -454,6 +482,8 @@ class Sequential:
             raise ShapeError(f"input has samples of shape {sample} but the network's first "
                              f"layer {self.layers[0]} expects {self.input_shape}: give x of "
                              f"shape (N, {', '.join(map(str, self.input_shape))})")
+        if on_device:
+            return x
         with np.errstate(over="ignore"):
             cast = x.astype(self.backend.dtype, copy=False)
         if (finite or cast is not x) and not np.all(np.isfinite(cast)):  # after the cast:
@@ -465,7 +495,7 @@ class Sequential:
 
     def _check_data(self, x, y, finite=True):
         x = self._check_x(x, finite)
-        y = np.asarray(y)
+        y = dlpack.host(y, self.backend)
         if y.ndim == 0 or len(y) != len(x):
             raise ShapeError(f"x has {len(x)} samples but y has "
                              f"{len(y) if y.ndim else 'no'} : give one target per sample")
@@ -488,6 +518,12 @@ class Sequential:
         its metadata, float tensors), atomically: a failed save leaves an earlier file
         at `path` as it was."""
         saving.save(self, path)
+
+    def to_onnx(self, path, opset=None):
+        """Write the network as an ONNX model (inference form; input (N, ...) samples
+        first, N free), atomically; needs the extra `onnx` (portanet/onnx_io.py)."""
+        from . import onnx_io
+        onnx_io.to_onnx(self, path, onnx_io.OPSET if opset is None else opset)
 
     def load_weights(self, path):
         """Parameters from a file saved by a network of the same architecture; checked

@@ -97,6 +97,14 @@ def _create(name, dtype):
     return cuda.CudaBackend(int(numbers), dtype)
 
 
+def holder(x):
+    """The backend that made device array x (or the array x views), or None."""
+    owner = x if getattr(x, "base", None) is None else x.base
+    with _lock:
+        made = list(_instances.values())
+    return next((bk for bk in made if id(owner) in bk._owned), None)
+
+
 def list_devices():
     """[(device string, description)] for every device the installed backends can see,
     and [(backend, reason)] for the backends that cannot be used here."""

@@ -17,7 +17,7 @@ from functools import wraps
 
 import numpy as np
 
-from ..errors import InputError, ShapeError
+from ..errors import DeviceError, InputError, ShapeError
 
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu", "elu", "gelu", "silu")
 
@@ -150,6 +150,22 @@ class Backend:
         if not finite.all():
             least = min(int(self.download(bad)[0]), first + int(np.argmin(finite)))
             self.write(bad, np.array([least], np.int32))
+
+    def write_samples_device(self, dst, src, bad=None, first=0):
+        """write_samples from src (m, features), a batch samples first that is in device
+        memory already (another library's, through DLPack: see dlpack_source), laid out
+        from where it is."""
+        raise NotImplementedError
+
+    def dlpack_source(self):
+        """(DLPack device, stream) of the memory besides the host's that this backend's
+        kernels read in place (portanet/dlpack.py), or None: host memory only."""
+        return None
+
+    def dlpack_view(self, x):
+        """x lent to other libraries through DLPack, without a copy (pn.to_dlpack)."""
+        raise DeviceError(f"{self.name} cannot lend its arrays through DLPack: copy them to "
+                          f"the host instead (net.get_weights())")
 
     def download(self, x):
         """A new NumPy array with the contents of device array `x`."""

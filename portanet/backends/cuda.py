@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import config, tuning
+from .. import config, dlpack, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
 from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, default_local,
@@ -111,6 +111,7 @@ class CudaBackend(KernelBackend):
         if not 0 <= index < count:
             raise DeviceError(f"this machine has {count} CUDA device(s)")
         super().__init__(f"cuda:{index}", dtype)
+        self.ordinal = index
         self.device = drv.Device(index)
         # the device's primary context (one context per process, shared with other
         # libraries such as PyTorch), made current in each thread by the backend's lock
@@ -224,6 +225,14 @@ class CudaBackend(KernelBackend):
         it writes there again (an event; BEHIND after a plain write, to be made then)."""
         if self._lane is not None:
             self._lane.read[turn] = self._marker() if laned else BEHIND
+
+    def dlpack_source(self):
+        """CUDA memory on this GPU, read in place; producers order their work before this
+        stream's (portanet/dlpack.py)."""
+        return (dlpack.CUDA, self.ordinal), int(self.stream.handle)
+
+    def dlpack_view(self, x):
+        return dlpack.DeviceView(self, x, self._address(x), (dlpack.CUDA, self.ordinal))
 
     def download(self, x):
         host = np.empty(x.shape, x.dtype)

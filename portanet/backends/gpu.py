@@ -541,10 +541,28 @@ class KernelBackend(Backend):
                 self._send(slot, part, turn)
             else:
                 self.write(slot, part)
-            # without bad, dst stands in for it (check 0: never written)
-            self._run("features_first", (rows, len(part)), dst, slot,
-                      dst if bad is None else bad, bad is not None, first, rows, len(part), m, j)
+            self._features_first(dst, slot, bad, first, j, len(part))
             self._laid_out(turn, laned)
+
+    def write_samples_device(self, dst, src, bad=None, first=0):
+        """dst (features, m) <- src (m, features), samples first in device memory (another
+        library's, through DLPack: src.buf an address), laid out by features_first straight
+        from where it is, with no copy on the way; NaN and inf flagged in bad as
+        write_samples does."""
+        rows, m = dst.shape
+        if tuple(src.shape) != (m, rows):
+            raise ShapeError(f"write_samples_device: samples {src.shape} into device array "
+                             f"{dst.shape} (features, samples)")
+        for j in range(0, m, STAGED_SAMPLES):
+            n = min(STAGED_SAMPLES, m - j)
+            self._features_first(dst, self.view(src, (n * rows,), j * rows), bad, first, j, n)
+
+    def _features_first(self, dst, part, bad, first, j, n):
+        """Columns j .. j + n of dst (features, m) <- part, n samples first."""
+        rows, m = dst.shape
+        # without bad, dst stands in for it (check 0: never written)
+        self._run("features_first", (rows, n), dst, part, dst if bad is None else bad,
+                  bad is not None, first, rows, n, m, j)
 
     def gather(self, out, x, idx):
         check_gather(out, x, idx)

@@ -522,6 +522,14 @@ class OpenCLBackend(KernelBackend):
                                   dev.global_mem_size - self.allocated_bytes, dev.global_mem_size)
                 + f" (one buffer may be at most {self.limits.max_alloc / 2**20:.0f} MiB)")
 
+    def dlpack_view(self, x):
+        raise DeviceError(
+            f"{self.name}: OpenCL arrays cannot be lent through DLPack. DLPack names OpenCL "
+            f"devices (kDLOpenCL = 4), but no library imports them (PyTorch, CuPy, JAX and "
+            f"NumPy take CPU, CUDA and ROCm memory): copy them to the host with "
+            f"net.get_weights() (or backend.download(x)), or build the network on cpu or "
+            f"cuda, whose arrays are lent without a copy")
+
     def write(self, dst, host, wait=True):
         self._not_recording("a copy to the device")
         host = self._check_write(dst, host)
