@@ -11,7 +11,8 @@ from .optim import SGD, Adam, AdamW, RMSprop
 from .saving import load
 from .onnx_io import from_onnx
 from .torch_state import load_torch_state
-from . import callbacks, schedules
+from .dlpack import to_dlpack
+from . import callbacks, distributed, schedules
 
 __version__ = "0.1.0"
 
@@ -19,5 +20,6 @@ __all__ = ["device", "list_devices", "load_dataset", "Sequential", "load", "SGD"
            "AdamW", "RMSprop", "Dense", "Flatten", "Conv2D", "MaxPool2D", "Dropout",
            "AvgPool2D", "GlobalAvgPool2D", "BatchNorm", "Residual", "mlp", "lenet", "resnet",
            "from_description", "callbacks", "from_onnx", "load_torch_state",
+           "to_dlpack",
            "PortanetError", "DeviceError", "OutOfMemoryError", "ShapeError", "InputError",
            "DataError", "ModelFileError", "DivergedError", "schedules"]

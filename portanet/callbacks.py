@@ -29,6 +29,7 @@ import string
 
 import numpy as np
 
+from . import distributed
 from .errors import InputError, ModelFileError
 
 MODES = ("auto", "min", "max")
@@ -228,7 +229,8 @@ class ModelCheckpoint(_Monitor):
             return
         self._check_fields(logs, "the epoch's logs hold")
         path = self._format(epoch, logs)
-        net.save(path)
+        if distributed.leader():        # in a distributed job, rank 0 writes the file
+            net.save(path)
         self.last_saved = path
         if self.save_best_only:         # after the save: a failed one leaves best as it was
             self.best = value

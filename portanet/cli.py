@@ -122,11 +122,23 @@ def _check_devices(specs):
               help="print the memory plan of the network at this batch size and exit")
 @click.option("--download", is_flag=True, help="download the dataset if it is missing")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line of results")
+@click.option("--distributed", "dist", is_flag=True,
+              help="data-parallel over the ranks mpiexec started (--batch-size per rank; "
+                   "PORTANET_DEVICE may name a device per local rank); rank 0 prints, tests "
+                   "and saves")
+@click.option("--balance", is_flag=True,
+              help="with --distributed: give each rank a share of the global batch "
+                   "proportional to its measured step rate")
 def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum, nesterov,
           weight_decay, device, seed, limit, test_limit, validation_split, save, checkpoint,
-          resume, plot_path, plan, download, as_json):
+          resume, plot_path, plan, download, as_json, dist, balance):
     """Train a network and report test accuracy."""
+    from . import distributed
+    if balance and not dist:
+        raise click.UsageError("--balance shares the global batch of a --distributed job")
     try:
+        group = distributed.init() if dist else None
+        echo = click.echo if distributed.leader() else (lambda *args, **kwargs: None)
         checkpoint = checkpoint or resume
         for path in (save, checkpoint, plot_path):
             if path:
@@ -142,16 +154,24 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
             x_test, y_test = x_test[:test_limit], y_test[:test_limit]
         net = build_model(model, dataset, x.shape[1:], device, seed)
         if plan:
-            click.echo(net.memory_plan(min(batch_size, len(x)), opt))
+            echo(net.memory_plan(min(batch_size, len(x)), opt))
             return
-        click.echo(net.summary(opt), err=True)
-        bar = Progress(epochs)
+        if balance:
+            probe = build_model(model, dataset, x.shape[1:], device, seed)
+            group.balance(distributed.step_rate(probe, x[:batch_size], y[:batch_size], opt))
+            probe.free()
+        echo(net.summary(opt), err=True)
+        if group:
+            echo(f"distributed: {group.size} ranks over {group.engine} on "
+                 f"{', '.join(group.devices)}; shares of a global batch "
+                 f"{group.shares(batch_size * group.size)}", err=True)
+        bar = Progress(epochs, live=distributed.leader())
 
         def on_epoch(epoch, logs):
             bar.clear()
             val = "".join(f"  {k} {logs[k]:.4f}" for k in ("val_loss", "val_accuracy")
                           if k in logs)
-            click.echo(f"epoch {epoch + 1}/{epochs}  loss {logs['loss']:.4f}  "
+            echo(f"epoch {epoch + 1}/{epochs}  loss {logs['loss']:.4f}  "
                        f"accuracy {logs['accuracy']:.4f}{val}  lr {logs['lr']:.3g}  "
                        f"{logs['seconds']:.2f} s")
             bar.epoch = epoch + 1
@@ -160,6 +180,8 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
                           schedule=lr_schedule, seed=seed, progress=bar.update,
                           on_epoch=on_epoch, validation_split=validation_split,
                           checkpoint=checkpoint, resume=resume)
+        if not distributed.leader():
+            return              # the others' weights are rank 0's: it tests and saves
         test_loss, test_acc = net.evaluate(x_test, y_test)
         click.echo(f"test loss {test_loss:.4f}  test accuracy {test_acc:.4f}")
         if save:
@@ -179,6 +201,7 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
                 "test_accuracy": test_acc,
                 "test_loss": test_loss, "final_loss": history["loss"][-1],
                 "epoch_seconds": history["seconds"],
+                **({"distributed": group.describe()} if group else {}),
                 **{k: history[k] for k in ("val_loss", "val_accuracy") if k in history}}))
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
@@ -204,9 +227,9 @@ class Progress:
     """A progress line on stderr while an epoch runs, only where stderr is a terminal
     (piped or logged, it would be noise); cleared before the epoch's summary is printed."""
 
-    def __init__(self, epochs, stream=None):
+    def __init__(self, epochs, stream=None, live=True):
         self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
+        self.live = live and self.stream.isatty()
         self.epochs, self.epoch = epochs, 0
 
     def update(self, done, total):

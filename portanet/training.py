@@ -18,6 +18,7 @@ random generator, Dropout's step counters and the history so far, so that a run 
 from one ends bit for bit where the uninterrupted run would have (on a device whose
 kernels are deterministic: the NumPy reference, PoCL, and CUDA/OpenCL without atomics).
 """
+import contextlib
 import dataclasses
 import json
 import math
@@ -25,7 +26,7 @@ import time
 
 import numpy as np
 
-from . import callbacks as callback_module, optim, schedules
+from . import callbacks as callback_module, distributed, dlpack, optim, schedules
 from .errors import DivergedError, InputError, ModelFileError, check_count
 from .layers import Dropout, parameter_views
 from .memory import Buffer, MemoryPlan, allocate, elements, refuse
@@ -46,6 +47,7 @@ class OptimizerState:
         self.kind = state_kind(optimizer)
         self.optimizer = optimizer          # the one of this epoch (its lr follows the schedule)
         self.t = 0
+        self.share = 1.0                    # this rank's part of the global batch (update)
         self._arrays = net._allocate(planned)
         self.workspace = self.scalars = None
         bk = self.backend
@@ -79,8 +81,26 @@ class OptimizerState:
         return layer.grad_views[self._slot], self._scale / layer.m, self._beta
 
     def update(self, layer):
-        self.optimizer.update(self.backend, layer.flat, layer.grad_flat[self._slot],
-                              layer.state, layer.n_decay, self.scalars)
+        """The optimizer's kernel on the layer; in a distributed job (distributed.py) after
+        averaging the layer's gradient target over the ranks, this one weighted by its
+        share of the global batch (`share`)."""
+        target = layer.grad_flat[self._slot]
+        group = distributed.current()
+        if group is not None:
+            group.average(self.backend, target, self.share)
+        self.optimizer.update(self.backend, layer.flat, target, layer.state, layer.n_decay,
+                              self.scalars)
+
+    def null_step(self):
+        """A distributed step on no samples (a rank's empty share of a short last batch):
+        the other ranks' averaged targets, then the update, layer by layer in the order
+        backward updates them (a block's projection, then its layers from the last), so
+        that this rank's weights stay theirs."""
+        self.begin_step()
+        self.share = 0.0
+        for _, layer in reversed(self._layers):
+            self.backend.fill(layer.grad_flat[self._slot], 0.0)   # weighs nothing, as NaN would
+            self.update(layer)
 
     def tensors(self):
         """{name in a checkpoint: device array} of every state buffer."""
@@ -199,7 +219,8 @@ def replayed(net, key, work):
     graph = graphs.get(key)
     if graph and not graph.current:             # it points at a workspace since freed
         graph = graphs[key] = None
-    if graph is None and key in graphs and net._capturable:
+    # a distributed step averages on the host between its launches: never recorded
+    if graph is None and key in graphs and net._capturable and distributed.current() is None:
         graph = graphs[key] = net.backend.capture(work) or False
     if graph:
         graph()
@@ -211,35 +232,49 @@ def replayed(net, key, work):
 
 
 def train_batch(net, x, y, optimizer):
-    """One forward, loss and backward step on one batch (no host synchronisation)."""
+    """One forward, loss and backward step on one batch (no host synchronisation, but
+    where x is on the device already: it is checked there for NaN and inf before the step,
+    and let go after it)."""
     prepare(net, optimizer)
-    x, t = net._check_data(x, y)
-    net._upload_batch(x, t)
-    begin_step(net)
-    step(net, optimizer)
+    with dlpack.taken(x, net.backend) as x:
+        x, t = net._check_data(x, y)
+        if isinstance(x, dlpack.DeviceSamples):
+            net._scan_nonfinite(x, len(x))      # the batch laid out, and checked
+            net.backend.write(net.y, t)
+        else:
+            net._upload_batch(x, t)
+        begin_step(net)
+        step(net, optimizer)
 
 
 def data_on_device(net, x, t, mode):
-    """(x (N, features), targets (N,) or (N, outputs)) uploaded to the device, or None
-    (see fit's data_on_device)."""
+    """(x (N, features), targets (N,) or (N, outputs)) on the device, or None (see fit's
+    data_on_device). DeviceSamples x are there already: the batches are gathered from its
+    memory, whatever the mode, and only the targets go up."""
     if mode not in ("auto", True, False):
         raise InputError(f"data_on_device must be 'auto', True or False, got {mode!r}")
-    if mode is False or (mode == "auto" and not net.backend.is_gpu):
+    in_place = isinstance(x, dlpack.DeviceSamples)
+    if not in_place and (mode is False or (mode == "auto" and not net.backend.is_gpu)):
         return None
-    samples = np.ascontiguousarray(x.reshape(len(x), -1))
     targets = t if t.ndim == 1 else np.ascontiguousarray(t.T)
+    need = [Buffer("fit", "training targets", "dataset", targets.shape, targets.dtype)]
+    if not in_place:
+        samples = np.ascontiguousarray(x.reshape(len(x), -1))
+        need.insert(0, Buffer("fit", "training inputs", "dataset", samples.shape,
+                              samples.dtype))
     plan = net._plan(net.capacity)
-    need = [Buffer("fit", "training inputs", "dataset", samples.shape, samples.dtype),
-            Buffer("fit", "training targets", "dataset", targets.shape, targets.dtype)]
     with_data = MemoryPlan(plan.buffers + need, plan.batch_size, plan.device,
                            plan.available, plan.max_alloc)
-    if mode == "auto" and not (with_data.fits and with_data.total <= DATA_SHARE * plan.available):
+    if mode == "auto" and not in_place and not (
+            with_data.fits and with_data.total <= DATA_SHARE * plan.available):
         return None
     if not with_data.fits:
         raise refuse(with_data, "the training set on the device")
     made = allocate(net.backend, need)
+    net.backend.write(made[-1], targets)
+    if in_place:
+        return [x.array, made[0]]               # not net.backend's: its free() passes it by
     net.backend.write(made[0], samples)
-    net.backend.write(made[1], targets)
     return made
 
 
@@ -258,6 +293,22 @@ class Run:
 def fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data,
         validation_split, progress, on_epoch, schedule, data_mode, callbacks, checkpoint,
         resume):
+    """Sequential.fit. x and the validation inputs are taken through DLPack (dlpack.taken)
+    for the whole of the call: arrays on the network's device (a CUDA tensor on cuda) are
+    read in place, checked for NaN and inf there, and the batches gathered from them."""
+    with contextlib.ExitStack() as held:
+        x = held.enter_context(dlpack.taken(x, net.backend))
+        if validation_data is not None:
+            x_val, y_val = _pair(validation_data)
+            validation_data = (held.enter_context(dlpack.taken(x_val, net.backend)), y_val)
+        return _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data,
+                    validation_split, progress, on_epoch, schedule, data_mode, callbacks,
+                    checkpoint, resume)
+
+
+def _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data,
+         validation_split, progress, on_epoch, schedule, data_mode, callbacks, checkpoint,
+         resume):
     from . import checkpoint as files, saving
     optimizer = optim.get(optimizer)
     schedule = schedules.get(schedule)
@@ -270,7 +321,7 @@ def fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data
             raise InputError("give validation_data or validation_split, not both")
         x, t, validation_data = _split(net, x, t, validation_split)
     elif validation_data is not None:
-        validation_data = net._check_data(*_pair(validation_data))
+        validation_data = net._check_data(*validation_data)
     if checkpoint is not None:
         files.check_destination(checkpoint)         # before the training, not after it
     n = len(x)
@@ -282,6 +333,9 @@ def fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data
     run = Run(0, {}, rng.bit_generator.state, settings)
     prepare(net, optimizer)                 # refused here, before any step, if too big
     net._bind(min(batch_size, n))
+    for checked in (x, validation_data and validation_data[0]):
+        if isinstance(checked, dlpack.DeviceSamples):       # as _check_data does on the host
+            net._scan_nonfinite(checked, net.m)
     if resume is not None:
         run = saving.resume(net, resume, settings, epochs)
         rng.bit_generator.state = run.rng
@@ -293,7 +347,7 @@ def fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data
         if data:
             for array in data:
                 net.backend.free(array)
-            for key in [k for k in net._graphs if k[2]]:
+            for key in [k for k in net._graphs if len(k) == 3 and k[2]]:
                 del net._graphs[key]           # recorded with the data's buffers
 
 
@@ -303,6 +357,10 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
     n = len(x)
     history = net.history = _History(run.history or
                                      {k: [] for k in ("loss", "accuracy", "lr", "seconds")})
+    # distributed: a global batch of each rank's share (distributed.py), this rank's part
+    group = distributed.current()
+    shares = group.shares(batch_size * group.size) if group else [batch_size]
+    batch_size = sum(shares)
     batches = -(-n // batch_size)
     net.stop_training = False
     metrics = ["loss", "accuracy", "lr", "seconds"] + \
@@ -316,10 +374,16 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
         opt = dataclasses.replace(optimizer, lr=lr)
         net.optimizer_state.use(opt)
         order = rng.permutation(n) if shuffle else np.arange(n)
-        net._bind(min(batch_size, n))
+        net._bind(min(max(shares), n))
         net._reset_sums()
         for i in range(batches):
             idx = order[i * batch_size:(i + 1) * batch_size]
+            if group:
+                idx, net.optimizer_state.share = group.part(
+                    idx, shares if len(idx) == batch_size else group.shares(len(idx)))
+                if not len(idx):
+                    net.optimizer_state.null_step()
+                    continue
             if data:                            # the batch's indices, gathered there
                 net._bind(len(idx))
                 net.backend.write(net.order, idx.astype(np.int32))
@@ -328,7 +392,7 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
             train_step(net, opt, data)
             if progress:
                 progress(i + 1, batches)
-        loss, acc = net._read_sums(n)           # the one host read of the epoch
+        loss, acc = _epoch_sums(net, n, group)  # the one host read of the epoch
         logs = {"loss": loss, "accuracy": acc, "lr": lr,
                 "seconds": time.perf_counter() - start}
         if not math.isfinite(loss):
@@ -341,7 +405,7 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
             logs["val_loss"], logs["val_accuracy"] = net.evaluate(*validation_data)
         for k, v in logs.items():
             history.setdefault(k, []).append(v)
-        if checkpoint is not None:
+        if checkpoint is not None and distributed.leader():
             saving.save(net, checkpoint, Run(epoch + 1, dict(history), rng.bit_generator.state,
                                              run.settings))
         if on_epoch:
@@ -353,6 +417,21 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
     for c in callbacks:
         c.on_train_end(net, logs)
     return history
+
+
+def _epoch_sums(net, n, group):
+    """(mean loss, accuracy) of the epoch's n samples: this process's sums, or in a
+    distributed job every rank's; there BatchNorm's running statistics, which each rank
+    kept from its own batches, are averaged too, so that the ranks stay alike."""
+    if group is None:
+        return net._read_sums(n)
+    bk = net.backend
+    loss, hits = group.sum([np.sum(bk.download(net._loss_sum), dtype=np.float64),
+                            np.sum(bk.download(net._hit_sum), dtype=np.float64)])
+    for _, layer in net.walk():
+        for name in layer.buffers():
+            group.average(bk, getattr(layer, name), 1.0 / group.size)
+    return loss / n, hits / n
 
 
 class _History(dict):

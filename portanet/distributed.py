@@ -1,0 +1,191 @@
+"""Data-parallel training over ranks (processes), each on a device of its own.
+
+All ranks hold the same weights and optimizer state before a step. fit splits each
+shuffled global batch of `ranks x batch_size` samples so that rank r trains on the r-th
+share, and each layer's gradient target is averaged across ranks before the optimizer's
+update (`Group.average`, called by training.OptimizerState.update). With SGD the target
+is the velocity itself: every rank computes v_r = mu v - eta / m_r g_r from its m_r
+samples, and sum_r (m_r / M) v_r = mu v - eta / M sum_r g_r, the full batch's step. Adam and
+RMSprop average their gradient workspace alike. Weighting by m_r / M keeps the step exact
+for uneven shares (the last batch of an epoch, `balance`). So every rank's weights stay
+identical and equal, to rounding, a one-process run over the same global batches.
+
+Engine: MPI (mpi4py over MPICH or Open MPI) for any mix of backends, each rank's target
+staged through host memory. The launcher (mpiexec / mpirun) gives the ranks; LOCAL_RANK,
+where set, names the rank among this machine's, and WORLD_SIZE must agree with MPI's.
+
+Devices: PORTANET_DEVICE may name one per local rank: "cuda:{local_rank}" or a comma list
+("cuda:0,opencl:0:0": local rank i takes the i-th). init() sets this process's
+PORTANET_DEVICE to its own, so every network built afterwards without a device is there.
+"""
+import os
+
+import numpy as np
+
+from .errors import InputError
+
+ENGINES = ("mpi",)
+
+_group = None
+
+
+def init(engine=None, balance=None):
+    """Join the job the launcher started; returns its Group (rank, size, local rank,
+    device, engine). engine: "mpi" (the default; PORTANET_DIST sets it). balance: this
+    rank's relative step rate, to give it that share of each global batch (None: equal
+    shares). Calling it again returns the group already joined."""
+    global _group
+    if _group is not None:
+        return _group
+    engine = (engine or os.environ.get("PORTANET_DIST") or "mpi").strip().lower()
+    if engine not in ENGINES:
+        raise InputError(f"PORTANET_DIST / engine {engine!r} is not an engine portanet has: "
+                         f"{', '.join(ENGINES)}")
+    comm = _mpi_world()
+    rank, size = comm.Get_rank(), comm.Get_size()
+    said = os.environ.get("WORLD_SIZE", "").strip()
+    if said.isdigit() and int(said) != size:
+        raise InputError(f"WORLD_SIZE={said} but MPI sees {size} process(es): the MPI engine "
+                         f"takes its ranks from MPI; launch with mpiexec -n {said}")
+    local = _local_rank(comm)
+    device = device_for(local, os.environ.get("PORTANET_DEVICE"))
+    if device is not None:
+        os.environ["PORTANET_DEVICE"] = device
+    rate = 1.0 if balance is None else float(balance)
+    if not rate > 0:
+        raise InputError(f"balance must be a positive step rate, got {balance!r}")
+    rates = comm.allgather(rate)
+    devices = comm.allgather(device or "cpu")
+    _group = Group(comm, rank, size, local, devices, engine, rates)
+    return _group
+
+
+def current():
+    """The Group this process has joined, or None."""
+    return _group
+
+
+def leader():
+    """Whether this process prints, evaluates and saves: rank 0, or not distributed."""
+    return _group is None or _group.rank == 0
+
+
+def shutdown():
+    """Leave the group (fit trains alone again); MPI itself ends with the process."""
+    global _group
+    _group = None
+
+
+def device_for(local_rank, spec):
+    """This local rank's device string from PORTANET_DEVICE's: formatted with
+    {local_rank}, or the local_rank-th of a comma list; None where it is unset."""
+    if spec is None or not spec.strip():
+        return None
+    try:
+        spec = spec.format(local_rank=local_rank)
+    except (KeyError, IndexError, ValueError) as e:
+        raise InputError(f"PORTANET_DEVICE={spec!r}: {{local_rank}} is the only field it may "
+                         f"name ({e})") from e
+    choices = [s.strip() for s in spec.split(",")]
+    if len(choices) == 1:
+        return choices[0]
+    if local_rank >= len(choices):
+        raise InputError(f"PORTANET_DEVICE={spec!r} names {len(choices)} devices, for local "
+                         f"ranks 0 to {len(choices) - 1}; local rank {local_rank} has none: "
+                         f"name one per rank this machine runs")
+    return choices[local_rank]
+
+
+class Group:
+    """The job's ranks as this process sees them. shares(batch_size): each rank's samples
+    of a global batch; average(backend, x, weight): x <- sum over ranks of weight_r x_r."""
+
+    def __init__(self, comm, rank, size, local_rank, devices, engine, rates):
+        self.comm, self.rank, self.size, self.local_rank = comm, rank, size, local_rank
+        self.devices, self.engine, self.rates = devices, engine, rates
+
+    def balance(self, rate):
+        """Shares of each global batch in proportion to each rank's step rate (samples a
+        second, as step_rate measures); every rank gives its own."""
+        if not rate > 0:
+            raise InputError(f"a rank's step rate must be positive, got {rate!r}")
+        self.rates = self.comm.allgather(float(rate))
+
+    @property
+    def device(self):
+        return self.devices[self.rank]
+
+    def shares(self, n):
+        """Each rank's part of n samples: proportional to its rate (equal by default),
+        whole numbers that add up to n, the remainders to the largest fractions first."""
+        exact = np.asarray(self.rates, np.float64) * n / sum(self.rates)
+        out = np.floor(exact).astype(np.int64)
+        for r in np.argsort(-(exact - out), kind="stable")[:n - int(out.sum())]:
+            out[r] += 1
+        return [int(k) for k in out]
+
+    def part(self, indices, shares):
+        """(this rank's indices of a global batch, split as `shares` says, and its weight
+        m_r / M)."""
+        start = sum(shares[:self.rank])
+        mine = indices[start:start + shares[self.rank]]
+        return mine, len(mine) / len(indices)
+
+    def average(self, backend, x, weight):
+        """x <- sum_r weight_r x_r over the ranks, in place (host staging where x is on a
+        device)."""
+        from mpi4py import MPI
+        host = x if isinstance(x, np.ndarray) else backend.download(x)
+        host *= host.dtype.type(weight)
+        self.comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+        if host is not x:
+            backend.write(x, host)
+
+    def sum(self, values):
+        """The sum over ranks of a few numbers (float64)."""
+        from mpi4py import MPI
+        values = np.array(values, np.float64)
+        self.comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+        return values
+
+    def describe(self):
+        return {"ranks": self.size, "engine": self.engine, "devices": self.devices,
+                "rates": self.rates}
+
+    def __repr__(self):
+        return (f"Group(rank {self.rank} of {self.size}, local {self.local_rank}, "
+                f"{self.device}, {self.engine})")
+
+
+def step_rate(net, x, y, optimizer, steps=5):
+    """Samples a second that `net` trains at on batches like x, y (the rate --balance
+    shares the global batch by): two steps to build and record, then `steps` timed. It
+    trains net: give it a probe, not the network to train."""
+    import time
+    for _ in range(2):
+        net.train_batch(x, y, optimizer)
+    net.backend.synchronize()
+    start = time.perf_counter()
+    for _ in range(steps):
+        net.train_batch(x, y, optimizer)
+    net.backend.synchronize()
+    return steps * len(x) / (time.perf_counter() - start)
+
+
+def _mpi_world():
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise InputError("distributed training needs mpi4py and an MPI: pip install "
+                         "'portanet[mpi]' (mpi4py and MPICH), then launch with "
+                         "mpiexec -n N") from e
+    return MPI.COMM_WORLD
+
+
+def _local_rank(comm):
+    """The rank among the processes of this machine: LOCAL_RANK (torchrun) or MPI's
+    shared-memory split."""
+    if os.environ.get("LOCAL_RANK", "").strip().isdigit():
+        return int(os.environ["LOCAL_RANK"])
+    from mpi4py import MPI
+    return comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()

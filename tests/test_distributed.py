@@ -1,0 +1,145 @@
+"""Data-parallel training (issue 16) on this machine's CPU: 2 and 3 MPI ranks (mpiexec,
+oversubscribed on two cores) train a Fashion-MNIST subset two epochs, and every rank's
+weights equal a one-process run over the same global batches within 1e-5 (relative, per
+tensor), for the MLP and a LeNet, with SGD and Adam, with uneven shares (a short last
+batch, balance), and in a mixed job of a cpu rank and a PoCL rank."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import portanet as pn
+from portanet import distributed
+from portanet.errors import InputError
+
+WORKER = Path(__file__).with_name("distributed_worker.py")
+TOLERANCE = 1e-5
+
+
+def _mpiexec():
+    pytest.importorskip("mpi4py")
+    found = shutil.which("mpiexec") or shutil.which("mpiexec", path=os.path.dirname(
+        sys.executable))
+    if not found:
+        pytest.skip("no mpiexec here (pip install 'portanet[mpi]')")
+    try:
+        pn.load_dataset("fashion-mnist")
+    except pn.DataError as e:
+        pytest.skip(f"Fashion-MNIST is not installed here: {e}")
+    return found
+
+
+def run(tmp_path, model, ranks, devices="cpu", samples=600, batch=50, optimizer="sgd",
+        balanced=False):
+    """Every rank's {name: array} after the job, and the one-process run's over the same
+    global batches (batch x ranks)."""
+    mpiexec = _mpiexec()
+    common = [model, "--samples", str(samples), "--optimizer", optimizer]
+    job = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), *common,
+                          str(tmp_path), "--batch", str(batch)]
+                         + (["--balanced"] if balanced else []),
+                         env=dict(os.environ, PORTANET_DEVICE=devices), capture_output=True,
+                         text=True, timeout=600)
+    assert job.returncode == 0, job.stdout + job.stderr
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    single = subprocess.run([sys.executable, str(WORKER), *common, str(alone), "--alone",
+                             "--batch", str(batch * ranks)],
+                            env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
+                            text=True, timeout=600)
+    assert single.returncode == 0, single.stdout + single.stderr
+    return ([dict(np.load(tmp_path / f"{r}.npz")) for r in range(ranks)],
+            dict(np.load(alone / "0.npz")))
+
+
+def assert_same(ranks, alone):
+    names = [k for k in alone if k not in ("device", "loss")]
+    for r, got in enumerate(ranks):
+        for name in names:
+            err = np.linalg.norm(got[name] - alone[name]) / max(np.linalg.norm(alone[name]),
+                                                                 1e-30)
+            assert err <= TOLERANCE, f"rank {r}, {name}: relative error {err:.2e}"
+        assert np.allclose(got["loss"], alone["loss"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("model, ranks, optimizer", [
+    ("mlp", 2, "sgd"), ("mlp", 3, "adam"), ("lenet", 2, "sgd"), ("lenet", 3, "sgd")])
+def test_ranks_train_as_one_process_over_the_global_batch(tmp_path, model, ranks, optimizer):
+    # 600 samples in global batches of 100 (2 ranks) or 150 (3)
+    got, alone = run(tmp_path, model, ranks, optimizer=optimizer)
+    assert_same(got, alone)
+    # and training did something that a wrong average would not give
+    start = pn.mlp((784,), hidden=(64,), seed=3, device="cpu").get_weights() \
+        if model == "mlp" else None
+    if start:
+        assert np.linalg.norm(got[0]["0.w"] - start["0.w"]) > 100 * TOLERANCE * \
+            np.linalg.norm(start["0.w"])
+
+
+def test_a_short_last_batch_and_empty_shares(tmp_path):
+    # 3 ranks, batches of 3 x 40 = 120: 250 samples end with 10 (shares 4, 3, 3), and
+    # 241 with 1 (shares 1, 0, 0: two ranks take the step on no samples)
+    for samples in (250, 241):
+        folder = tmp_path / str(samples)
+        folder.mkdir()
+        got, alone = run(folder, "mlp", 3, samples=samples, batch=40)
+        assert_same(got, alone)
+
+
+def test_balanced_shares_give_the_same_step(tmp_path):
+    # rates 1, 2, 3: shares of a global batch of 150 are 25, 50 and 75
+    got, alone = run(tmp_path, "mlp", 3, balanced=True)
+    assert_same(got, alone)
+
+
+def test_a_mixed_job_of_cpu_and_pocl(tmp_path):
+    try:
+        pn.device("opencl:pocl")
+    except pn.DeviceError as e:
+        pytest.skip(f"PoCL is not here: {e}")
+    got, alone = run(tmp_path, "lenet", 2, "cpu,opencl:pocl")
+    assert str(got[0]["device"]) == "cpu" and str(got[1]["device"]).startswith("opencl:")
+    assert_same(got, alone)
+
+
+def test_shares_add_up_and_follow_the_rates():
+    group = distributed.Group(None, 0, 3, 0, ["cpu"] * 3, "mpi", [1.0, 1.0, 1.0])
+    assert group.shares(10) == [4, 3, 3] and group.shares(2) == [1, 1, 0]
+    fast = distributed.Group(None, 1, 2, 1, ["cpu"] * 2, "mpi", [3.0, 1.0])
+    assert fast.shares(100) == [75, 25]
+    idx, weight = fast.part(np.arange(100), [75, 25])
+    assert list(idx) == list(range(75, 100)) and weight == 0.25
+
+
+def test_devices_per_local_rank():
+    assert distributed.device_for(1, "cuda:{local_rank}") == "cuda:1"
+    assert distributed.device_for(1, "cuda:0, opencl:0:0") == "opencl:0:0"
+    assert distributed.device_for(0, None) is None
+    with pytest.raises(InputError, match="local rank 2 has none"):
+        distributed.device_for(2, "cuda:0,opencl:0:0")
+    with pytest.raises(InputError, match="local_rank"):
+        distributed.device_for(0, "cuda:{rank}")
+
+
+def test_the_train_command_over_two_ranks(tmp_path):
+    mpiexec = _mpiexec()
+    save = tmp_path / "net.safetensors"
+    job = subprocess.run(
+        [mpiexec, "-n", "2", sys.executable, "-m", "portanet.cli", "train", "--distributed",
+         "--balance", "--limit", "400", "--test-limit", "200", "--epochs", "1",
+         "--batch-size", "32", "--save", str(save), "--json"],
+        env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True, text=True,
+        timeout=600)
+    assert job.returncode == 0, job.stdout + job.stderr
+    lines = job.stdout.splitlines()
+    assert sum(line.startswith("epoch 1/1") for line in lines) == 1     # rank 0 alone
+    assert sum(line.startswith("test loss") for line in lines) == 1
+    result = json.loads(lines[-1])
+    assert result["distributed"]["ranks"] == 2 and len(result["distributed"]["rates"]) == 2
+    assert "2 ranks over mpi" in job.stderr and save.exists()
+    assert pn.load(save).predict(np.zeros((1, 1, 28, 28), np.float32)).shape == (1, 10)
