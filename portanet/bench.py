@@ -384,6 +384,56 @@ def run(devices=None, workloads=None, peer=True, progress=print):
     return report
 
 
+def run_distributed(workloads=None, progress=print):
+    """The training-step workloads on every rank of a distributed job (mpiexec; see
+    distributed.py), each rank on its device with its own batch of the workload's size
+    (weak scaling: the global batch is ranks x batch): each case's step alone (the ranks
+    not averaging: one device's time) and as a distributed step, whose throughput is the
+    global batch's samples a second and whose scaling efficiency is alone / distributed.
+    Every rank returns the report; rank 0's has every rank's rows."""
+    from . import distributed
+    group = distributed.init()
+    workloads = [w for w in (workloads or STEPS) if w in STEPS]
+    if not workloads:
+        raise PortanetError(f"--distributed times training steps: give a workload among "
+                            f"{', '.join(sorted(STEPS))}")
+    bk = backends.device()
+    report = {"schema": SCHEMA, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+              "environment": environment(), "distributed": group.describe(),
+              "devices": {bk.name: {k: v for k, v in bk.info().items() if k != "gemm_params"}},
+              "results": []}
+    rng = np.random.default_rng(group.rank)
+    rows = []
+    for w in sorted(workloads):
+        batches = (64, 256) if w == "lenet-step" else \
+            (MLPS[w][3] // 10 if _is_slow(bk) and w == "mlp-big" else MLPS[w][3],)
+        for m in batches:
+            net, step = training_step(w, bk, m, rng)
+            try:
+                with distributed.paused():
+                    alone = _step_timing(bk, step)
+                net.optimizer_state.share = 1.0 / group.size     # equal batches
+                step()                                            # the averaging's first
+                together = _step_timing(bk, step)
+            finally:
+                net.free()
+            row = _row(w, f"batch {m} per rank", bk.name, timing=together)
+            row.update(rank=group.rank, alone=alone,
+                       throughput=group.size * m / together["median_s"],
+                       throughput_unit="samples/s (all ranks)",
+                       scaling_efficiency=alone["median_s"] / together["median_s"])
+            rows.append(row)
+    everyone = group.comm.gather(rows, root=0)
+    if group.rank == 0:
+        report["results"] = [r for ranks in everyone for r in ranks]
+        for r in report["results"]:
+            progress(f"rank {r['rank']} {r['device']:12s} {r['workload']:10s} {r['case']:20s} "
+                     f"alone {r['alone']['median_s'] * 1e3:9.3f} ms  distributed "
+                     f"{r['median_s'] * 1e3:9.3f} ms  {r['throughput']:12.1f} samples/s  "
+                     f"efficiency {r['scaling_efficiency']:.2f}")
+    return report
+
+
 def _error(e):
     return f"{type(e).__name__}: {e}".strip()[:2000]
 

@@ -256,9 +256,24 @@ class Progress:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="draw time per workload per device to this PNG (needs matplotlib)")
 @click.option("--no-torch", is_flag=True, help="skip the PyTorch peer column")
-def bench(devices, workloads, list_only, json_path, plot_path, no_torch):
+@click.option("--distributed", "dist", is_flag=True,
+              help="under mpiexec: each rank times the training steps on its device alone "
+                   "and averaged over the ranks (throughput, scaling efficiency); rank 0 "
+                   "prints and writes --json")
+def bench(devices, workloads, list_only, json_path, plot_path, no_torch, dist):
     """Time the same workloads on every device, beside PyTorch where it is importable."""
-    from . import bench as bench_module
+    from . import bench as bench_module, distributed
+    if dist:
+        if devices or plot_path:
+            raise click.UsageError("--distributed takes each rank's device from "
+                                   "PORTANET_DEVICE, and draws no plot")
+        try:
+            report = bench_module.run_distributed(workloads, progress=click.echo)
+            if json_path and distributed.leader():
+                bench_module.write_json(report, json_path)
+        except PortanetError as e:
+            raise click.ClickException(str(e)) from e
+        return
     if list_only:
         for name, (_, description) in bench_module.WORKLOADS.items():
             click.echo(f"{name:12s} {description}")

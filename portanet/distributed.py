@@ -18,6 +18,7 @@ Devices: PORTANET_DEVICE may name one per local rank: "cuda:{local_rank}" or a c
 ("cuda:0,opencl:0:0": local rank i takes the i-th). init() sets this process's
 PORTANET_DEVICE to its own, so every network built afterwards without a device is there.
 """
+import contextlib
 import os
 
 import numpy as np
@@ -68,6 +69,18 @@ def current():
 def leader():
     """Whether this process prints, evaluates and saves: rank 0, or not distributed."""
     return _group is None or _group.rank == 0
+
+
+@contextlib.contextmanager
+def paused():
+    """Train alone within the block (the group kept for after it): what one rank's step
+    costs without the averaging, as `portanet bench --distributed` compares."""
+    global _group
+    group, _group = _group, None
+    try:
+        yield
+    finally:
+        _group = group
 
 
 def shutdown():

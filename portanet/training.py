@@ -234,8 +234,12 @@ def replayed(net, key, work):
 def train_batch(net, x, y, optimizer):
     """One forward, loss and backward step on one batch (no host synchronisation, but
     where x is on the device already: it is checked there for NaN and inf before the step,
-    and let go after it)."""
+    and let go after it). In a distributed job each rank gives its own batch, and the step
+    is the one over all of them (the ranks' batch sizes are summed first)."""
     prepare(net, optimizer)
+    group = distributed.current()
+    if group is not None:           # each rank its own batch: weighted by its size
+        net.optimizer_state.share = len(x) / group.sum([len(x)])[0]
     with dlpack.taken(x, net.backend) as x:
         x, t = net._check_data(x, y)
         if isinstance(x, dlpack.DeviceSamples):

@@ -143,3 +143,51 @@ def test_the_train_command_over_two_ranks(tmp_path):
     assert result["distributed"]["ranks"] == 2 and len(result["distributed"]["rates"]) == 2
     assert "2 ranks over mpi" in job.stderr and save.exists()
     assert pn.load(save).predict(np.zeros((1, 1, 28, 28), np.float32)).shape == (1, 10)
+
+
+def test_the_distributed_bench(tmp_path):
+    mpiexec = _mpiexec()
+    out = tmp_path / "bench.json"
+    job = subprocess.run(
+        [mpiexec, "-n", "2", sys.executable, "-m", "portanet.cli", "bench", "--distributed",
+         "--workload", "mlp-small", "--json", str(out)],
+        env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True, text=True,
+        timeout=600)
+    assert job.returncode == 0, job.stdout + job.stderr
+    report = json.loads(out.read_text())
+    assert report["distributed"]["ranks"] == 2 and report["distributed"]["engine"] == "mpi"
+    rows = report["results"]
+    assert sorted(r["rank"] for r in rows) == [0, 1]
+    for r in rows:
+        assert r["throughput"] == pytest.approx(2 * 1000 / r["median_s"])
+        assert r["scaling_efficiency"] == pytest.approx(r["alone"]["median_s"] / r["median_s"])
+    assert sum("efficiency" in line for line in job.stdout.splitlines()) == 2
+
+
+TRAIN_BATCH = """
+import sys, numpy as np, portanet as pn
+group = pn.distributed.init()
+rng = np.random.default_rng(7)
+x, y = rng.standard_normal((30, 6)).astype(np.float32), rng.integers(0, 3, 30)
+sizes = [10, 20]        # rank r trains on its own batch: x[:10] and x[10:30]
+net = pn.mlp((6,), classes=3, hidden=(8,), device="cpu")
+if group.rank == 0:
+    net.train_batch(x[:10], y[:10], pn.SGD(0.1, 0.9))
+else:
+    net.train_batch(x[10:], y[10:], pn.SGD(0.1, 0.9))
+np.savez(sys.argv[1] + f"/{group.rank}.npz", **net.get_weights())
+"""
+
+
+def test_train_batch_of_each_rank_is_one_step_over_all(tmp_path):
+    mpiexec = _mpiexec()
+    job = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", TRAIN_BATCH, str(tmp_path)],
+                         env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
+                         text=True, timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal((30, 6)).astype(np.float32), rng.integers(0, 3, 30)
+    alone = pn.mlp((6,), classes=3, hidden=(8,), device="cpu")
+    alone.train_batch(x, y, pn.SGD(0.1, 0.9))
+    assert_same([dict(np.load(tmp_path / f"{r}.npz"), loss=0) for r in range(2)],
+                dict(alone.get_weights(), loss=0))
