@@ -172,9 +172,9 @@ class _Graph:
 
 
 SUPPORTED = ("Gemm, MatMul (+ Add), Conv, BatchNormalization, MaxPool, AveragePool, "
-             "GlobalAveragePool, Flatten, Reshape, Relu, Sigmoid, Tanh, Softmax, LeakyRelu, "
-             "Elu, Gelu, x * Sigmoid(x), Add (residual), Dropout, Identity; constants and "
-             "Shape arithmetic for reshapes")
+             "GlobalAveragePool (or ReduceMean over H and W), Flatten, Reshape, Relu, "
+             "Sigmoid, Tanh, Softmax, LeakyRelu, Elu, Gelu, x * Sigmoid(x), Add (residual), "
+             "Dropout, Identity; constants and Shape arithmetic for reshapes")
 
 
 def from_onnx(model, device=None, dtype="float32", loss=None, seed=0):
@@ -374,6 +374,16 @@ class _Reader:
         if t == "GlobalAveragePool":
             self.check_images(node, shape)
             return op("layer", (shape[0], 1, 1), layer=L.GlobalAvgPool2D(), weights={})
+        if t == "ReduceMean":           # PyTorch's dynamo exporter: AdaptiveAvgPool2d(1)
+            self.check_images(node, shape)
+            axes = attrs.get("axes") if "axes" in attrs else self.const(node, node.input[1]) \
+                if len(node.input) > 1 and node.input[1] else None
+            if axes is None or sorted(int(a) % 4 for a in np.ravel(axes)) != [2, 3]:
+                raise self.unsupported(node, "a mean over other than the image's rows and "
+                                             "columns")
+            keep = attrs.get("keepdims", 1)
+            return op("layer", (shape[0], 1, 1) if keep else (shape[0],),
+                      layer=L.GlobalAvgPool2D(), weights={})
         if t == "BatchNormalization":
             if attrs.get("training_mode", 0):
                 raise self.unsupported(node, "training_mode=1; export the model in eval mode")

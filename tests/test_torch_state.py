@@ -97,7 +97,8 @@ def test_a_pickle_needs_torch(tmp_path):
 
 
 @pytest.mark.parametrize("change, error, words", [
-    (lambda s: [s.pop("7.bias"), s.pop("7.weight")], ShapeError, "3 modules with tensors .*4 layers"),
+    (lambda s: [s.pop("7.bias"), s.pop("7.weight")], ShapeError,
+     "3 modules with tensors .*4 layers"),
     (lambda s: s.update({"7.weight": np.zeros((10, 55), np.float32)}), ShapeError,
      r"7.weight has shape \(10, 55\); layer 5 .* needs \(10, 54\)"),
     (lambda s: s.update({"0.weight": np.zeros((4, 1, 5, 5), np.float32)}), ShapeError,
