@@ -339,3 +339,27 @@ def test_the_onnx_package_missing_is_said(monkeypatch, tmp_path):
     monkeypatch.setattr(builtins, "__import__", no_onnx)
     with pytest.raises(InputError, match=r"portanet\[onnx\]"):
         onnx_io.to_onnx(pn.mlp((4,), 3, (5,), device="cpu"), tmp_path / "x.onnx")
+
+
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_a_mean_over_the_image_is_global_average_pooling(rng, keepdims):
+    n = helper.make_node
+    tail = [n("Gemm", ["m", "w", "b"], ["out"], transB=1)] if not keepdims else \
+        [n("Flatten", ["m"], ["f"]), n("Gemm", ["f", "w", "b"], ["out"], transB=1)]
+    model = _graph([n("Conv", ["input.1", "k", "kb"], ["c"], kernel_shape=[3, 3]),
+                    n("ReduceMean", ["c", "axes"], ["m"], keepdims=keepdims), *tail],
+                   {"k": _f32(rng, 5, 2, 3, 3), "kb": _f32(rng, 5), "w": _f32(rng, 3, 5),
+                    "b": _f32(rng, 3), "axes": np.array([-1, -2], np.int64)}, (2, 7, 6), "out",
+                   opset=18)
+    x = rng.random((4, 2, 7, 6), dtype=np.float32)
+    net = pn.from_onnx(model)
+    assert [type(l).__name__ for l in net.layers] == ["Conv2D", "GlobalAvgPool2D", "Dense"]
+    if ort is not None:
+        session = ort.InferenceSession(model.SerializeToString(),
+                                       providers=["CPUExecutionProvider"])
+        want = session.run(None, {"input.1": x})[0]
+        assert np.abs(net.predict(x) - want).max() <= TOLERANCE
+    over_channels = _graph([n("ReduceMean", ["input.1", "axes"], ["out"], name="mean")],
+                           {"axes": np.array([1], np.int64)}, (2, 7, 6), "out", opset=18)
+    with pytest.raises(InputError, match="'mean' \\(ReduceMean\\).*rows and columns"):
+        pn.from_onnx(over_channels)
