@@ -33,12 +33,14 @@ class MemoryPlan:
     `available` is what the device has free for them now (plus what the network already
     holds and would give back first); `max_alloc` the largest single buffer it allows."""
 
-    def __init__(self, buffers, batch_size, device, available, max_alloc=None):
+    def __init__(self, buffers, batch_size, device, available, max_alloc=None,
+                 distributed=None):
         self.buffers = list(buffers)
         self.batch_size = batch_size
         self.device = device
         self.available = available
         self.max_alloc = max_alloc
+        self.distributed = distributed      # the job's Group where the network trains in one
 
     @property
     def total(self):
@@ -63,6 +65,11 @@ class MemoryPlan:
 
     def __str__(self):
         lines = [f"memory plan on {self.device}, batch {self.batch_size}:"]
+        if self.distributed:
+            g = self.distributed
+            lines[0] = lines[0][:-1] + f" (this rank's; rank {g.rank} of {g.size} over " \
+                f"{g.engine}, devices {', '.join(g.devices)}, each rank's gradients " \
+                f"averaged through host memory):"
         for b in self.buffers:
             shape = "x".join(map(str, b.shape))
             lines.append(f"  {b.owner:36.36s} {b.name:18s} {b.kind:16s} {shape:>16s} "

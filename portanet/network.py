@@ -10,7 +10,8 @@ training allocates nothing.
 """
 import numpy as np
 
-from . import backends, config, dlpack, layers as layer_module, losses, saving, training
+from . import (backends, config, distributed, dlpack, layers as layer_module, losses, saving,
+               training)
 from .errors import InputError, OutOfMemoryError, ShapeError, check_count
 from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refuse,
                      size_text as _size)
@@ -189,7 +190,7 @@ class Sequential:
         if self.optimizer_state:
             held += sum(b.nbytes for _, b, _ in self.optimizer_state._arrays)
         return MemoryPlan(buffers, m, self.backend.name, free + held,
-                          getattr(self.backend, "max_alloc_bytes", None))
+                          getattr(self.backend, "max_alloc_bytes", None), distributed.current())
 
     def _largest_batch(self, limit):
         return largest_batch(lambda m: self._plan(m).fits, limit)

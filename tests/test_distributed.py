@@ -191,3 +191,20 @@ def test_train_batch_of_each_rank_is_one_step_over_all(tmp_path):
     alone.train_batch(x, y, pn.SGD(0.1, 0.9))
     assert_same([dict(np.load(tmp_path / f"{r}.npz"), loss=0) for r in range(2)],
                 dict(alone.get_weights(), loss=0))
+
+
+PLAN = """
+import portanet as pn
+pn.distributed.init()
+print(pn.mlp((784,), hidden=(64,)).memory_plan(32))
+"""
+
+
+def test_the_memory_plan_says_the_job(tmp_path):
+    mpiexec = _mpiexec()
+    job = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", PLAN],
+                         env=dict(os.environ, PORTANET_DEVICE="cpu,cpu"), capture_output=True,
+                         text=True, timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    assert "rank 0 of 2 over mpi, devices cpu, cpu" in job.stdout
+    assert "rank 1 of 2" in job.stdout
