@@ -124,6 +124,15 @@ def rng(request):
     return np.random.default_rng(rng_seed(request.node.nodeid))
 
 
+@pytest.fixture(scope="session")
+def fashion():
+    """Fashion-MNIST, ((x, y), (x_test, y_test)), or the test skips where it is missing."""
+    try:
+        return portanet.load_dataset("fashion-mnist")
+    except portanet.DataError as e:
+        pytest.skip(f"Fashion-MNIST is not installed here: {e}")
+
+
 def rng_seed(nodeid):
     return zlib.crc32(nodeid.encode())
 

@@ -26,14 +26,6 @@ TEST = {"mlp": 10000, "lenet": 10000, "resnet": 2000}   # test images predicted
 
 
 @pytest.fixture(scope="module")
-def fashion():
-    try:
-        return pn.load_dataset("fashion-mnist")
-    except pn.DataError as e:
-        pytest.skip(f"Fashion-MNIST is not installed here: {e}")
-
-
-@pytest.fixture(scope="module")
 def trained(fashion, tmp_path_factory):
     """{model: (network trained on cpu, its ONNX file)}."""
     (x, y), _ = fashion

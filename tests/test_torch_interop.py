@@ -16,14 +16,6 @@ TOLERANCE = 1e-5        # the issue's, on the probabilities; logits relative to 
 SAMPLES = 2048          # Fashion-MNIST images PyTorch trains on, and portanet fine-tunes on
 
 
-@pytest.fixture(scope="module")
-def fashion():
-    try:
-        return pn.load_dataset("fashion-mnist")
-    except pn.DataError as e:
-        pytest.skip(f"Fashion-MNIST is not installed here: {e}")
-
-
 def torch_lenet():
     """portanet's lenet() in PyTorch, with relu after max pooling as PyTorch code often
     writes it (the import moves it before the pool, where portanet fuses it)."""
