@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Issue 17 on the GPU machine (device tool), where PyTorch is. Carry .gpu
-# (../shared/device), .whl (the safetensors wheel; .whl/onnx: the cp312 wheels of onnx,
-# onnxscript, onnx_ir, ml_dtypes, protobuf, packaging and typing_extensions, from
-# `pip download --only-binary=:all: --python-version 3.12 onnx onnxscript`) and .data
-# (Fashion-MNIST). ONNX Runtime does not travel (the carry limit): the comparisons with it
-# run in CI; here PyTorch is the oracle.
-#   bash bench/gpu_issue17.sh interop   the interop tests (test_torch_interop, test_dlpack,
-#                                       test_onnx, test_torch_state, test_readme) on all
-#                                       devices but PoCL: cpu,
-#                                       cuda and opencl:nvidia
-#   bash bench/gpu_issue17.sh suite     every test on cuda and opencl:nvidia
+# Issues 17 and 16 on the GPU machine (device tool), where PyTorch is. Carry .gpu
+# (../shared/device), .whl (the safetensors wheel; .whl/onnx: cp312 wheels of onnx,
+# onnxscript, onnx_ir, ml_dtypes, protobuf, packaging, typing_extensions; .whl/mpi: mpi4py
+# and mpich, `pip download --only-binary=:all: --python-version 3.12 ...`) and .data
+# (Fashion-MNIST). The image has onnx, onnxscript, onnxruntime and mpi4py already
+# (KINDS.md); the carried wheels go in only where an import fails. Modes:
+#   interop   the interop tests (test_torch_interop, test_dlpack, test_onnx,
+#             test_torch_state, test_readme) on every device but PoCL: cpu, cuda and
+#             opencl:nvidia
+#   suite     every test on cuda and opencl:nvidia
+#   mixed     issue 16: a job of one cuda rank and one opencl:0:0 rank trains the
+#             Fashion-MNIST MLP 5 epochs (MPI, global batch 2 x 64), beside one process
+#             on cuda over the same global batches; then with --balance
 # Results under $OUT.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 source .gpu/gpu-env.sh > /dev/null || exit 1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/safetensors*.whl \
-    .whl/onnx/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/safetensors*.whl || exit 1
+python3 -c "import onnx, onnxscript" 2>/dev/null || python3 -m pip install -q --no-index \
+    --no-deps --target /tmp/site .whl/onnx/*.whl || exit 1
 export PYTHONUNBUFFERED=1 PORTANET_DATA=$PWD/.data PYTHONPATH=$PWD:$PYTHONPATH
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import torch, onnx; print('torch', torch.__version__, 'onnx', onnx.__version__)"
@@ -28,4 +31,13 @@ interop)
 suite)
     timeout 560 python3 -m pytest -q -x tests -k "cuda or nvidia" -p no:cacheprovider 2>&1 \
         | tail -12 | tee "$OUT/suite-tests.log" ;;
+mixed)
+    command -v mpiexec > /dev/null || { python3 -m pip install -q --no-index --no-deps \
+        --target /tmp/site .whl/mpi/*.whl && export PATH=/tmp/site/bin:$PATH; } || exit 1
+    run() { timeout 280 "$@" --model mlp --epochs 5 --json 2>&1 | grep -v Warning; }
+    PORTANET_DEVICE=cuda:0,opencl:0:0 run mpiexec -n 2 python3 -m portanet.cli train \
+        --distributed --batch-size 64 | tee "$OUT/mixed.log"
+    PORTANET_DEVICE=cuda:0,opencl:0:0 run mpiexec -n 2 python3 -m portanet.cli train \
+        --distributed --balance --batch-size 64 | tee "$OUT/mixed-balance.log"
+    run python3 -m portanet.cli train --device cuda --batch-size 128 | tee "$OUT/alone.log" ;;
 esac
