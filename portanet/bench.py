@@ -413,12 +413,15 @@ def run_distributed(workloads=None, progress=print):
                 with distributed.paused():
                     alone = _step_timing(bk, step)
                 net.optimizer_state.share = 1.0 / group.size     # equal batches
+                before = group.averages
                 step()                                            # the averaging's first
+                bk.synchronize()
+                averages = group.averages - before
                 together = _step_timing(bk, step)
             finally:
                 net.free()
             row = _row(w, f"batch {m} per rank", bk.name, timing=together)
-            row.update(rank=group.rank, alone=alone,
+            row.update(rank=group.rank, alone=alone, averages_per_step=averages,
                        throughput=group.size * m / together["median_s"],
                        throughput_unit="samples/s (all ranks)",
                        scaling_efficiency=alone["median_s"] / together["median_s"])

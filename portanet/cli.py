@@ -158,8 +158,11 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
             return
         if balance:
             probe = build_model(model, dataset, x.shape[1:], device, seed)
-            group.balance(distributed.step_rate(probe, x[:batch_size], y[:batch_size], opt))
-            probe.free()
+            try:
+                rate = distributed.step_rate(probe, x[:batch_size], y[:batch_size], opt)
+            finally:
+                probe.free()
+            group.balance(rate)
         echo(net.summary(opt), err=True)
         if group:
             echo(f"distributed: {group.size} ranks over {group.engine} on "

@@ -1,7 +1,12 @@
 """Every environment variable portanet reads, in one place (documented in the README).
 
 PORTANET_DEVICE  default device string: cpu, opencl, opencl:P, opencl:P:D, cuda, cuda:N
-                 (unset or empty: cpu)
+                 (unset or empty: cpu); in a distributed job one per local rank
+                 (cuda:{local_rank}, or a comma list), and distributed.init() sets each
+                 process's own here
+PORTANET_DIST    the engine of a distributed job: mpi (the default)
+LOCAL_RANK, WORLD_SIZE  a launcher's (torchrun's) numbers of a distributed job's process:
+                 its rank among this machine's, and the job's size (checked against MPI's)
 PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the path
                  measured fastest on the device), vendor (CLBlast / cuBLAS) or own
                  (portanet's tiled kernels)
@@ -31,6 +36,21 @@ def device_variable():
     """PORTANET_DEVICE as set, or None where it is unset or blank."""
     value = os.environ.get("PORTANET_DEVICE", "")
     return value if value.strip() else None
+
+
+def set_device_variable(spec):
+    """This process's PORTANET_DEVICE (distributed.init: each rank its own device)."""
+    os.environ["PORTANET_DEVICE"] = spec
+
+
+def dist_engine():
+    return os.environ.get("PORTANET_DIST", "").strip().lower() or "mpi"
+
+
+def launcher_numbers():
+    """(LOCAL_RANK, WORLD_SIZE) as a launcher set them, each None where it did not."""
+    return tuple(int(v) if v.strip().isdigit() else None
+                 for v in (os.environ.get("LOCAL_RANK", ""), os.environ.get("WORLD_SIZE", "")))
 
 
 def gemm_path():

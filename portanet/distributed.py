@@ -19,10 +19,10 @@ Devices: PORTANET_DEVICE may name one per local rank: "cuda:{local_rank}" or a c
 PORTANET_DEVICE to its own, so every network built afterwards without a device is there.
 """
 import contextlib
-import os
 
 import numpy as np
 
+from . import config
 from .errors import InputError
 
 ENGINES = ("mpi",)
@@ -38,23 +38,23 @@ def init(engine=None, balance=None):
     global _group
     if _group is not None:
         return _group
-    engine = (engine or os.environ.get("PORTANET_DIST") or "mpi").strip().lower()
+    engine = (engine or config.dist_engine()).strip().lower()
     if engine not in ENGINES:
         raise InputError(f"PORTANET_DIST / engine {engine!r} is not an engine portanet has: "
                          f"{', '.join(ENGINES)}")
+    rate = _rate(1.0 if balance is None else balance)
     comm = _mpi_world()
     rank, size = comm.Get_rank(), comm.Get_size()
-    said = os.environ.get("WORLD_SIZE", "").strip()
-    if said.isdigit() and int(said) != size:
+    local, said = config.launcher_numbers()
+    if said is not None and said != size:
         raise InputError(f"WORLD_SIZE={said} but MPI sees {size} process(es): the MPI engine "
                          f"takes its ranks from MPI; launch with mpiexec -n {said}")
-    local = _local_rank(comm)
-    device = device_for(local, os.environ.get("PORTANET_DEVICE"))
+    if local is None:
+        from mpi4py import MPI
+        local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+    device = device_for(local, config.device_variable())
     if device is not None:
-        os.environ["PORTANET_DEVICE"] = device
-    rate = 1.0 if balance is None else float(balance)
-    if not rate > 0:
-        raise InputError(f"balance must be a positive step rate, got {balance!r}")
+        config.set_device_variable(device)
     rates = comm.allgather(rate)
     devices = comm.allgather(device or "cpu")
     _group = Group(comm, rank, size, local, devices, engine, rates)
@@ -116,13 +116,12 @@ class Group:
     def __init__(self, comm, rank, size, local_rank, devices, engine, rates):
         self.comm, self.rank, self.size, self.local_rank = comm, rank, size, local_rank
         self.devices, self.engine, self.rates = devices, engine, rates
+        self.averages = 0                   # calls of average so far (the bench counts them)
 
     def balance(self, rate):
         """Shares of each global batch in proportion to each rank's step rate (samples a
         second, as step_rate measures); every rank gives its own."""
-        if not rate > 0:
-            raise InputError(f"a rank's step rate must be positive, got {rate!r}")
-        self.rates = self.comm.allgather(float(rate))
+        self.rates = self.comm.allgather(_rate(rate))
 
     @property
     def device(self):
@@ -148,11 +147,38 @@ class Group:
         """x <- sum_r weight_r x_r over the ranks, in place (host staging where x is on a
         device)."""
         from mpi4py import MPI
+        self.averages += 1
         host = x if isinstance(x, np.ndarray) else backend.download(x)
         host *= host.dtype.type(weight)
         self.comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
         if host is not x:
             backend.write(x, host)
+
+    def broadcast(self, backend, x):
+        """x <- rank 0's x, in place."""
+        host = x if isinstance(x, np.ndarray) else backend.download(x)
+        self.comm.Bcast(host, root=0)
+        if host is not x:
+            backend.write(x, host)
+
+    def broadcast_state(self, net):
+        """Rank 0's parameters, saved buffers and optimizer state on every rank."""
+        arrays = [x for _, layer in net.walk() for x in layer.params().values()]
+        if net.optimizer_state is not None:
+            arrays += list(net.optimizer_state.tensors().values())
+        for x in arrays:
+            self.broadcast(net.backend, x)
+
+    def agree(self, settings):
+        """An InputError naming what differs where this rank's settings (of fit) are not
+        rank 0's: different data or batches would hang a job or train it wrong."""
+        theirs = self.comm.bcast(settings, root=0)
+        differ = [f"{k}: {settings.get(k)!r} here, {v!r} on rank 0" for k, v in theirs.items()
+                  if settings.get(k) != v]
+        if differ:
+            raise InputError(f"rank {self.rank} is not training what rank 0 is ("
+                             f"{'; '.join(differ)}): give every rank the same data, network "
+                             f"and fit arguments")
 
     def sum(self, values):
         """The sum over ranks of a few numbers (float64)."""
@@ -173,16 +199,46 @@ class Group:
 def step_rate(net, x, y, optimizer, steps=5):
     """Samples a second that `net` trains at on batches like x, y (the rate --balance
     shares the global batch by): two steps to build and record, then `steps` timed. It
-    trains net: give it a probe, not the network to train."""
+    trains net: give it a probe, not the network to train. Measured alone (paused): in the
+    job every step would wait for the slowest rank."""
     import time
-    for _ in range(2):
-        net.train_batch(x, y, optimizer)
-    net.backend.synchronize()
-    start = time.perf_counter()
-    for _ in range(steps):
-        net.train_batch(x, y, optimizer)
-    net.backend.synchronize()
-    return steps * len(x) / (time.perf_counter() - start)
+    with paused():
+        for _ in range(2):
+            net.train_batch(x, y, optimizer)
+        net.backend.synchronize()
+        start = time.perf_counter()
+        for _ in range(steps):
+            net.train_batch(x, y, optimizer)
+        net.backend.synchronize()
+        return steps * len(x) / (time.perf_counter() - start)
+
+
+@contextlib.contextmanager
+def collective():
+    """Within the block, an error on one rank of a job of several ends the job (MPI's
+    Abort, after the error is printed): the other ranks would wait for it in their next
+    average for ever."""
+    try:
+        yield
+    except BaseException as e:
+        group = _group
+        if group is None or group.size == 1:
+            raise
+        import sys
+        import traceback
+        print(f"portanet: rank {group.rank} of {group.size} failed; ending the job",
+              file=sys.stderr)
+        traceback.print_exception(e, file=sys.stderr)
+        sys.stderr.flush()
+        group.comm.Abort(1)
+        raise
+
+
+def _rate(rate):
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not rate > 0:
+        raise InputError(f"a rank's step rate (balance) must be a positive number, got "
+                         f"{rate!r}")
+    return float(rate)
 
 
 def _mpi_world():
@@ -195,10 +251,3 @@ def _mpi_world():
     return MPI.COMM_WORLD
 
 
-def _local_rank(comm):
-    """The rank among the processes of this machine: LOCAL_RANK (torchrun) or MPI's
-    shared-memory split."""
-    if os.environ.get("LOCAL_RANK", "").strip().isdigit():
-        return int(os.environ["LOCAL_RANK"])
-    from mpi4py import MPI
-    return comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()

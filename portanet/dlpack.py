@@ -417,9 +417,39 @@ def _lend(x, address, device):
 
 def _let_go(block):
     """The deleter of a DLManagedTensor made here: called once, by its consumer or by
-    the capsule's destructor."""
-    if _lent.pop(block, None) is not None:
-        _free(block)
+    the capsule's destructor. The last lend of memory a backend was asked to free
+    (free_later) frees it now."""
+    x = _lent.pop(block, None)
+    if x is None:
+        return
+    _free(block)
+    owner = _owner(x)
+    waiting = _unfreed.get(id(owner))
+    if waiting is not None and not _lends(owner):
+        del _unfreed[id(owner)]
+        waiting[1].free(owner)
+
+
+_unfreed = {}       # id(array) -> (array, its backend): freed when its last lend is let go
+
+
+def free_later(backend, x):
+    """Whether x's memory is lent now (to_dlpack, Layer.weights): then it is not freed
+    until the last consumer lets go of it (Backend.free asks), so that a tensor another
+    library holds never points at memory given back or reused."""
+    owner = _owner(x)
+    if not _lends(owner):
+        return False
+    _unfreed[id(owner)] = owner, backend
+    return True
+
+
+def _owner(x):
+    return x if getattr(x, "base", None) is None else x.base
+
+
+def _lends(owner):
+    return any(_owner(x) is owner for x in _lent.values())
 
 
 _DELETE = DELETER(_let_go)

@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 
+from . import distributed
 from .backends.base import ACTIVATIONS, CONV_WORKSPACE_BYTES, conv_out
 from .errors import InputError, ShapeError, check_count
 from .memory import elements
@@ -359,7 +360,11 @@ class Dropout(Layer):
 
     def begin_step(self):
         self.step += 1
-        self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step))
+        # in a distributed job each rank its own masks (rank 0's are one process's): with
+        # one key, every rank would drop the same units of its j-th sample
+        group = distributed.current()
+        rank = group.rank if group else 0
+        self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step) + rank * 0x85EBCA6B)
         self.backend.write(self._key, key_array(self.key))
 
     def forward(self, training=True):

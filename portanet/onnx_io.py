@@ -21,7 +21,7 @@ import os
 import numpy as np
 
 from . import checkpoint, layers as L
-from .errors import InputError, ModelFileError, ShapeError
+from .errors import InputError, ModelFileError, PortanetError, ShapeError
 
 OPSET = 17                 # the default: read by ONNX Runtime, TensorRT and OpenVINO alike
 MIN_OPSET = 13             # Softmax over one axis, Unsqueeze's axes as an input
@@ -216,12 +216,16 @@ def from_onnx(model, device=None, dtype="float32", loss=None, seed=0):
         raise InputError(f"{where}: its layers do not make a portanet network: {e}") from e
     values = net.get_weights()
     for path, layer in net.walk():
-        for name, value in params.get(id(layer), {}).items():
-            values[f"{path}.{name}"] = np.asarray(value).reshape(values[f"{path}.{name}"].shape)
-        if isinstance(layer, L.Residual) and id(layer) in reader.projections:
-            for name, value in reader.projections[id(layer)].items():
-                values[f"{path}.proj.{name}"] = np.asarray(value).reshape(
-                    values[f"{path}.proj.{name}"].shape)
+        found = dict(params.get(id(layer), {}))
+        found.update({f"proj.{name}": value
+                      for name, value in reader.projections.get(id(layer), {}).items()})
+        for name, value in found.items():
+            key = f"{path}.{name}"
+            value = np.asarray(value)
+            if value.size != values[key].size:
+                raise InputError(f"{where}: the graph's {name} for layer {path} ({layer}) has "
+                                 f"{value.size} values, the layer {values[key].size}")
+            values[key] = value.reshape(values[key].shape)
     net.set_weights(values)
     return net
 
@@ -272,7 +276,17 @@ class _Reader:
         return self.consts[name]
 
     def read(self, node):
-        attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
+        try:
+            self._read(node)
+        except PortanetError:
+            raise
+        except (ValueError, KeyError, IndexError, TypeError) as e:   # malformed: no crash
+            raise ModelFileError(f"{self.where}: node {node.name!r} ({node.op_type}) cannot "
+                                 f"be read: {type(e).__name__}: {e}") from e
+
+    def _read(self, node):
+        attrs = {a.name: _text(self.onnx.helper.get_attribute_value(a))
+                 for a in node.attribute}
         stream = [i for i in node.input if i in self.shapes]
         if not stream:
             self.fold(node, attrs)
@@ -385,8 +399,9 @@ class _Reader:
             return op("layer", (shape[0], 1, 1) if keep else (shape[0],),
                       layer=L.GlobalAvgPool2D(), weights={})
         if t == "BatchNormalization":
-            if attrs.get("training_mode", 0):
-                raise self.unsupported(node, "training_mode=1; export the model in eval mode")
+            if attrs.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
+                raise self.unsupported(node, "batch statistics (training mode); export the "
+                                             "model in eval mode")
             gamma, beta, mean, var = (self.const(node, i) for i in node.input[1:5])
             # float32 attributes: 0.1 would come back as 0.10000002384185791
             layer = L.BatchNorm(momentum=_float32(1.0 - attrs.get("momentum", 0.9)),
@@ -421,8 +436,11 @@ class _Reader:
                 raise self.unsupported(node, "transA=1")
             w = attrs.get("alpha", 1.0) * (w if attrs.get("transB", 0) else w.T)
             if len(node.input) > 2 and node.input[2]:
-                b = attrs.get("beta", 1.0) * np.broadcast_to(
-                    self.const(node, node.input[2]), (w.shape[0],))
+                c = self.const(node, node.input[2])
+                if c.size not in (1, w.shape[0]):
+                    raise self.unsupported(node, f"a C of shape {c.shape} for {w.shape[0]} "
+                                                 f"outputs")
+                b = attrs.get("beta", 1.0) * np.broadcast_to(c.reshape(-1), (w.shape[0],))
         else:
             w = w.T                                   # x (N, in) @ B (in, out): w = B^T
         if w.shape[1] != shape[0]:
@@ -437,7 +455,7 @@ class _Reader:
         k = attrs.get("kernel_shape", kernel)
         s = attrs.get("strides", [1, 1])
         p = attrs.get("pads", [0, 0, 0, 0])
-        if attrs.get("auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET", b"VALID", "VALID"):
+        if attrs.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
             raise self.unsupported(node, f"auto_pad {attrs['auto_pad']!r}; give pads")
         if len(k) != 2 or k[0] != k[1] or s[0] != s[1] or len(set(p)) != 1:
             raise self.unsupported(node, f"kernel {list(k)}, strides {list(s)}, pads "
@@ -467,8 +485,6 @@ class _Reader:
         if p or attrs.get("storage_order", 0) or (attrs.get("ceil_mode", 0) and not exact):
             raise self.unsupported(node, "pads, ceil_mode or storage_order; portanet pools "
                                          "whole windows inside the image")
-        if node.op_type == "AveragePool" and not attrs.get("count_include_pad", 0) in (0, 1):
-            raise self.unsupported(node)
         layer = (L.MaxPool2D if node.op_type == "MaxPool" else L.AvgPool2D)(k, s)
         return op("layer", (shape[0], *out), layer=layer, weights={})
 
@@ -636,6 +652,11 @@ def _slice(x, starts, ends, axes=None, steps=None):
     for a, s, e, st in zip(axes, starts, ends, steps):
         index[int(a)] = slice(int(s), int(e), int(st))
     return x[tuple(index)]
+
+
+def _text(value):
+    """An attribute's value, its bytes (a string attribute: b"none") as text."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
 def _float32(value):

@@ -91,15 +91,15 @@ class OptimizerState:
         self.optimizer.update(self.backend, layer.flat, target, layer.state, layer.n_decay,
                               self.scalars)
 
-    def null_step(self):
-        """A distributed step on no samples (a rank's empty share of a short last batch):
-        the other ranks' averaged targets, then the update, layer by layer in the order
-        backward updates them (a block's projection, then its layers from the last), so
-        that this rank's weights stay theirs."""
-        self.begin_step()
+    def others_update(self):
+        """The update of a distributed step this rank had no samples for (its empty share
+        of a short last batch): the other ranks' averaged targets, then the optimizer,
+        layer by layer in the order backward updates them (a block's projection, then its
+        layers from the last), so that this rank's weights stay theirs."""
         self.share = 0.0
         for _, layer in reversed(self._layers):
-            self.backend.fill(layer.grad_flat[self._slot], 0.0)   # weighs nothing, as NaN would
+            # zeros: weight 0 times a stale NaN would still be NaN
+            self.backend.fill(layer.grad_flat[self._slot], 0.0)
             self.update(layer)
 
     def tensors(self):
@@ -189,6 +189,13 @@ def begin_step(net):
         layer.begin_step()
 
 
+def null_step(net):
+    """A distributed step on no samples (see OptimizerState.others_update): the step's host
+    work too (the optimizer's step count, Dropout's keys), so that every rank counts alike."""
+    begin_step(net)
+    net.optimizer_state.others_update()
+
+
 def gather_step(net, opt, data):
     """The batch whose indices are in net.order, gathered from the training set on the
     device into the input and target buffers; then the step."""
@@ -214,13 +221,17 @@ def train_step(net, opt, data=None):
 
 def replayed(net, key, work):
     """work(), for the network's batch buffers as bound now: eagerly the first time key is
-    seen, recorded the second (where the device and the layers can), replayed after."""
+    seen, recorded the second (where the device and the layers can), replayed after. In
+    a distributed job always eagerly: the averaging is host work between the launches, which
+    a recording made alone would skip."""
+    if distributed.current() is not None:
+        work()
+        return
     graphs = net._graphs
     graph = graphs.get(key)
     if graph and not graph.current:             # it points at a workspace since freed
         graph = graphs[key] = None
-    # a distributed step averages on the host between its launches: never recorded
-    if graph is None and key in graphs and net._capturable and distributed.current() is None:
+    if graph is None and key in graphs and net._capturable:
         graph = graphs[key] = net.backend.capture(work) or False
     if graph:
         graph()
@@ -238,10 +249,10 @@ def train_batch(net, x, y, optimizer):
     is the one over all of them (the ranks' batch sizes are summed first)."""
     prepare(net, optimizer)
     group = distributed.current()
-    if group is not None:           # each rank its own batch: weighted by its size
-        net.optimizer_state.share = len(x) / group.sum([len(x)])[0]
-    with dlpack.taken(x, net.backend) as x:
+    with dlpack.taken(x, net.backend) as x, distributed.collective():
         x, t = net._check_data(x, y)
+        if group is not None:       # each rank its own batch: weighted by its size
+            net.optimizer_state.share = len(x) / group.sum([len(x)])[0]
         if isinstance(x, dlpack.DeviceSamples):
             net._scan_nonfinite(x, len(x))      # the batch laid out, and checked
             net.backend.write(net.y, t)
@@ -343,10 +354,18 @@ def _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_dat
     if resume is not None:
         run = saving.resume(net, resume, settings, epochs)
         rng.bit_generator.state = run.rng
+    group = distributed.current()
+    if group is not None:           # the same settings everywhere, and rank 0's start
+        with distributed.collective():
+            group.agree(dict(settings, epochs=epochs, validation=validation_data is not None,
+                             resume=resume is not None, network=net._describe()))
+            group.broadcast_state(net)
     data = data_on_device(net, x, t, data_mode)
     try:
-        return _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuffle,
-                       validation_data, progress, on_epoch, callbacks, checkpoint, run)
+        with distributed.collective():
+            return _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng,
+                           shuffle, validation_data, progress, on_epoch, callbacks,
+                           checkpoint, run)
     finally:
         if data:
             for array in data:
@@ -380,14 +399,16 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
         order = rng.permutation(n) if shuffle else np.arange(n)
         net._bind(min(max(shares), n))
         net._reset_sums()
+        trained = 0                             # this rank's samples of the epoch
         for i in range(batches):
             idx = order[i * batch_size:(i + 1) * batch_size]
             if group:
                 idx, net.optimizer_state.share = group.part(
                     idx, shares if len(idx) == batch_size else group.shares(len(idx)))
                 if not len(idx):
-                    net.optimizer_state.null_step()
+                    null_step(net)
                     continue
+                trained += len(idx)
             if data:                            # the batch's indices, gathered there
                 net._bind(len(idx))
                 net.backend.write(net.order, idx.astype(np.int32))
@@ -396,7 +417,7 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
             train_step(net, opt, data)
             if progress:
                 progress(i + 1, batches)
-        loss, acc = _epoch_sums(net, n, group)  # the one host read of the epoch
+        loss, acc = _epoch_sums(net, n, group, trained)    # the one host read of the epoch
         logs = {"loss": loss, "accuracy": acc, "lr": lr,
                 "seconds": time.perf_counter() - start}
         if not math.isfinite(loss):
@@ -423,10 +444,12 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
     return history
 
 
-def _epoch_sums(net, n, group):
+def _epoch_sums(net, n, group, trained):
     """(mean loss, accuracy) of the epoch's n samples: this process's sums, or in a
-    distributed job every rank's; there BatchNorm's running statistics, which each rank
-    kept from its own batches, are averaged too, so that the ranks stay alike."""
+    distributed job every rank's (this one trained on `trained` of them). There the ranks
+    are made alike again: BatchNorm's running statistics, which each rank kept from its own
+    batches, averaged weighted by those samples; then rank 0's parameters and optimizer
+    state everywhere, which ends the drift of ranks whose devices round differently."""
     if group is None:
         return net._read_sums(n)
     bk = net.backend
@@ -434,7 +457,8 @@ def _epoch_sums(net, n, group):
                             np.sum(bk.download(net._hit_sum), dtype=np.float64)])
     for _, layer in net.walk():
         for name in layer.buffers():
-            group.average(bk, getattr(layer, name), 1.0 / group.size)
+            group.average(bk, getattr(layer, name), trained / n)
+    group.broadcast_state(net)
     return loss / n, hits / n
 
 

@@ -35,14 +35,15 @@ def _mpiexec():
 
 
 def run(tmp_path, model, ranks, devices="cpu", samples=600, batch=50, optimizer="sgd",
-        balanced=False):
+        balanced=False, seed_by_rank=False):
     """Every rank's {name: array} after the job, and the one-process run's over the same
     global batches (batch x ranks)."""
     mpiexec = _mpiexec()
     common = [model, "--samples", str(samples), "--optimizer", optimizer]
     job = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), *common,
                           str(tmp_path), "--batch", str(batch)]
-                         + (["--balanced"] if balanced else []),
+                         + (["--balanced"] if balanced else [])
+                         + (["--seed-by-rank"] if seed_by_rank else []),
                          env=dict(os.environ, PORTANET_DEVICE=devices), capture_output=True,
                          text=True, timeout=600)
     assert job.returncode == 0, job.stdout + job.stderr
@@ -146,19 +147,25 @@ def test_the_train_command_over_two_ranks(tmp_path):
 
 
 def test_the_distributed_bench(tmp_path):
+    # cpu and PoCL: PoCL records steps, and the distributed step must average all the same
     mpiexec = _mpiexec()
+    try:
+        pn.device("opencl:pocl")
+    except pn.DeviceError as e:
+        pytest.skip(f"PoCL is not here: {e}")
     out = tmp_path / "bench.json"
     job = subprocess.run(
         [mpiexec, "-n", "2", sys.executable, "-m", "portanet.cli", "bench", "--distributed",
          "--workload", "mlp-small", "--json", str(out)],
-        env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True, text=True,
-        timeout=600)
+        env=dict(os.environ, PORTANET_DEVICE="cpu,opencl:pocl"), capture_output=True,
+        text=True, timeout=600)
     assert job.returncode == 0, job.stdout + job.stderr
     report = json.loads(out.read_text())
     assert report["distributed"]["ranks"] == 2 and report["distributed"]["engine"] == "mpi"
     rows = report["results"]
     assert sorted(r["rank"] for r in rows) == [0, 1]
     for r in rows:
+        assert r["averages_per_step"] == 3                # one per layer, replays or not
         assert r["throughput"] == pytest.approx(2 * 1000 / r["median_s"])
         assert r["scaling_efficiency"] == pytest.approx(r["alone"]["median_s"] / r["median_s"])
     assert sum("efficiency" in line for line in job.stdout.splitlines()) == 2
@@ -208,3 +215,41 @@ def test_the_memory_plan_says_the_job(tmp_path):
     assert job.returncode == 0, job.stdout + job.stderr
     assert "rank 0 of 2 over mpi, devices cpu, cpu" in job.stdout
     assert "rank 1 of 2" in job.stdout
+
+
+BALANCE = """
+import time, sys, numpy as np, portanet as pn
+group = pn.distributed.init()
+probe = pn.mlp((6,), classes=3, hidden=(8,))
+if group.rank == 1:                 # a slower device
+    step = probe.train_batch
+    probe.train_batch = lambda *a: (time.sleep(0.02), step(*a))
+x = np.zeros((64, 6), np.float32)
+group.balance(pn.distributed.step_rate(probe, x, np.zeros(64, np.int64), pn.SGD(0.1)))
+print(group.rank, group.shares(100))
+"""
+
+
+def test_balance_measures_each_rank_alone(tmp_path):
+    mpiexec = _mpiexec()
+    job = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", BALANCE],
+                         env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
+                         text=True, timeout=300)
+    assert job.returncode == 0, job.stdout + job.stderr
+    shares = json.loads(job.stdout.splitlines()[0].split(" ", 1)[1])
+    assert shares[0] > 90 and sum(shares) == 100          # rank 1 sleeps 20 ms a step
+
+
+def test_ranks_start_from_rank_0s_weights(tmp_path):
+    got, alone = run(tmp_path, "mlp", 2, seed_by_rank=True)
+    assert_same(got, alone)
+
+
+def test_a_rank_that_trains_something_else_ends_the_job(tmp_path):
+    mpiexec = _mpiexec()
+    job = subprocess.run([mpiexec, "-n", "2", sys.executable, str(WORKER), "mlp", str(tmp_path),
+                          "--samples-by-rank"], env=dict(os.environ, PORTANET_DEVICE="cpu"),
+                         capture_output=True, text=True, timeout=300)
+    assert job.returncode != 0
+    assert "rank 1 is not training what rank 0 is (samples: 599 here, 600 on rank 0" in \
+        job.stderr

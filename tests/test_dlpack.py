@@ -171,6 +171,27 @@ def test_capsules_made_here_lend_and_let_go():
         host_view(a).__dlpack__(copy=True)
 
 
+def test_lent_memory_is_freed_when_the_last_lend_is_let_go(device_name):
+    """free() of a buffer that a consumer still holds (net.free(), a batch resize) waits for
+    the consumer: the device memory is not given back under a tensor that points at it."""
+    bk = get_backend(device_name)
+    if not bk.is_gpu and bk.kind == "cpu":
+        pytest.skip("the reference lends NumPy arrays, which NumPy keeps alive itself")
+    x = bk.empty((100,))
+    held = bk.allocated_bytes
+    host = np.zeros(10, np.float32)         # what NumPy reads: the capsule code is the same
+    lent = [np.from_dlpack(dlpack.DeviceView(bk, bk.view(x, (10,), 5), host.ctypes.data,
+                                             (dlpack.CPU, 0))) for _ in range(2)]
+    bk.free(x)
+    assert bk.allocated_bytes == held       # two consumers hold it
+    del lent[0]
+    assert bk.allocated_bytes == held
+    del lent[0]                             # the last lets go: freed now
+    assert bk.allocated_bytes == held - 400
+    bk.free(x)                              # and a second free is nothing, as always
+    assert bk.allocated_bytes == held - 400
+
+
 def test_a_capsule_refused_while_raising_is_let_go(monkeypatch):
     """NumPy drops a capsule of a GPU view as it raises: the destructor still lets go of
     the array, and the report it leaves names NumPy's reason."""

@@ -203,8 +203,11 @@ class Backend:
 
     def free(self, x):
         """Give back the memory of `x` now. A view, or an array freed already: nothing.
-        Arrays that are simply dropped give theirs back when they are collected."""
-        self._untrack(x)
+        Arrays that are simply dropped give theirs back when they are collected. Memory
+        lent to another library through DLPack goes back when the last lend is let go."""
+        from .. import dlpack
+        if not dlpack.free_later(self, x):
+            self._untrack(x)
 
     def synchronize(self):
         pass
