@@ -81,6 +81,7 @@ class Sequential:
             self._first.append(not seen_trainable)
             seen_trainable = seen_trainable or layer.trainable
         self.capacity, self.m = 0, None
+        self._batch_bytes = None        # (a, b): batch buffers of a m + b bytes (_inference_batch)
         self._graphs = {}               # (m, optimizer, data on device) -> recorded step
         #                                 (("predict" or "evaluate", m): a forward pass),
         #                                 None (seen once) or False (cannot be recorded)
@@ -452,12 +453,24 @@ class Sequential:
             return min(check_count("batch_size", batch_size, 1), n)
         if n <= self.capacity:
             return n
+        # the batch buffers take a m + b bytes (a per sample; b: BatchNorm's statistics,
+        # Dropout's key), so the cap gives m at once; one plan then checks it fits, and
+        # only where it does not (a full device) are plans searched. Each predict and
+        # evaluate asks: the search took 1.2 ms on the host, a tenth of LeNet's inference
+        # on 10000 images on an H100.
+        if self._batch_bytes is None:
+            one, two = (self._plan(m).by_kind().get("batch", 0) for m in (1, 2))
+            self._batch_bytes = two - one, 2 * one - two
+        a, b = self._batch_bytes
+        m = max(1, min(n, (INFERENCE_BYTES - b) // a))
+        if self._plan(m).fits:
+            return max(m, self.capacity)
 
         def fits(m):
             plan = self._plan(m)
             return plan.fits and plan.by_kind().get("batch", 0) <= INFERENCE_BYTES
         # at least 1: a sample that does not fit makes _bind raise with the numbers
-        return max(largest_batch(fits, n), self.capacity, 1)
+        return max(largest_batch(fits, m), self.capacity, 1)
 
     # -- input checks --------------------------------------------------------------------
 

@@ -107,6 +107,21 @@ def test_default_inference_batch_follows_the_plan(monkeypatch):
     assert fresh.capacity == 700
 
 
+@pytest.mark.parametrize("cap", [10**5, 3 * 10**6, 320 * 2**20])
+def test_the_default_inference_batch_is_the_largest_under_the_cap(monkeypatch, cap):
+    """The batch that _inference_batch works out from the buffers' bytes per sample is the
+    one a search over plans finds: the largest whose batch buffers stay within the cap."""
+    from portanet import network
+    monkeypatch.setattr(network, "INFERENCE_BYTES", cap)
+    for net in (pn.lenet(device="cpu"), pn.resnet(device="cpu"),
+                pn.Sequential([pn.Dense(9, "relu"), pn.BatchNorm("relu"), pn.Dropout(0.2),
+                               pn.Dense(3, "softmax")], 5, device="cpu")):
+        def fits(m):
+            plan = net._plan(m)
+            return plan.fits and plan.by_kind().get("batch", 0) <= cap
+        assert net._inference_batch(None, 5000) == max(network.largest_batch(fits, 5000), 1)
+
+
 def test_batches_go_up_in_parts_and_predictions_come_back_in_slots(device_name, monkeypatch):
     """The staging buffer's cap cuts a batch into parts of whole samples, and predict's
     pinned slots fill and are read several times a call: the same outputs as the host's
