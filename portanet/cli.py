@@ -396,7 +396,7 @@ def tune(specs, budget, sizes, quick, output, json_path):
 @click.argument("model_file", type=click.Path(dir_okay=False))
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option("--opset", type=int, default=None,
-              help="the ONNX opset to write (default 17; gelu needs 20)")
+              help="the ONNX opset to write (default 17)")
 def export(model_file, out, opset):
     """Write MODEL_FILE (a file saved by portanet) as the ONNX model OUT (extra `onnx`):
     samples-first input (N, ...) with N free, the output activation included."""

@@ -160,9 +160,12 @@ class _Graph:
         if kind == "silu":                                     # x sigmoid(x)
             return self.node("Mul", [x, self.node("Sigmoid", [x])])
         op = next(op for op, act in _ACTIVATIONS.items() if act == kind)
-        if op == "Gelu" and self.opset < GELU_OPSET:
-            raise InputError(f"gelu is an ONNX operator from opset {GELU_OPSET}: export "
-                             f"with opset={GELU_OPSET} or later")
+        if op == "Gelu" and self.opset < GELU_OPSET:     # 0.5 x (1 + erf(x / sqrt 2))
+            scaled = self.node("Div", [x, self.const(f"sqrt2_{self.count}", math.sqrt(2))])
+            one = self.node("Add", [self.node("Erf", [scaled]),
+                                    self.const(f"one_{self.count}", 1.0)])
+            return self.node("Mul", [self.node("Mul", [x, one]),
+                                     self.const(f"half_{self.count}", 0.5)])
         attrs = {"axis": 1} if op == "Softmax" else \
             {"alpha": _ALPHA[op]} if op in _ALPHA else {}
         return self.node(op, [x], **attrs)
@@ -173,8 +176,8 @@ class _Graph:
 
 SUPPORTED = ("Gemm, MatMul (+ Add), Conv, BatchNormalization, MaxPool, AveragePool, "
              "GlobalAveragePool (or ReduceMean over H and W), Flatten, Reshape, Relu, "
-             "Sigmoid, Tanh, Softmax, LeakyRelu, Elu, Gelu, x * Sigmoid(x), Add (residual), "
-             "Dropout, Identity; constants and Shape arithmetic for reshapes")
+             "Sigmoid, Tanh, Softmax, LeakyRelu, Elu, Gelu (or its erf form), x * Sigmoid(x), "
+             "Add (residual), Dropout, Identity; constants and Shape arithmetic for reshapes")
 
 
 def from_onnx(model, device=None, dtype="float32", loss=None, seed=0):
@@ -248,7 +251,7 @@ class _Reader:
     def __init__(self, onnx, graph, where):
         self.onnx, self.where = onnx, where
         self.consts = {t.name: onnx.numpy_helper.to_array(t) for t in graph.initializer}
-        self.shapes, self.ops, self.users = {}, {}, {}
+        self.shapes, self.ops, self.users, self.pending = {}, {}, {}, {}
         self.projections = {}                   # id(Residual) -> its shortcut's weights
         inputs = [i for i in graph.input if i.name not in self.consts]
         if len(inputs) != 1 or len(graph.output) != 1:
@@ -288,17 +291,15 @@ class _Reader:
         attrs = {a.name: _text(self.onnx.helper.get_attribute_value(a))
                  for a in node.attribute}
         stream = [i for i in node.input if i in self.shapes]
+        if self.gelu(node, stream):
+            return
         if not stream:
             self.fold(node, attrs)
         elif node.op_type == "Shape":
             full = np.array([BATCH, *self.shapes[stream[0]]], np.int64)
             self.consts[node.output[0]] = full[attrs.get("start", 0):attrs.get("end", None)]
         else:
-            op = self.stream_op(node, attrs, stream)
-            self.ops[op.output] = op
-            self.shapes[op.output] = op.shape
-            for v in op.inputs:
-                self.users.setdefault(v, []).append(op)
+            self.add(self.stream_op(node, attrs, stream))
 
     def fold(self, node, attrs):
         """A node of constants only: evaluated now."""
@@ -330,6 +331,56 @@ class _Reader:
         if t not in folds:
             raise self.unsupported(node, "a constant operation portanet does not evaluate")
         self.consts[node.output[0]] = np.asarray(folds[t]())
+
+    def gelu(self, node, stream):
+        """Whether node is one of gelu's erf form, 0.5 x (1 + erf(x / sqrt 2)), as PyTorch's
+        exporters write gelu before opset 20 (in either order of the products): its partial
+        values wait in `pending` as (stage, x) until the last product makes the activation."""
+        t, ins = node.op_type, list(node.input)
+        pend = [self.pending.get(i) for i in ins]
+
+        def is_const(name, value):
+            c = self.consts.get(name)
+            return c is not None and c.size == 1 and math.isclose(float(c.reshape(-1)[0]), value,
+                                                                  rel_tol=1e-6)
+        step = None
+        if t in ("Div", "Mul") and len(ins) == 2 and len(stream) == 1 and not any(pend):
+            x = stream[0]
+            c = ins[1 - ins.index(x)]
+            if (t == "Div" and ins[0] == x and is_const(c, math.sqrt(2))) or (
+                    t == "Mul" and is_const(c, math.sqrt(0.5))):
+                step = ("scaled", x)
+        elif any(pend):
+            j = next(k for k, p in enumerate(pend) if p)
+            stage, x = pend[j]
+            other = ins[1 - j] if len(ins) == 2 else None
+            if t == "Erf" and stage == "scaled":
+                step = ("erf", x)
+            elif t == "Add" and stage == "erf" and is_const(other, 1.0):
+                step = ("1+erf", x)
+            elif t == "Mul" and stage == "1+erf" and is_const(other, 0.5):
+                step = ("half", x)
+            elif t == "Mul" and stage in ("1+erf", "half") and other == x:
+                step = ("x(1+erf)" if stage == "1+erf" else "gelu", x)
+            elif t == "Mul" and stage == "x(1+erf)" and is_const(other, 0.5):
+                step = ("gelu", x)
+            if step is None:
+                raise self.unsupported(node, "a part of gelu's erf form other than PyTorch's")
+        if step is None:
+            return False
+        if step[0] != "gelu":
+            self.pending[node.output[0]] = step
+            return True
+        self.add(_Op(node, "act", [step[1]], node.output[0], self.shapes[step[1]],
+                     activation="gelu"))
+        return True
+
+    def add(self, op):
+        """op on the stream: its output's shape known, and it one of its inputs' users."""
+        self.ops[op.output] = op
+        self.shapes[op.output] = op.shape
+        for v in op.inputs:
+            self.users.setdefault(v, []).append(op)
 
     def stream_op(self, node, attrs, stream):
         t, out, x = node.op_type, node.output[0], stream[0]

@@ -216,22 +216,35 @@ def test_graphs_as_pytorch_writes_them_predict_as_in_onnxruntime(make, shape, rn
     assert np.abs(probs - e / e.sum(axis=1, keepdims=True)).max() <= TOLERANCE
 
 
-def test_every_activation_goes_out_and_comes_back(rng, tmp_path):
+@pytest.mark.parametrize("opset", [17, 20])
+def test_every_activation_goes_out_and_comes_back(rng, tmp_path, opset):
+    # gelu: ONNX's Gelu from opset 20, before it 0.5 x (1 + erf(x / sqrt 2)), as PyTorch
+    # writes it too
     acts = ["relu", "sigmoid", "tanh", "leaky_relu", "elu", "gelu", "silu"]
     layers = [pn.Dense(7, a) for a in acts] + [pn.BatchNorm("tanh"), pn.Dropout(0.3),
                                                pn.Dense(1, "sigmoid")]
     net = pn.Sequential(layers, 5, loss="binary_cross_entropy", device="cpu")
-    with pytest.raises(InputError, match="opset 20"):
-        net.to_onnx(tmp_path / "old.onnx")               # gelu: no operator before 20
     path = tmp_path / "acts.onnx"
-    net.to_onnx(path, opset=20)
+    net.to_onnx(path, opset=opset)
+    ops = {node.op_type for node in onnx.load(str(path)).graph.node}
+    assert ("Gelu" in ops) == (opset >= 20) and ("Erf" in ops) == (opset < 20)
     x = rng.standard_normal((11, 5)).astype(np.float32)
-    assert np.abs(net.predict(x) - run_ort(path, x)).max() <= TOLERANCE
     back = pn.from_onnx(path)
     assert [getattr(l, "activation", None) for l in back.layers] == acts + ["tanh", None,
-                                                                                "sigmoid"]
+                                                                            "sigmoid"]
     assert back.loss.name == "binary_cross_entropy"
     assert np.array_equal(back.predict(x), net.predict(x))
+    assert np.abs(net.predict(x) - run_ort(path, x)).max() <= TOLERANCE
+
+
+def test_a_part_of_gelus_erf_form_alone_is_refused(rng):
+    n = helper.make_node
+    model = _graph([n("Div", ["input.1", "sqrt2"], ["d"]), n("Erf", ["d"], ["e"]),
+                    n("Add", ["e", "two"], ["out"], name="plus two")],
+                   {"sqrt2": np.array(np.sqrt(2), np.float32),
+                    "two": np.array(2, np.float32)}, (4,), "out")
+    with pytest.raises(InputError, match="'plus two' \\(Add\\).*erf form"):
+        pn.from_onnx(model)
 
 
 def test_pools_and_images_into_dense(rng, tmp_path):

@@ -128,3 +128,21 @@ def test_a_state_dict_from_pytorch_predicts_as_in_pytorch(trained, fashion, tmp_
         net = pn.lenet(device=device_name)
         pn.load_torch_state(net, source)
         check_predictions(net, model, x)
+
+
+@pytest.mark.parametrize("dynamo", exporters())
+def test_gelu_and_silu_from_pytorch(tmp_path, device_name, dynamo):
+    """Before opset 20 PyTorch writes gelu as 0.5 x (1 + erf(x / sqrt 2)) (the two exporters
+    order the products differently), silu as x * sigmoid(x)."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 32), nn.GELU(), nn.Linear(32, 16),
+                          nn.SiLU(), nn.Linear(16, 10)).eval()
+    path = tmp_path / "mlp.onnx"
+    export(model, path, dynamo)
+    net = pn.from_onnx(path, device=device_name)
+    assert [getattr(l, "activation", None) for l in net.layers[1:]] == ["gelu", "silu",
+                                                                         "linear"]
+    x = np.random.default_rng(2).random((50, 1, 28, 28), dtype=np.float32)
+    with torch.no_grad():
+        want = model(torch.from_numpy(x)).numpy()
+    assert np.abs(net.predict(x) - want).max() <= TOLERANCE * np.abs(want).max()
