@@ -194,3 +194,16 @@ def test_summary_counts_parameters_and_bytes():
     text = net.summary()
     assert "73 parameters" in text                     # 10*5 + 5 + 5*3 + 3
     assert f"{elements((73,)) * 2 * 4} B on the device" in text    # parameters + momentum
+
+
+@pytest.mark.parametrize("n", [7, 2**18 - 1, 2**18, 3 * 2**18 + 5])
+def test_a_host_copy_split_over_threads_is_the_copy(n, monkeypatch):
+    """The copy lanes' pinned copies (gpu.copy_split): whole and in order, also in three
+    pieces and for lengths that do not divide."""
+    from portanet.backends import gpu
+    src = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    for threads in (2, 3):
+        monkeypatch.setattr(gpu, "COPY_THREADS", threads)
+        dst = np.full(n, np.nan, np.float32)
+        gpu.copy_split(dst, src)
+        assert np.array_equal(dst, src)

@@ -17,7 +17,7 @@ import numpy as np
 from .. import config, dlpack, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
-from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, default_local,
+from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, copy_split, default_local,
                   gemm_params)
 
 try:
@@ -93,7 +93,7 @@ class _CopyLane:
                 self.pinned[i].dtype != dtype:
             self.pinned[i] = drv.pagelocked_empty(part.size, dtype)
         host = self.pinned[i][:part.size]
-        np.copyto(host, part.reshape(-1))
+        copy_split(host, part.reshape(-1))
         if after is not None:
             self.stream.wait_for_event(after)
         drv.memcpy_htod_async(address, host, self.stream)

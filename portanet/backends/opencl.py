@@ -21,7 +21,7 @@ import numpy as np
 from .. import config, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import icd, sources
-from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, default_local,
+from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, copy_split, default_local,
                   gemm_params)
 
 log = logging.getLogger("portanet")
@@ -90,7 +90,7 @@ class _CopyLane:
                                             (part.size,), slot.dtype)
             held = self.pinned[i] = (buf, host)
         host = held[1][:part.size]
-        np.copyto(host, part.reshape(-1))
+        copy_split(host, part.reshape(-1))
         self.copied[i] = cl.enqueue_copy(
             self.queue, slot.buf, host, dst_offset=slot.offset * slot.dtype.itemsize,
             is_blocking=False, wait_for=None if after is None else [after])
