@@ -30,7 +30,10 @@ class Block(nn.Module):
         self.bn1 = nn.BatchNorm2d(c_out)
         self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
         self.bn2 = nn.BatchNorm2d(c_out)
-        self.down = nn.Conv2d(c_in, c_out, 1, stride) if stride > 1 else None
+        # torchvision's downsample: a 1x1 convolution and BatchNorm (in eval mode the
+        # exporters fold the BatchNorm into the convolution, portanet's projection)
+        self.down = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
+                                  nn.BatchNorm2d(c_out)) if stride > 1 else None
 
     def forward(self, x):
         out = self.bn2(self.conv2(torch.relu(self.bn1(self.conv1(x)))))
