@@ -204,6 +204,10 @@ def from_onnx(model, device=None, dtype="float32", loss=None, seed=0):
     if not isinstance(model, onnx.ModelProto):
         raise InputError(f"from_onnx takes a path or an onnx.ModelProto, got "
                          f"{type(model).__name__}")
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as e:
+        raise ModelFileError(f"{where} is not a valid ONNX model: {e}") from e
     reader = _Reader(onnx, model.graph, where)
     layers, params = reader.network()
     last = layers[-1]

@@ -297,6 +297,13 @@ def test_files_that_are_not_onnx(tmp_path):
         pn.from_onnx(junk)
     with pytest.raises(InputError, match="a path or an onnx.ModelProto"):
         pn.from_onnx(42)
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["nowhere"], ["out"])], "broken",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 3])])
+    broken = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(ModelFileError, match="not a valid ONNX model.*nowhere"):
+        pn.from_onnx(broken)
 
 
 def test_a_bad_opset_and_a_failed_export_leave_the_old_file(tmp_path, monkeypatch):
