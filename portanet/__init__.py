@@ -20,6 +20,6 @@ __all__ = ["device", "list_devices", "load_dataset", "Sequential", "load", "SGD"
            "AdamW", "RMSprop", "Dense", "Flatten", "Conv2D", "MaxPool2D", "Dropout",
            "AvgPool2D", "GlobalAvgPool2D", "BatchNorm", "Residual", "mlp", "lenet", "resnet",
            "from_description", "callbacks", "from_onnx", "load_torch_state",
-           "to_dlpack",
+           "to_dlpack", "distributed",
            "PortanetError", "DeviceError", "OutOfMemoryError", "ShapeError", "InputError",
            "DataError", "ModelFileError", "DivergedError", "schedules"]

@@ -34,19 +34,23 @@ def _mpiexec():
     return found
 
 
+def mpi_job(ranks, args, devices="cpu"):
+    """`mpiexec -n ranks python args...` with PORTANET_DEVICE=devices, checked."""
+    job = subprocess.run([_mpiexec(), "-n", str(ranks), sys.executable, *map(str, args)],
+                         env=dict(os.environ, PORTANET_DEVICE=devices), capture_output=True,
+                         text=True, timeout=600)
+    assert job.returncode == 0, job.stdout + job.stderr
+    return job
+
+
 def run(tmp_path, model, ranks, devices="cpu", samples=600, batch=50, optimizer="sgd",
         balanced=False, seed_by_rank=False):
     """Every rank's {name: array} after the job, and the one-process run's over the same
     global batches (batch x ranks)."""
-    mpiexec = _mpiexec()
     common = [model, "--samples", str(samples), "--optimizer", optimizer]
-    job = subprocess.run([mpiexec, "-n", str(ranks), sys.executable, str(WORKER), *common,
-                          str(tmp_path), "--batch", str(batch)]
-                         + (["--balanced"] if balanced else [])
-                         + (["--seed-by-rank"] if seed_by_rank else []),
-                         env=dict(os.environ, PORTANET_DEVICE=devices), capture_output=True,
-                         text=True, timeout=600)
-    assert job.returncode == 0, job.stdout + job.stderr
+    mpi_job(ranks, [WORKER, *common, tmp_path, "--batch", batch]
+            + (["--balanced"] if balanced else [])
+            + (["--seed-by-rank"] if seed_by_rank else []), devices)
     alone = tmp_path / "alone"
     alone.mkdir()
     single = subprocess.run([sys.executable, str(WORKER), *common, str(alone), "--alone",
@@ -128,15 +132,10 @@ def test_devices_per_local_rank():
 
 
 def test_the_train_command_over_two_ranks(tmp_path):
-    mpiexec = _mpiexec()
     save = tmp_path / "net.safetensors"
-    job = subprocess.run(
-        [mpiexec, "-n", "2", sys.executable, "-m", "portanet.cli", "train", "--distributed",
-         "--balance", "--limit", "400", "--test-limit", "200", "--epochs", "1",
-         "--batch-size", "32", "--save", str(save), "--json"],
-        env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True, text=True,
-        timeout=600)
-    assert job.returncode == 0, job.stdout + job.stderr
+    job = mpi_job(2, ["-m", "portanet.cli", "train", "--distributed", "--balance", "--limit",
+                      400, "--test-limit", 200, "--epochs", 1, "--batch-size", 32, "--save",
+                      save, "--json"])
     lines = job.stdout.splitlines()
     assert sum(line.startswith("epoch 1/1") for line in lines) == 1     # rank 0 alone
     assert sum(line.startswith("test loss") for line in lines) == 1
@@ -148,18 +147,13 @@ def test_the_train_command_over_two_ranks(tmp_path):
 
 def test_the_distributed_bench(tmp_path):
     # cpu and PoCL: PoCL records steps, and the distributed step must average all the same
-    mpiexec = _mpiexec()
     try:
         pn.device("opencl:pocl")
     except pn.DeviceError as e:
         pytest.skip(f"PoCL is not here: {e}")
     out = tmp_path / "bench.json"
-    job = subprocess.run(
-        [mpiexec, "-n", "2", sys.executable, "-m", "portanet.cli", "bench", "--distributed",
-         "--workload", "mlp-small", "--json", str(out)],
-        env=dict(os.environ, PORTANET_DEVICE="cpu,opencl:pocl"), capture_output=True,
-        text=True, timeout=600)
-    assert job.returncode == 0, job.stdout + job.stderr
+    job = mpi_job(2, ["-m", "portanet.cli", "bench", "--distributed", "--workload",
+                      "mlp-small", "--json", out], "cpu,opencl:pocl")
     report = json.loads(out.read_text())
     assert report["distributed"]["ranks"] == 2 and report["distributed"]["engine"] == "mpi"
     rows = report["results"]
@@ -187,11 +181,7 @@ np.savez(sys.argv[1] + f"/{group.rank}.npz", **net.get_weights())
 
 
 def test_train_batch_of_each_rank_is_one_step_over_all(tmp_path):
-    mpiexec = _mpiexec()
-    job = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", TRAIN_BATCH, str(tmp_path)],
-                         env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
-                         text=True, timeout=300)
-    assert job.returncode == 0, job.stdout + job.stderr
+    mpi_job(2, ["-c", TRAIN_BATCH, tmp_path])
     rng = np.random.default_rng(7)
     x, y = rng.standard_normal((30, 6)).astype(np.float32), rng.integers(0, 3, 30)
     alone = pn.mlp((6,), classes=3, hidden=(8,), device="cpu")
@@ -208,11 +198,7 @@ print(pn.mlp((784,), hidden=(64,)).memory_plan(32))
 
 
 def test_the_memory_plan_says_the_job(tmp_path):
-    mpiexec = _mpiexec()
-    job = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", PLAN],
-                         env=dict(os.environ, PORTANET_DEVICE="cpu,cpu"), capture_output=True,
-                         text=True, timeout=300)
-    assert job.returncode == 0, job.stdout + job.stderr
+    job = mpi_job(2, ["-c", PLAN], "cpu,cpu")
     assert "rank 0 of 2 over mpi, devices cpu, cpu" in job.stdout
     assert "rank 1 of 2" in job.stdout
 
@@ -231,11 +217,7 @@ print(group.rank, group.shares(100))
 
 
 def test_balance_measures_each_rank_alone(tmp_path):
-    mpiexec = _mpiexec()
-    job = subprocess.run([mpiexec, "-n", "2", sys.executable, "-c", BALANCE],
-                         env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
-                         text=True, timeout=300)
-    assert job.returncode == 0, job.stdout + job.stderr
+    job = mpi_job(2, ["-c", BALANCE])
     shares = json.loads(job.stdout.splitlines()[0].split(" ", 1)[1])
     assert shares[0] > 90 and sum(shares) == 100          # rank 1 sleeps 20 ms a step
 

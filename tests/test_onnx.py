@@ -49,10 +49,12 @@ def _test_images(fashion, name):
     return x.reshape(len(x), -1) if name == "mlp" else x
 
 
-def run_ort(path, x):
+def run_ort(model, x):
+    """ONNX Runtime's output for x of a model file or ModelProto (skips without it)."""
     if ort is None:
         pytest.skip("onnxruntime is not installed here")
-    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    source = model.SerializeToString() if isinstance(model, onnx.ModelProto) else str(model)
+    session = ort.InferenceSession(source, providers=["CPUExecutionProvider"])
     return session.run(None, {session.get_inputs()[0].name: x})[0]
 
 
@@ -370,10 +372,7 @@ def test_a_mean_over_the_image_is_global_average_pooling(rng, keepdims):
                            {"axes": np.array([1], np.int64)}, (2, 7, 6), "out", opset=18)
     with pytest.raises(InputError, match="'mean' \\(ReduceMean\\).*rows and columns"):
         pn.from_onnx(over_channels)
-    if ort is None:
-        pytest.skip("onnxruntime is not installed here")
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    assert np.abs(net.predict(x) - session.run(None, {"input.1": x})[0]).max() <= TOLERANCE
+    assert np.abs(net.predict(x) - run_ort(model, x)).max() <= TOLERANCE
 
 
 def test_gemm_row_bias_and_gelu_attributes_as_pytorch_writes_them(rng):
@@ -386,10 +385,7 @@ def test_gemm_row_bias_and_gelu_attributes_as_pytorch_writes_them(rng):
     net = pn.from_onnx(model)
     assert net.layers[0].activation == "gelu"
     x = rng.standard_normal((5, 4)).astype(np.float32)
-    if ort is None:
-        pytest.skip("onnxruntime is not installed here")
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    assert np.abs(net.predict(x) - session.run(None, {"input.1": x})[0]).max() <= TOLERANCE
+    assert np.abs(net.predict(x) - run_ort(model, x)).max() <= TOLERANCE
 
 
 def test_graphs_whose_tensors_do_not_fit_are_refused(rng):
