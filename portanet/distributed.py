@@ -10,9 +10,11 @@ RMSprop average their gradient workspace alike. Weighting by m_r / M keeps the s
 for uneven shares (the last batch of an epoch, `balance`). So every rank's weights stay
 identical and equal, to rounding, a one-process run over the same global batches.
 
-Engine: MPI (mpi4py over MPICH or Open MPI) for any mix of backends, each rank's target
-staged through host memory. The launcher (mpiexec / mpirun) gives the ranks; LOCAL_RANK,
-where set, names the rank among this machine's, and WORLD_SIZE must agree with MPI's.
+Engines: MPI (mpi4py over MPICH or Open MPI) for any mix of backends, each rank's target
+staged through host memory; NCCL (nccl4py) between CUDA devices, on device memory and the
+backend's stream (PORTANET_DIST=nccl; MPI still starts the job). The launcher (mpiexec /
+mpirun) gives the ranks; LOCAL_RANK, where set, names the rank among this machine's, and
+WORLD_SIZE must agree with MPI's.
 
 Devices: PORTANET_DEVICE may name one per local rank: "cuda:{local_rank}" or a comma list
 ("cuda:0,opencl:0:0": local rank i takes the i-th). init() sets this process's
@@ -25,7 +27,7 @@ import numpy as np
 from . import config
 from .errors import InputError
 
-ENGINES = ("mpi",)
+ENGINES = ("mpi", "nccl")
 
 _group = None
 
@@ -57,7 +59,10 @@ def init(engine=None, balance=None):
         config.set_device_variable(device)
     rates = comm.allgather(rate)
     devices = comm.allgather(device or "cpu")
-    _group = Group(comm, rank, size, local, devices, engine, rates)
+    group = Group(comm, rank, size, local, devices, engine, rates)
+    if engine == "nccl":
+        group.nccl = _Nccl(group)
+    _group = group
     return _group
 
 
@@ -117,6 +122,7 @@ class Group:
         self.comm, self.rank, self.size, self.local_rank = comm, rank, size, local_rank
         self.devices, self.engine, self.rates = devices, engine, rates
         self.averages = 0                   # calls of average so far (the bench counts them)
+        self.nccl = None                    # the NCCL engine's communicator (_Nccl)
 
     def balance(self, rate):
         """Shares of each global batch in proportion to each rank's step rate (samples a
@@ -148,6 +154,9 @@ class Group:
         device)."""
         from mpi4py import MPI
         self.averages += 1
+        if self.nccl is not None:
+            self.nccl.average(backend, x, weight)
+            return
         host = x if isinstance(x, np.ndarray) else backend.download(x)
         host *= host.dtype.type(weight)
         self.comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
@@ -232,6 +241,39 @@ def collective():
         sys.stderr.flush()
         group.comm.Abort(1)
         raise
+
+
+class _Nccl:
+    """The NCCL engine (nccl4py): every rank a CUDA device, x averaged where it is, on the
+    backend's stream, in order with its kernels (scal, then an in-place all-reduce of a
+    DLPack view of x), with no host copy and no wait. MPI still starts the job, passes
+    NCCL's unique id and sums the epoch's few numbers. Written against nccl4py 0.6;
+    awaiting its first run on two GPUs (bench/gpu_issue16.sh)."""
+
+    def __init__(self, group):
+        try:
+            import nccl.core as nccl
+        except ImportError as e:
+            raise InputError("PORTANET_DIST=nccl needs nccl4py and NCCL: pip install "
+                             "'portanet[nccl]'") from e
+        from . import backends
+        backend = backends.device()
+        if backend.kind != "cuda":
+            raise InputError(f"PORTANET_DIST=nccl takes CUDA devices only; rank {group.rank} "
+                             f"is on {backend.name}: use PORTANET_DIST=mpi for a job of "
+                             f"other devices")
+        uid = group.comm.bcast(nccl.get_unique_id().as_bytes() if group.rank == 0 else None,
+                               root=0)
+        with backend._lock:                 # the backend's context current
+            self.comm = nccl.Communicator.init(group.size, group.rank,
+                                               nccl.UniqueId.from_bytes(uid))
+        self.sum = nccl.SUM
+
+    def average(self, backend, x, weight):
+        backend.scal(weight, x)
+        view = backend.dlpack_view(x)
+        with backend._lock:
+            self.comm.allreduce(view, view, self.sum, stream=int(backend.stream.handle))
 
 
 def _rate(rate):

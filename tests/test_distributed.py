@@ -34,23 +34,23 @@ def _mpiexec():
     return found
 
 
-def mpi_job(ranks, args, devices="cpu"):
+def mpi_job(ranks, args, devices="cpu", engine="mpi"):
     """`mpiexec -n ranks python args...` with PORTANET_DEVICE=devices, checked."""
     job = subprocess.run([_mpiexec(), "-n", str(ranks), sys.executable, *map(str, args)],
-                         env=dict(os.environ, PORTANET_DEVICE=devices), capture_output=True,
-                         text=True, timeout=600)
+                         env=dict(os.environ, PORTANET_DEVICE=devices, PORTANET_DIST=engine),
+                         capture_output=True, text=True, timeout=600)
     assert job.returncode == 0, job.stdout + job.stderr
     return job
 
 
 def run(tmp_path, model, ranks, devices="cpu", samples=600, batch=50, optimizer="sgd",
-        balanced=False, seed_by_rank=False):
+        balanced=False, seed_by_rank=False, engine="mpi"):
     """Every rank's {name: array} after the job, and the one-process run's over the same
     global batches (batch x ranks)."""
     common = [model, "--samples", str(samples), "--optimizer", optimizer]
     mpi_job(ranks, [WORKER, *common, tmp_path, "--batch", batch]
             + (["--balanced"] if balanced else [])
-            + (["--seed-by-rank"] if seed_by_rank else []), devices)
+            + (["--seed-by-rank"] if seed_by_rank else []), devices, engine)
     alone = tmp_path / "alone"
     alone.mkdir()
     single = subprocess.run([sys.executable, str(WORKER), *common, str(alone), "--alone",
@@ -235,3 +235,29 @@ def test_a_rank_that_trains_something_else_ends_the_job(tmp_path):
     assert job.returncode != 0
     assert "rank 1 is not training what rank 0 is (samples: 599 here, 600 on rank 0" in \
         job.stderr
+
+
+@pytest.mark.parametrize("model", ["mlp", "lenet"])
+def test_nccl_between_two_gpus(tmp_path, model):
+    """The NCCL engine (two CUDA GPUs, nccl4py): as MPI's, the one-process run."""
+    pytest.importorskip("nccl.core")
+    try:
+        pn.device("cuda:1")
+    except pn.DeviceError as e:
+        pytest.skip(f"NCCL's test needs two CUDA GPUs: {e}")
+    got, alone = run(tmp_path, model, 2, "cuda:{local_rank}", engine="nccl")
+    assert [str(g["device"]) for g in got] == ["cuda:0", "cuda:1"]
+    assert_same(got, alone)
+
+
+def test_engines_that_cannot_serve_say_so():
+    pytest.importorskip("mpi4py")
+    for engine, words in (("gloo", "'gloo' is not an engine portanet has: mpi, nccl"),
+                          ("nccl", "nccl")):
+        job = subprocess.run([sys.executable, "-c", "import portanet as pn; "
+                              f"pn.distributed.init(engine={engine!r})"],
+                             env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
+                             text=True, timeout=120)
+        assert job.returncode != 0 and "InputError" in job.stderr and words in job.stderr
+        if engine == "nccl":        # nccl4py missing, or a cpu rank: each names the fix
+            assert "portanet[nccl]" in job.stderr or "CUDA devices only" in job.stderr
