@@ -221,7 +221,7 @@ if group.rank == 0:                 # one line: two ranks' prints may interleave
 def test_balance_measures_each_rank_alone(tmp_path):
     job = mpi_job(2, ["-c", BALANCE])
     shares = json.loads(job.stdout.strip())
-    assert shares[0] > 90 and sum(shares) == 100          # rank 1 sleeps 20 ms a step
+    assert shares[0] > 75 and sum(shares) == 100    # rank 1 sleeps 20 ms a step; equal: 50
 
 
 def test_ranks_start_from_rank_0s_weights(tmp_path):
