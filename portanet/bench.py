@@ -147,11 +147,19 @@ def _step_timing(bk, step, flops=None, repeats=10, inner=3):
     return t
 
 
+def step_batches(workload, bk):
+    """The batch sizes a training-step workload times on bk."""
+    if workload == "lenet-step":
+        return 64, 256
+    batch = MLPS[workload][3]
+    return (batch // 10 if _is_slow(bk) and workload == "mlp-big" else batch,)
+
+
 def wl_mlp(name):
-    sizes, _, _, batch = MLPS[name]
+    sizes = MLPS[name][0]
 
     def workload(bk, rng):
-        m = batch // 10 if (_is_slow(bk) and name == "mlp-big") else batch
+        m, = step_batches(name, bk)
 
         def run():
             net, step = training_step(name, bk, m, rng)
@@ -172,7 +180,7 @@ def _lenet_flops(m):
 
 
 def wl_lenet_step(bk, rng):
-    for m in (64, 256):
+    for m in step_batches("lenet-step", bk):
         def run(m=m):
             net, step = training_step("lenet-step", bk, m, rng)
             try:
@@ -405,9 +413,7 @@ def run_distributed(workloads=None, progress=print):
     rng = np.random.default_rng(group.rank)
     rows = []
     for w in sorted(workloads):
-        batches = (64, 256) if w == "lenet-step" else \
-            (MLPS[w][3] // 10 if _is_slow(bk) and w == "mlp-big" else MLPS[w][3],)
-        for m in batches:
+        for m in step_batches(w, bk):
             net, step = training_step(w, bk, m, rng)
             try:
                 with distributed.paused():

@@ -403,7 +403,7 @@ def export(model_file, out, opset):
     from . import onnx_io, saving
     try:
         net = saving.load(model_file)
-        path = onnx_io.to_onnx(net, out, onnx_io.OPSET if opset is None else opset)
+        path = onnx_io.to_onnx(net, out, opset)
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
     click.echo(f"wrote {path}: {net._describe()}, opset {opset or onnx_io.OPSET}")

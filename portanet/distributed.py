@@ -152,23 +152,20 @@ class Group:
     def average(self, backend, x, weight):
         """x <- sum_r weight_r x_r over the ranks, in place (host staging where x is on a
         device)."""
-        from mpi4py import MPI
         self.averages += 1
         if self.nccl is not None:
             self.nccl.average(backend, x, weight)
             return
-        host = x if isinstance(x, np.ndarray) else backend.download(x)
-        host *= host.dtype.type(weight)
-        self.comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
-        if host is not x:
-            backend.write(x, host)
+        from mpi4py import MPI
+
+        def average(host):
+            host *= host.dtype.type(weight)
+            self.comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
+        _on_host(backend, x, average)
 
     def broadcast(self, backend, x):
         """x <- rank 0's x, in place."""
-        host = x if isinstance(x, np.ndarray) else backend.download(x)
-        self.comm.Bcast(host, root=0)
-        if host is not x:
-            backend.write(x, host)
+        _on_host(backend, x, lambda host: self.comm.Bcast(host, root=0))
 
     def broadcast_state(self, net):
         """Rank 0's parameters, saved buffers and optimizer state on every rank."""
@@ -274,6 +271,14 @@ class _Nccl:
         view = backend.dlpack_view(x)
         with backend._lock:
             self.comm.allreduce(view, view, self.sum, stream=int(backend.stream.handle))
+
+
+def _on_host(backend, x, work):
+    """work(host array of x), in place: x itself on cpu, else a copy written back."""
+    host = x if isinstance(x, np.ndarray) else backend.download(x)
+    work(host)
+    if host is not x:
+        backend.write(x, host)
 
 
 def _rate(rate):

@@ -290,11 +290,13 @@ class Sequential:
         self.backend.fill(self._loss_sum, 0.0)
         self.backend.fill(self._hit_sum, 0.0)
 
-    def _read_sums(self, n):
-        """(mean loss, accuracy) over the n samples accumulated; one host read."""
-        loss = float(np.sum(self.backend.download(self._loss_sum), dtype=np.float64))
-        hits = float(np.sum(self.backend.download(self._hit_sum), dtype=np.float64))
-        return loss / n, hits / n
+    def _read_sums(self, n, ranks=None):
+        """(mean loss, accuracy) over the n samples accumulated (with ranks, a distributed
+        Group: by all of its ranks); one host read."""
+        sums = [np.sum(self.backend.download(s), dtype=np.float64)
+                for s in (self._loss_sum, self._hit_sum)]
+        loss, hits = ranks.sum(sums) if ranks is not None else sums
+        return float(loss) / n, float(hits) / n
 
     # -- one batch -----------------------------------------------------------------------
 
@@ -537,7 +539,7 @@ class Sequential:
         """Write the network as an ONNX model (inference form; input (N, ...) samples
         first, N free), atomically; needs the extra `onnx` (portanet/onnx_io.py)."""
         from . import onnx_io
-        onnx_io.to_onnx(self, path, onnx_io.OPSET if opset is None else opset)
+        onnx_io.to_onnx(self, path, opset)
 
     def load_weights(self, path):
         """Parameters from a file saved by a network of the same architecture; checked

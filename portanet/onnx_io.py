@@ -51,10 +51,12 @@ def _onnx():
 # -- export ----------------------------------------------------------------------------
 
 
-def to_onnx(net, path, opset=OPSET):
+def to_onnx(net, path, opset=None):
     """Write `net` as an ONNX model to `path` (atomically), its input samples-first with
-    a free batch dimension; checked with onnx.checker before it is written."""
+    a free batch dimension; checked with onnx.checker before it is written. opset: OPSET
+    where None."""
     onnx = _onnx()
+    opset = OPSET if opset is None else opset
     newest = onnx.defs.onnx_opset_version()
     if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= newest:
         raise InputError(f"opset must be a whole number from {MIN_OPSET} to {newest} (this "

@@ -213,20 +213,19 @@ def train_step(net, opt, data=None):
     Adam's step numbers into its scalars, Dropout's key into its own: begin_step) and bakes
     in its other numbers (the rate: a new graph per setting); a layer whose launches could
     not be replayed would say so (capturable) and keep the network eager. Replays give bit
-    for bit the eager step's results."""
+    for bit the eager step's results. In a distributed job always eagerly: the averaging is
+    host work between the launches, which a step recorded alone would skip."""
     begin_step(net)
-    replayed(net, (net.m, opt, data is not None),
-             (lambda: gather_step(net, opt, data)) if data else (lambda: step(net, opt)))
+    work = (lambda: gather_step(net, opt, data)) if data else (lambda: step(net, opt))
+    if distributed.current() is not None:
+        work()
+    else:
+        replayed(net, (net.m, opt, data is not None), work)
 
 
 def replayed(net, key, work):
     """work(), for the network's batch buffers as bound now: eagerly the first time key is
-    seen, recorded the second (where the device and the layers can), replayed after. In
-    a distributed job always eagerly: the averaging is host work between the launches, which
-    a recording made alone would skip."""
-    if distributed.current() is not None:
-        work()
-        return
+    seen, recorded the second (where the device and the layers can), replayed after."""
     graphs = net._graphs
     graph = graphs.get(key)
     if graph and not graph.current:             # it points at a workspace since freed
@@ -450,16 +449,13 @@ def _epoch_sums(net, n, group, trained):
     are made alike again: BatchNorm's running statistics, which each rank kept from its own
     batches, averaged weighted by those samples; then rank 0's parameters and optimizer
     state everywhere, which ends the drift of ranks whose devices round differently."""
-    if group is None:
-        return net._read_sums(n)
-    bk = net.backend
-    loss, hits = group.sum([np.sum(bk.download(net._loss_sum), dtype=np.float64),
-                            np.sum(bk.download(net._hit_sum), dtype=np.float64)])
-    for _, layer in net.walk():
-        for name in layer.buffers():
-            group.average(bk, getattr(layer, name), trained / n)
-    group.broadcast_state(net)
-    return loss / n, hits / n
+    sums = net._read_sums(n, group)
+    if group is not None:
+        for _, layer in net.walk():
+            for name in layer.buffers():
+                group.average(net.backend, getattr(layer, name), trained / n)
+        group.broadcast_state(net)
+    return sums
 
 
 class _History(dict):
