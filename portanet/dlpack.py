@@ -107,20 +107,14 @@ def samples(x, backend):
     if isinstance(x, DeviceSamples):
         x.tensor.holds += 1
         return x
-    where = device_of(x)
-    if where is None:
-        return x
-    if where[0] == CPU:
-        return _from_host(x)
-    source = backend.dlpack_source()
-    if source is None or where != source[0]:
-        return _host_copy(x, where, backend)
-    tensor = consume(x, source[0], source[1], backend)
+    here, tensor = _arrived(x, backend, "the input")
+    if tensor is None:
+        return here
     if tensor.dtype != backend.dtype:
         tensor.release()
-        raise InputError(f"input is a {device_text(where)} array of {tensor.dtype}; the "
-                         f"network reads device inputs in place as {backend.dtype}: convert "
-                         f"it there first (torch: x.float(), CuPy and JAX: "
+        raise InputError(f"input is a {device_text(device_of(x))} array of {tensor.dtype}; "
+                         f"the network reads device inputs in place as {backend.dtype}: "
+                         f"convert it there first (torch: x.float(), CuPy and JAX: "
                          f"x.astype('{backend.dtype}'))")
     return DeviceSamples(tensor)
 
@@ -128,19 +122,28 @@ def samples(x, backend):
 def host(y, backend):
     """y as a NumPy array (targets, which are checked on the host): through DLPack where it
     speaks it, copied down where it lives on the backend's device."""
-    where = device_of(y)
-    if where is None:
-        return np.asarray(y)
-    if where[0] == CPU:
-        return _from_host(y)
-    source = backend.dlpack_source()
-    if source is None or where != source[0]:
-        return _host_copy(y, where, backend, "the targets")
-    tensor = consume(y, source[0], source[1], backend)
+    here, tensor = _arrived(y, backend, "the targets")
+    if tensor is None:
+        return np.asarray(here)
     try:
         return backend.download(DeviceArray(tensor.data, 0, tensor.shape, tensor.dtype))
     finally:
         tensor.release()
+
+
+def _arrived(x, backend, what):
+    """(x as the host reads it, None), or (None, the Taken tensor) where x lives on the
+    backend's own device: x itself where it speaks no DLPack, host memory without a copy,
+    other devices' memory copied down (or refused, naming `what`)."""
+    where = device_of(x)
+    if where is None:
+        return x, None
+    if where[0] == CPU:
+        return _from_host(x), None
+    source = backend.dlpack_source()
+    if source is None or where != source[0]:
+        return _host_copy(x, where, backend, what), None
+    return None, consume(x, source[0], source[1], backend)
 
 
 def release(x):
