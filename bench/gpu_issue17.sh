@@ -21,12 +21,13 @@ python3 -c "import onnx, onnxscript" 2>/dev/null || python3 -m pip install -q --
     --no-deps --target /tmp/site .whl/onnx/*.whl || exit 1
 export PYTHONUNBUFFERED=1 PORTANET_DATA=$PWD/.data PYTHONPATH=$PWD:$PYTHONPATH
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
-python3 -c "import torch, onnx; print('torch', torch.__version__, 'onnx', onnx.__version__)"
+python3 -c "import torch, onnx, onnxruntime as ort
+print('torch', torch.__version__, 'onnx', onnx.__version__, 'onnxruntime', ort.__version__)"
 case "$1" in
 interop)
     timeout 500 python3 -m pytest -q -rs tests/test_torch_interop.py tests/test_dlpack.py \
         tests/test_onnx.py tests/test_torch_state.py tests/test_readme.py \
-        -k "not pocl" -p no:cacheprovider 2>&1 | tail -40 \
+        -k "not pocl" -p no:cacheprovider --tb=short -rf 2>&1 | tail -150 \
         | tee "$OUT/interop-tests.log" ;;
 suite)
     timeout 560 python3 -m pytest -q -x tests -k "cuda or nvidia" -p no:cacheprovider 2>&1 \

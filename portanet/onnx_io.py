@@ -78,8 +78,12 @@ def export_model(net, opset=OPSET):
     g.node("Identity", [x], out="output")
     graph = onnx.helper.make_graph(g.nodes, "portanet", [g.inputs[0]],
                                    [g.value_info("output", net.output_shape)], g.initializers)
-    model = onnx.helper.make_model(graph, producer_name="portanet",
-                                   opset_imports=[onnx.helper.make_opsetid("", opset)])
+    opsets = [onnx.helper.make_opsetid("", opset)]
+    # The oldest IR version that has the opset, not the newest that onnx knows: any
+    # runtime that runs the opset then reads the file (an older onnxruntime refuses a
+    # newer IR than its own).
+    model = onnx.helper.make_model(graph, producer_name="portanet", opset_imports=opsets,
+                                   ir_version=onnx.helper.find_min_ir_version_for(opsets))
     from . import __version__
     model.producer_version = __version__
     return model
