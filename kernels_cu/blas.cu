@@ -52,24 +52,28 @@ KERNEL void ger(GLOBAL real* a, const int a_off, const GLOBAL real* x, const int
     if (i < rows && j < cols) a[a_off + i * cols + j] += alpha * x[x_off + i] * y[y_off + j];
 }
 
-/* c <- alpha sum_p parts[p] + beta c, the parts of a split-K gemm (n = M N each), summed
-   pairwise so that the sum of P parts errs by log2(P) roundings, not P: the parts are
-   taken in order, and a partial sum of 2^h of them merges with the one before it of the
-   same size (a binary counter; stack[h] holds the waiting sum of 2^h parts) */
-#define SPLIT_SUM_DEPTH 16              /* up to 2^16 parts */
+/* c <- alpha sum_p parts[p] + beta c, the parts of a split-K gemm (n = M N elements each).
+   A work-group is GEMV_THREADS / lanes outputs (dimension 0: neighbours read neighbouring
+   addresses) by `lanes` lanes (dimension 1, a power of two). Lane y sums the y-th run of
+   ceil(count / lanes) parts in order, and the lanes' sums meet pairwise in local memory, so
+   a sum of P parts errs by about P / lanes + log2(lanes) roundings, in an order fixed by
+   (count, lanes). One work-item per output summing every part in turn (a conv layer's
+   weight gradient: 144 outputs of 338 parts) took 66 us of a 360 us LeNet step on an H100. */
 KERNEL void gemm_split_sum(GLOBAL real* c, const int c_off, const GLOBAL real* parts,
                            const int parts_off, const real alpha, const real beta, const int n,
-                           const int count) {
-    const int i = GLOBAL_ID(0);
-    if (i >= n) return;
-    real stack[SPLIT_SUM_DEPTH];
-    int depth = 0;
-    for (int p = 0; p < count; ++p) {
-        real sum = parts[parts_off + p * n + i];
-        for (int q = p + 1; (q & 1) == 0; q >>= 1) sum += stack[--depth];
-        stack[depth++] = sum;
-    }
+                           const int count, const int lanes) {
+    LOCAL real sums[GEMV_THREADS];
+    const int width = GEMV_THREADS / lanes, x = LOCAL_ID(0), y = LOCAL_ID(1);
+    const int i = GROUP_ID(0) * width + x, run = (count + lanes - 1) / lanes;
+    const int end = min(count, (y + 1) * run);
     real sum = 0;
-    while (depth > 0) sum += stack[--depth];
-    c[c_off + i] = alpha * sum + (beta == (real)0 ? (real)0 : beta * c[c_off + i]);
+    if (i < n)
+        for (int p = y * run; p < end; ++p) sum += parts[parts_off + p * n + i];
+    sums[y * width + x] = sum;
+    for (int step = lanes / 2; step > 0; step /= 2) {
+        BARRIER();
+        if (y < step) sums[y * width + x] += sums[(y + step) * width + x];
+    }
+    if (y == 0 && i < n)
+        c[c_off + i] = alpha * sums[x] + (beta == (real)0 ? (real)0 : beta * c[c_off + i]);
 }

@@ -611,6 +611,27 @@ def test_own_gemm_split_k(backend, rng, m, n, k):
         backend.compute_units, backend.gemm_path = saved_units, saved_path
 
 
+@pytest.mark.parametrize("n,count", [(1, 1), (7, 2), (13, 40), (144, 338), (1001, 33),
+                                     (300, 512)])
+@pytest.mark.parametrize("beta", [0.0, 0.9])
+def test_gemm_split_sum(bk, rng, n, count, beta):
+    """A split K's parts added into c (c <- alpha sum_p parts[p] + beta c), one lane per
+    output where they are few, and up to split_lanes of a work-group where they are many (a
+    conv layer's weight gradient: 144 outputs, 338 parts), at odd offsets."""
+    if bk.kind == "cpu":
+        pytest.skip("the reference backend has no split-K sum")
+    simulated(bk, n * count)
+    from portanet.backends.gpu import split_lanes
+    parts, c = real(bk, rng.standard_normal((count, n))), real(bk, rng.standard_normal(n))
+    (parts_d, c_d), _, _ = packed(bk, parts, c)
+    lanes, threads = split_lanes(count, bk.gemv_threads), bk.gemv_threads
+    assert count < 33 or lanes > 1
+    bk._run("gemm_split_sum", (n, lanes), c_d, parts_d, -0.7, beta, n, count, lanes,
+            local=(threads // lanes, lanes))
+    want = -0.7 * parts.sum(axis=0) + beta * c
+    assert rel_err(bk.download(c_d), want) < TOL[bk.dtype]
+
+
 # -- optimizer updates: a layer's flat parameter vector, weights first, odd sizes --------
 
 N_PARAMS, N_DECAY = 1001, 693

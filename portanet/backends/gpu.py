@@ -394,7 +394,9 @@ class KernelBackend(Backend):
         if parts > 1:                   # partial products into the workspace, then summed
             ws = self._split_workspace(parts * m * n)
             launch(ws, a, b, 1.0, 0.0, k, k_chunk)
-            self._run("gemm_split_sum", (m * n,), c, ws, float(alpha), float(beta), m * n, parts)
+            lanes, threads = split_lanes(parts, self.gemv_threads), self.gemv_threads
+            self._run("gemm_split_sum", (m * n, lanes), c, ws, float(alpha), float(beta), m * n,
+                      parts, lanes, local=(threads // lanes, lanes))
             return False
         pieces = (_pieces(a, b, trans_a, trans_b, k, ACC_K) if conv is None
                   else [(a, b, kp, k0) for k0, kp in _k_pieces(k, ACC_K)])
@@ -816,6 +818,7 @@ class KernelBackend(Backend):
 # OpenCL in 157 unsplit groups of 64 (two warps per unit), 178 in 7 parts of K
 WORK_ITEMS_PER_UNIT = 512
 MAX_PARTS = 512
+SPLIT_RUN = 8              # the most parts one lane of gemm_split_sum adds in a row
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
 DIRECT_F = 8               # filters per work-item of conv_direct (as in conv.cl)
 DIRECT_ROWS = 64           # the longest patch (C.k.k) conv_direct is tried for
@@ -1035,6 +1038,16 @@ def split_k(tiles, k, tsk, groups):
     k_chunk = -(-k // parts)
     k_chunk = -(-k_chunk // tsk) * tsk              # whole slabs
     return -(-k // k_chunk), k_chunk
+
+
+def split_lanes(parts, threads):
+    """The lanes of a gemm_split_sum work-group of `threads` that share each output's parts
+    (blas.cl): enough that none adds more than SPLIT_RUN parts in a row, and at most
+    threads / 8, so that a group's outputs are at least 8 neighbours (32 bytes of floats)."""
+    lanes = 1
+    while lanes * SPLIT_RUN < parts and lanes * 16 <= threads:
+        lanes *= 2
+    return lanes
 
 
 def gemm_options(trans_a, trans_b, params):
