@@ -18,6 +18,9 @@
 #                                       five seeds' accuracy on build/pre15 (the tree
 #                                       before issue 15: git archive 28d6ea7) and after;
 #                                       bench/infer_profile.py on cuda
+#   bash bench/gpu_issue15.sh final     the LeNet epoch (bench/lenet_compare.py) on build/pre15,
+#                                       build/prev (the commit before the last change) and
+#                                       after; five seeds' accuracy on build/pre15 and after
 #   bash bench/gpu_issue15.sh accuracy  before and after: the LeNet epoch
 #                                       (bench/lenet_compare.py) and five seeds' accuracy
 #                                       (bench/seed_spread.py); profiles of a LeNet step
@@ -93,6 +96,17 @@ infer)
     done
     PYTHONPATH=$PWD:$PYTHONPATH timeout 60 python3 bench/infer_profile.py --device cuda \
         2>&1 | grep -v Warning > "$OUT/infer-profile-cuda.txt" ;;
+final)
+    for v in pre15 prev after; do
+        (cd $([ $v = after ] && echo . || echo build/$v) && PYTHONPATH=$PWD:$PYTHONPATH \
+            timeout 100 python3 bench/lenet_compare.py --devices cuda,opencl:0:0 --epochs 2 \
+            --json "$OUT/epoch-$v.json" 2>&1 | grep -v Warning | tail -4 | sed "s/^/$v /") \
+            | tee -a "$OUT/epoch.log"
+    done
+    for v in build/pre15 .; do
+        PYTHONPATH=$v:$PYTHONPATH timeout 150 python3 bench/seed_spread.py 2>&1 \
+            | grep -v Warning | sed "s|^|$v |" | tee -a "$OUT/seeds.log"
+    done ;;
 suite)
     PYTHONPATH=$PWD:$PYTHONPATH timeout 560 python3 -m pytest -q tests -p no:cacheprovider \
         2>&1 | tail -25 | tee "$OUT/pytest.log" ;;
