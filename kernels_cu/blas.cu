@@ -5,23 +5,28 @@
 #define GEMV_THREADS 256
 #endif
 
-/* y <- alpha a x + beta y, a: rows x cols. One work-group of GEMV_THREADS per row, so the
-   row is read coalesced (the bias gradient dz . ones reads a batch-long row), summed
-   through local memory. */
+/* y <- alpha a x + beta y, a: rows x cols. One work-group of GEMV_THREADS per row and
+   piece of `chunk` columns, so the row is read coalesced (the bias gradient dz . ones reads
+   a batch-long row), summed through local memory. Group (i, p) writes row i's sum over its
+   p-th piece to y[p rows + i]: with one piece that is y itself; with several, the parts of
+   a split sum that gemm_split_sum adds up (few rows of many columns: a conv layer's 16
+   channels of 26 x 26 x 256 positions would keep 16 groups busy). */
 KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const int a_off,
                  const GLOBAL real* x, const int x_off, const real alpha, const real beta,
-                 const int rows, const int cols) {
+                 const int rows, const int cols, const int chunk) {
     LOCAL real partial[GEMV_THREADS];
-    const int i = GROUP_ID(0), t = LOCAL_ID(0);
+    const int i = GROUP_ID(0), t = LOCAL_ID(0), end = min(cols, (GROUP_ID(1) + 1) * chunk);
     real sum = 0;
-    for (int k = t; k < cols; k += GEMV_THREADS) sum += a[a_off + i * cols + k] * x[x_off + k];
+    for (int k = GROUP_ID(1) * chunk + t; k < end; k += GEMV_THREADS)
+        sum += a[a_off + i * cols + k] * x[x_off + k];
     partial[t] = sum;
     BARRIER();
     for (int stride = GEMV_THREADS / 2; stride > 0; stride /= 2) {
         if (t < stride) partial[t] += partial[t + stride];
         BARRIER();
     }
-    if (t == 0) y[y_off + i] = alpha * partial[0] + (beta == (real)0 ? (real)0 : beta * y[y_off + i]);
+    const int at = y_off + GROUP_ID(1) * rows + i;
+    if (t == 0) y[at] = alpha * partial[0] + (beta == (real)0 ? (real)0 : beta * y[at]);
 }
 
 /* y <- alpha a^T x + beta y. One work-item per column: neighbours read neighbouring

@@ -171,6 +171,47 @@ def test_gemv(backend, rng, rows, cols, trans):
     assert rel_err(backend.download(Y), (a.T if trans else a) @ x) < F32
 
 
+@pytest.mark.parametrize("rows,cols,parts", [(5, 3001, 1), (5, 3001, 3), (16, 4099, 7),
+                                             (1, 777, 40)])
+@pytest.mark.parametrize("beta", [0.0, -1.5])
+def test_gemv_in_pieces(bk, rng, rows, cols, parts, beta):
+    """gemv with each row's columns in pieces (parts of a split sum, then gemm_split_sum;
+    few long rows: a conv layer's bias gradient), at odd offsets; 40 pieces of 777 columns
+    leave the last ones short or empty."""
+    if bk.kind == "cpu":
+        pytest.skip("the reference backend has one gemv")
+    simulated(bk, rows * cols)
+    a, x, y = (real(bk, rng.standard_normal(s)) for s in ((rows, cols), cols, rows))
+    (a_d, x_d, y_d), _, _ = packed(bk, a, x, y)
+    bk._gemv_rows(0.6, a_d, x_d, beta, y_d, parts)
+    assert rel_err(bk.download(y_d), 0.6 * a @ x + beta * y,
+                   gemm_scale(0.6, a, x, beta, y)) < TOL[bk.dtype]
+
+
+def test_gemv_routes_few_long_rows(backend, rng):
+    """Where few rows leave the device idle, auto routing times one group per row against
+    the rows in pieces, remembers the faster, and either gives gemv's result."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has one gemv")
+    rows, cols = 3, 20000
+    simulated(backend, rows * cols)
+    from portanet.backends.gpu import gemv_parts
+    saved_units, saved_path = backend.compute_units, backend.gemm_path
+    backend.compute_units, backend.gemm_path = 64, "auto"
+    try:
+        assert gemv_parts(rows, cols, backend.gemv_threads, 64) > 1
+        a, x, y = (rng.standard_normal(s) for s in ((rows, cols), cols, rows))
+        for _ in range(2):                                  # routed, then as routed
+            Y = backend.upload(y)
+            backend.gemv(0.6, backend.upload(a), backend.upload(x), 0.9, Y)
+            assert rel_err(backend.download(Y), 0.6 * a @ x + 0.9 * y,
+                           gemm_scale(0.6, a, x, 0.9, y)) < F32
+        assert backend._routes[("gemv", rows, cols)] in ("whole", "split")
+    finally:
+        backend.compute_units, backend.gemm_path = saved_units, saved_path
+        backend._routes.pop(("gemv", rows, cols), None)
+
+
 # long sums: the error against float64 of a K-term float32 sum, normwise, for inputs whose
 # products do not cancel (uniform in [0, 1)); one running float sum is above it from about
 # K = 5000 on (8e-6 at K = 150000), a sum in pieces of ACC_K terms stays below 3e-7
@@ -624,10 +665,8 @@ def test_gemm_split_sum(bk, rng, n, count, beta):
     from portanet.backends.gpu import split_lanes
     parts, c = real(bk, rng.standard_normal((count, n))), real(bk, rng.standard_normal(n))
     (parts_d, c_d), _, _ = packed(bk, parts, c)
-    lanes, threads = split_lanes(count, bk.gemv_threads), bk.gemv_threads
-    assert count < 33 or lanes > 1
-    bk._run("gemm_split_sum", (n, lanes), c_d, parts_d, -0.7, beta, n, count, lanes,
-            local=(threads // lanes, lanes))
+    assert count < 33 or split_lanes(count, bk.gemv_threads) > 1
+    bk._split_sum(-0.7, parts_d, beta, c_d, n, count)
     want = -0.7 * parts.sum(axis=0) + beta * c
     assert rel_err(bk.download(c_d), want) < TOL[bk.dtype]
 

@@ -120,7 +120,9 @@ class KernelBackend(Backend):
 
     serialised = True           # see Backend.serialised
     trace = None                # a profiler.Trace while `portanet profile` records a step
-    _routes = None              # (m, n, k, trans_a, trans_b) -> "own" | "vendor" (auto GEMM)
+    _routes = None              # measured paths (auto): GEMM (m, n, k, trans_a, trans_b) ->
+    #                             "own" | "vendor"; conv keys -> a conv path; ("gemv", rows,
+    #                             cols) -> "whole" | "split"
     generation = 0              # bumped when what recorded steps point at goes away
     gemv_threads = 256          # work-items of gemv's group (blas.cl), within the limits
     vendor_k = ACC_K            # the longest sum one vendor gemm call may run (accuracy)
@@ -394,9 +396,7 @@ class KernelBackend(Backend):
         if parts > 1:                   # partial products into the workspace, then summed
             ws = self._split_workspace(parts * m * n)
             launch(ws, a, b, 1.0, 0.0, k, k_chunk)
-            lanes, threads = split_lanes(parts, self.gemv_threads), self.gemv_threads
-            self._run("gemm_split_sum", (m * n, lanes), c, ws, float(alpha), float(beta), m * n,
-                      parts, lanes, local=(threads // lanes, lanes))
+            self._split_sum(alpha, ws, beta, c, m * n, parts)
             return False
         pieces = (_pieces(a, b, trans_a, trans_b, k, ACC_K) if conv is None
                   else [(a, b, kp, k0) for k0, kp in _k_pieces(k, ACC_K)])
@@ -501,9 +501,40 @@ class KernelBackend(Backend):
             raise ShapeError(f"gemv: a {a.shape} trans={trans_a}, x {x.shape}, y {y.shape}")
         if trans_a:
             self._run("gemv_t", (cols,), y, a, x, float(alpha), float(beta), rows, cols)
+            return
+        parts = gemv_parts(rows, cols, self.gemv_threads, self.compute_units)
+        if parts > 1 and self.gemm_path == "auto":
+            def path(p):
+                return lambda: self._gemv_rows(alpha, a, x, beta, y, p)
+            key = ("gemv", rows, cols)
+            route = self._routes.get(key) or self._fastest(
+                key, {"whole": path(1), "split": path(parts)}, restore=[y] if beta else [])
+            parts = parts if route == "split" else 1
         else:
-            self._run("gemv", (rows * self.gemv_threads,), y, a, x, float(alpha), float(beta),
-                      rows, cols, local=(self.gemv_threads,))
+            parts = 1
+        self._gemv_rows(alpha, a, x, beta, y, parts)
+
+    def _gemv_rows(self, alpha, a, x, beta, y, parts):
+        """y <- alpha a x + beta y by gemv's row groups, each row's columns in `parts`
+        pieces: one writes y; several write the parts of a split sum, added up after."""
+        rows, cols = a.shape
+        chunk = -(-cols // parts)
+        parts, threads = -(-cols // chunk), self.gemv_threads
+        if parts == 1:
+            self._run("gemv", (rows * threads, 1), y, a, x, float(alpha), float(beta), rows,
+                      cols, cols, local=(threads, 1))
+            return
+        ws = self._split_workspace(parts * rows)
+        self._run("gemv", (rows * threads, parts), ws, a, x, 1.0, 0.0, rows, cols, chunk,
+                  local=(threads, 1), label=f"gemv {rows}x{cols} split {parts}")
+        self._split_sum(alpha, ws, beta, y, rows, parts)
+
+    def _split_sum(self, alpha, parts_ws, beta, c, n, parts):
+        """c <- alpha (the sum of the n-element parts in parts_ws) + beta c: gemm_split_sum
+        with split_lanes lanes per output."""
+        lanes, threads = split_lanes(parts, self.gemv_threads), self.gemv_threads
+        self._run("gemm_split_sum", (n, lanes), c, parts_ws, float(alpha), float(beta), n,
+                  parts, lanes, local=(threads // lanes, lanes))
 
     def ger(self, alpha, x, y, a):
         rows, cols = a.shape
@@ -1048,6 +1079,17 @@ def split_lanes(parts, threads):
     while lanes * SPLIT_RUN < parts and lanes * 16 <= threads:
         lanes *= 2
     return lanes
+
+
+def gemv_parts(rows, cols, threads, units):
+    """The pieces gemv may split each row's columns into: enough that the row groups fill
+    the device as split K fills it (WORK_ITEMS_PER_UNIT), none shorter than SPLIT_RUN
+    columns per work-item; 1 where the rows alone fill it. Whether the split (two launches)
+    beats one group per row is measured (auto GEMM routing)."""
+    groups = units * max(2, WORK_ITEMS_PER_UNIT // threads)
+    if 2 * rows >= groups:
+        return 1
+    return max(1, min(-(-groups // rows), cols // (threads * SPLIT_RUN), MAX_PARTS))
 
 
 def gemm_options(trans_a, trans_b, params):

@@ -392,6 +392,7 @@ class OpenCLBackend(KernelBackend):
         self._recording = None                  # a list while capture() records
         self._pending = collections.deque()     # background copies' events (_pending_copy)
         self._lane = None                       # made by the first write_samples
+        self._retired = []                      # freed buffers the simulator keeps
         self.vendor_gemm = pyclblast is not None and not self.simulator
         self._load_kernels()
         self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
@@ -585,7 +586,13 @@ class OpenCLBackend(KernelBackend):
     def _free_buffer(self, buf):
         self._bound.clear()         # kernels bound to it, or to a handle it may reuse
         self._wrappers.clear()
-        buf.release()
+        if self.simulator:
+            # Oclgrind takes what kernels write into memory a released buffer had held for
+            # uninitialised when they read it back (the split-K workspace regrown, then
+            # written and summed); so its freed buffers stay held until the backend goes
+            self._retired.append(buf)
+        else:
+            buf.release()
 
     def synchronize(self):
         self._not_recording("waiting for the device")
