@@ -25,12 +25,7 @@
 #                                       (bench/lenet_compare.py) and five seeds' accuracy
 #                                       (bench/seed_spread.py); profiles of a LeNet step
 # Results under $OUT.
-set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source .gpu/gpu-env.sh > /dev/null || exit 1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/safetensors*.whl || exit 1
-export PYTHONUNBUFFERED=1 PORTANET_DATA=$PWD/.data
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+source bench/gpu_setup.sh
 tree() { [ $1 = before ] && echo build/old || echo .; }
 case "$1" in
 compare)

@@ -13,14 +13,10 @@
 #             Fashion-MNIST MLP 5 epochs (MPI, global batch 2 x 64), beside one process
 #             on cuda over the same global batches; then with --balance
 # Results under $OUT.
-set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source .gpu/gpu-env.sh > /dev/null || exit 1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/safetensors*.whl || exit 1
+source bench/gpu_setup.sh
 python3 -c "import onnx, onnxscript" 2>/dev/null || python3 -m pip install -q --no-index \
     --no-deps --target /tmp/site .whl/onnx/*.whl || exit 1
-export PYTHONUNBUFFERED=1 PORTANET_DATA=$PWD/.data PYTHONPATH=$PWD:$PYTHONPATH
-nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+export PYTHONPATH=$PWD:$PYTHONPATH
 python3 -c "import torch, onnx, onnxruntime as ort
 print('torch', torch.__version__, 'onnx', onnx.__version__, 'onnxruntime', ort.__version__)"
 case "$1" in

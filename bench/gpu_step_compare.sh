@@ -8,12 +8,7 @@
 #   - after: bench/step_launches.py on opencl:0:0 (each replayed launch alone) and Nsight
 #     Compute's kernel durations of one eager cuda step, for LeNet at batch 64 and 256.
 # Results under $OUT.
-set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-source .gpu/gpu-env.sh > /dev/null || exit 1
-python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/safetensors*.whl || exit 1
-export PYTHONUNBUFFERED=1 PORTANET_DATA=$PWD/.data
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
+source bench/gpu_setup.sh
 if [ -n "$TESTS" ]; then
     PYTHONPATH=$PWD:$PYTHONPATH timeout ${TEST_SECONDS:-240} python3 -m pytest -q \
         tests/test_kernels.py tests/test_conv.py -k "($TESTS) and (cuda or nvidia)" \
