@@ -40,7 +40,7 @@
 
    With SPLIT_K=1, work-groups along dimension 2 each take k_chunk of the K sum, from
    k_chunk . GROUP_ID(2), and write their partial product to c + GROUP_ID(2) . M . N (the
-   blas family's gemm_split_sum adds the parts up). A variant of its own: the bounds
+   blas family's gemm_split_sum adds the parts pairwise). A variant of its own: the bounds
    cost a register, and one more than 128 halves the work-groups per SM of CUDA's tiling.
 
    CONV > 0 makes the kernel an implicit-GEMM convolution (cuDNN's IMPLICIT_GEMM): an
