@@ -171,13 +171,30 @@ def test_gemv(backend, rng, rows, cols, trans):
     assert rel_err(backend.download(Y), (a.T if trans else a) @ x) < F32
 
 
+@pytest.mark.parametrize("rows,cols", [(3, 0), (0, 5), (0, 0)])
+@pytest.mark.parametrize("trans", [False, True])
+@pytest.mark.parametrize("beta", [0.0, -1.5])
+def test_gemv_of_an_empty_matrix(backend, rng, rows, cols, trans, beta):
+    """An empty sum leaves beta y (0 for beta 0, over whatever y held), as BLAS and NumPy;
+    an empty y is nothing to do."""
+    x = rng.standard_normal(rows if trans else cols)
+    y = rng.standard_normal(cols if trans else rows)
+    Y = backend.upload(y) if beta else poisoned(backend, y.shape)
+    backend.gemv(0.6, backend.empty((rows, cols)), backend.upload(x), beta, Y, trans)
+    got = backend.download(Y)
+    if beta == 0:
+        assert np.array_equal(got, np.zeros_like(y))
+    elif got.size:
+        assert rel_err(got, beta * y) < F32
+
+
 @pytest.mark.parametrize("rows,cols,parts", [(5, 3001, 1), (5, 3001, 3), (16, 4099, 7),
                                              (1, 777, 40)])
 @pytest.mark.parametrize("beta", [0.0, -1.5])
 def test_gemv_in_pieces(bk, rng, rows, cols, parts, beta):
     """gemv with each row's columns in pieces (parts of a split sum, then gemm_split_sum;
-    few long rows: a conv layer's bias gradient), at odd offsets; 40 pieces of 777 columns
-    leave the last ones short or empty."""
+    few long rows: a conv layer's bias gradient), at odd offsets; 40 pieces asked of 777
+    columns are 39 of 20 and a short last one."""
     if bk.kind == "cpu":
         pytest.skip("the reference backend has one gemv")
     simulated(bk, rows * cols)

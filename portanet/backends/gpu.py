@@ -499,6 +499,14 @@ class KernelBackend(Backend):
         rows, cols = a.shape
         if x.size != (rows if trans_a else cols) or y.size != (cols if trans_a else rows):
             raise ShapeError(f"gemv: a {a.shape} trans={trans_a}, x {x.shape}, y {y.shape}")
+        if y.size == 0:
+            return
+        if x.size == 0:                     # an empty sum: y <- beta y, as BLAS and NumPy
+            if beta == 0:
+                self.fill(y, 0.0)
+            else:
+                self.scal(beta, y)
+            return
         if trans_a:
             self._run("gemv_t", (cols,), y, a, x, float(alpha), float(beta), rows, cols)
             return
@@ -849,7 +857,7 @@ class KernelBackend(Backend):
 # OpenCL in 157 unsplit groups of 64 (two warps per unit), 178 in 7 parts of K
 WORK_ITEMS_PER_UNIT = 512
 MAX_PARTS = 512
-SPLIT_RUN = 8              # the most parts one lane of gemm_split_sum adds in a row
+SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, where lanes allow
 ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
 DIRECT_F = 8               # filters per work-item of conv_direct (as in conv.cl)
 DIRECT_ROWS = 64           # the longest patch (C.k.k) conv_direct is tried for
@@ -1073,8 +1081,9 @@ def split_k(tiles, k, tsk, groups):
 
 def split_lanes(parts, threads):
     """The lanes of a gemm_split_sum work-group of `threads` that share each output's parts
-    (blas.cl): enough that none adds more than SPLIT_RUN parts in a row, and at most
-    threads / 8, so that a group's outputs are at least 8 neighbours (32 bytes of floats)."""
+    (blas.cl): enough that none adds more than SPLIT_RUN parts in a row, but at most
+    threads / 8, so that a group's outputs are at least 8 neighbours (32 bytes of floats);
+    where that cap binds a lane adds more (338 parts in 32 lanes of 256: runs of 11)."""
     lanes = 1
     while lanes * SPLIT_RUN < parts and lanes * 16 <= threads:
         lanes *= 2
