@@ -392,7 +392,7 @@ class OpenCLBackend(KernelBackend):
         self._recording = None                  # a list while capture() records
         self._pending = collections.deque()     # background copies' events (_pending_copy)
         self._lane = None                       # made by the first write_samples
-        self._retired = []                      # outgrown split-K workspaces (Oclgrind)
+        self._retired = []                      # freed buffers the simulator keeps
         self.vendor_gemm = pyclblast is not None and not self.simulator
         self._load_kernels()
         self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
@@ -586,12 +586,12 @@ class OpenCLBackend(KernelBackend):
     def _free_buffer(self, buf):
         self._bound.clear()         # kernels bound to it, or to a handle it may reuse
         self._wrappers.clear()
-        split = getattr(self, "_split_ws", None)
-        if self.simulator and split is not None and buf is split.buf:
-            # Oclgrind takes what kernels write into memory a released buffer had held for
-            # uninitialised when they read it back (its record of the slot keeps the old
-            # size): the split-K workspace, regrown, is written and summed at once, so on
-            # the simulator each one it outgrows stays held until the backend goes
+        if self.simulator:
+            # Oclgrind takes what kernels write into a buffer for uninitialised when they
+            # read it back, where the buffer took a released one's slot and is larger (its
+            # record of the slot keeps the old size; the split-K workspace, grown, written
+            # and summed at once). Any freed buffer may leave that slot, so on the simulator
+            # all stay held until the backend goes
             self._retired.append(buf)
         else:
             buf.release()
