@@ -32,7 +32,7 @@ def _timed(bk, run, repeats):
     return (time.perf_counter() - t0) / repeats, (t1 - t0) / repeats
 
 
-def opencl(bk, net, step, repeats):
+def opencl(bk, net, repeats):
     import pyopencl as cl
     replay = next(g for g in net._graphs.values() if g)
     whole, host = _timed(bk, replay, repeats)
@@ -65,7 +65,7 @@ def opencl(bk, net, step, repeats):
     print(f"sum of the launches alone: {total * 1e6:.1f} us")
 
 
-def cuda(bk, net, step):
+def cuda(bk, step):
     """One eager step between cuProfilerStart and Stop, for Nsight Compute."""
     lib = ctypes.CDLL("libcuda.so.1")
     bk.synchronize()
@@ -89,11 +89,11 @@ def main():
     if bk.kind == "cuda":
         for _ in range(20):
             step()
-        cuda(bk, net, step)
+        cuda(bk, step)
         return
     for _ in range(20):                  # routing measured, then recorded and replayed
         step()
-    opencl(bk, net, step, args.repeats)
+    opencl(bk, net, args.repeats)
 
 
 if __name__ == "__main__":

@@ -78,15 +78,20 @@ def export_model(net, opset=OPSET):
     g.node("Identity", [x], out="output")
     graph = onnx.helper.make_graph(g.nodes, "portanet", [g.inputs[0]],
                                    [g.value_info("output", net.output_shape)], g.initializers)
-    opsets = [onnx.helper.make_opsetid("", opset)]
-    # The oldest IR version that has the opset, not the newest that onnx knows: any
-    # runtime that runs the opset then reads the file (an older onnxruntime refuses a
-    # newer IR than its own).
-    model = onnx.helper.make_model(graph, producer_name="portanet", opset_imports=opsets,
-                                   ir_version=onnx.helper.find_min_ir_version_for(opsets))
+    model = make_model(graph, opset, producer_name="portanet")
     from . import __version__
     model.producer_version = __version__
     return model
+
+
+def make_model(graph, opset, **fields):
+    """A ModelProto of `graph` in the default domain's `opset`, stamped with the oldest IR
+    version that has that opset, not the newest that onnx knows: any runtime that runs the
+    opset then reads the file (an older onnxruntime refuses a newer IR than its own)."""
+    helper = _onnx().helper
+    opsets = [helper.make_opsetid("", opset)]
+    return helper.make_model(graph, opset_imports=opsets,
+                             ir_version=helper.find_min_ir_version_for(opsets), **fields)
 
 
 class _Graph:

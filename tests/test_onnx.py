@@ -108,9 +108,7 @@ def _graph(nodes, inits, in_shape, out, name="torchlike", opset=17, batch="batch
         [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [batch, *in_shape])],
         [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, None])],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    opsets = [helper.make_opsetid("", opset)]
-    model = helper.make_model(graph, opset_imports=opsets,
-                              ir_version=helper.find_min_ir_version_for(opsets))
+    model = onnx_io.make_model(graph, opset)
     onnx.checker.check_model(model)
     return model
 

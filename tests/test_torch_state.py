@@ -8,6 +8,7 @@ import pytest
 import safetensors.numpy
 
 import portanet as pn
+from portanet import onnx_io
 from portanet.errors import InputError, ModelFileError, ShapeError
 
 onnx = pytest.importorskip("onnx")
@@ -50,9 +51,7 @@ def torch_layout_predictions(state, x):
         nodes, "torch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 16, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    opsets = [helper.make_opsetid("", 17)]
-    model = helper.make_model(graph, opset_imports=opsets,
-                              ir_version=helper.find_min_ir_version_for(opsets))
+    model = onnx_io.make_model(graph, 17)
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return session.run(None, {"x": x})[0]
 

@@ -250,11 +250,8 @@ class KernelBackend(Backend):
         m, n, k = check_gemm(a, b, c, trans_a, trans_b)
         if m == 0 or n == 0:
             return                          # no output (CLBlast refuses empty products)
-        if k == 0:                          # an empty sum: c <- beta c, as BLAS and NumPy
-            if beta == 0:
-                self.fill(c, 0.0)
-            else:
-                self.scal(beta, c)
+        if k == 0:
+            self._empty_sum(beta, c)
             return
         path = self.gemm_path
         if path == "auto":
@@ -284,6 +281,14 @@ class KernelBackend(Backend):
                     + _piece_text(i, len(pieces)),
                     lambda: self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b,
                                               m, n, kp, ldc or n))
+
+    def _empty_sum(self, beta, c):
+        """c <- beta c, the result of a product whose sum is empty (K = 0), as BLAS and
+        NumPy give it: beta 0 writes zeros over whatever c held."""
+        if beta == 0:
+            self.fill(c, 0.0)
+        else:
+            self.scal(beta, c)
 
     def _route(self, a, b, beta, c, trans_a, trans_b, m, n, k):
         """The faster path for this shape, measured now on the real operands (`_fastest`)
@@ -501,11 +506,8 @@ class KernelBackend(Backend):
             raise ShapeError(f"gemv: a {a.shape} trans={trans_a}, x {x.shape}, y {y.shape}")
         if y.size == 0:
             return
-        if x.size == 0:                     # an empty sum: y <- beta y, as BLAS and NumPy
-            if beta == 0:
-                self.fill(y, 0.0)
-            else:
-                self.scal(beta, y)
+        if x.size == 0:
+            self._empty_sum(beta, y)
             return
         if trans_a:
             self._run("gemv_t", (cols,), y, a, x, float(alpha), float(beta), rows, cols)
