@@ -5,6 +5,20 @@
 #define GEMV_THREADS 256
 #endif
 
+/* y[at] <- alpha (the sum of the group's `sum`s) + beta y[at], summed pairwise through
+   local memory and written by work-item 0 (gemv's and activation_bias_grad's row groups). */
+DEVICE void group_sum_into(LOCAL_PTR real* partial, const real sum, GLOBAL real* y,
+                           const int at, const real alpha, const real beta) {
+    const int t = LOCAL_ID(0);
+    partial[t] = sum;
+    BARRIER();
+    for (int stride = GEMV_THREADS / 2; stride > 0; stride /= 2) {
+        if (t < stride) partial[t] += partial[t + stride];
+        BARRIER();
+    }
+    if (t == 0) y[at] = alpha * partial[0] + (beta == (real)0 ? (real)0 : beta * y[at]);
+}
+
 /* y <- alpha a x + beta y, a: rows x cols. One work-group of GEMV_THREADS per row and
    piece of `chunk` columns, so the row is read coalesced (the bias gradient dz . ones reads
    a batch-long row), summed through local memory. Group (i, p) writes row i's sum over its
@@ -15,18 +29,31 @@ KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const in
                  const GLOBAL real* x, const int x_off, const real alpha, const real beta,
                  const int rows, const int cols, const int chunk) {
     LOCAL real partial[GEMV_THREADS];
-    const int i = GROUP_ID(0), t = LOCAL_ID(0), end = min(cols, (GROUP_ID(1) + 1) * chunk);
+    const int i = GROUP_ID(0), end = min(cols, (GROUP_ID(1) + 1) * chunk);
     real sum = 0;
-    for (int k = GROUP_ID(1) * chunk + t; k < end; k += GEMV_THREADS)
+    for (int k = GROUP_ID(1) * chunk + LOCAL_ID(0); k < end; k += GEMV_THREADS)
         sum += a[a_off + i * cols + k] * x[x_off + k];
-    partial[t] = sum;
-    BARRIER();
-    for (int stride = GEMV_THREADS / 2; stride > 0; stride /= 2) {
-        if (t < stride) partial[t] += partial[t + stride];
-        BARRIER();
+    group_sum_into(partial, sum, y, y_off + GROUP_ID(1) * rows + i, alpha, beta);
+}
+
+/* z <- f'(z) . da, a layer's delta in place, and y <- alpha (z 1) + beta y, its bias
+   gradient, in one pass over z: gemv's row groups and pieces, each forming the delta as it
+   reads it (activation_grad and then gemv took two launches, a floor of 6-8 us each on
+   NVIDIA's OpenCL). The sums run as gemv's do, so the results are the same bit for bit. */
+KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL real* z,
+                                 const int z_off, const GLOBAL real* da, const int da_off,
+                                 const int kind, const real alpha, const real beta,
+                                 const int rows, const int cols, const int chunk) {
+    LOCAL real partial[GEMV_THREADS];
+    const int i = GROUP_ID(0), end = min(cols, (GROUP_ID(1) + 1) * chunk);
+    real sum = 0;
+    for (int k = GROUP_ID(1) * chunk + LOCAL_ID(0); k < end; k += GEMV_THREADS) {
+        const int at = i * cols + k;
+        const real d = activate_grad(kind, z[z_off + at]) * da[da_off + at];
+        z[z_off + at] = d;
+        sum += d;
     }
-    const int at = y_off + GROUP_ID(1) * rows + i;
-    if (t == 0) y[at] = alpha * partial[0] + (beta == (real)0 ? (real)0 : beta * y[at]);
+    group_sum_into(partial, sum, y, y_off + GROUP_ID(1) * rows + i, alpha, beta);
 }
 
 /* y <- alpha a^T x + beta y. One work-item per column: neighbours read neighbouring
@@ -63,10 +90,14 @@ KERNEL void ger(GLOBAL real* a, const int a_off, const GLOBAL real* x, const int
    ceil(count / lanes) parts in order, and the lanes' sums meet pairwise in local memory, so
    a sum of P parts errs by about P / lanes + log2(lanes) roundings, in an order fixed by
    (count, lanes). One work-item per output summing every part in turn (a conv layer's
-   weight gradient: 144 outputs of 338 parts) took 66 us of a 360 us LeNet step on an H100. */
+   weight gradient: 144 outputs of 338 parts) took 66 us of a 360 us LeNet step on an H100.
+   With kind >= 0, c is a dense layer's z (M units x `cols` samples) and the sum ends as
+   bias_activation would go on: z <- z + b 1^T, act <- f(z), one launch fewer. */
 KERNEL void gemm_split_sum(GLOBAL real* c, const int c_off, const GLOBAL real* parts,
                            const int parts_off, const real alpha, const real beta, const int n,
-                           const int count, const int lanes) {
+                           const int count, const int lanes, const GLOBAL real* b,
+                           const int b_off, GLOBAL real* act, const int act_off,
+                           const int kind, const int cols) {
     LOCAL real sums[GEMV_THREADS];
     const int width = GEMV_THREADS / lanes, x = LOCAL_ID(0), y = LOCAL_ID(1);
     const int i = GROUP_ID(0) * width + x, run = (count + lanes - 1) / lanes;
@@ -79,6 +110,11 @@ KERNEL void gemm_split_sum(GLOBAL real* c, const int c_off, const GLOBAL real* p
         BARRIER();
         if (y < step) sums[y * width + x] += sums[(y + step) * width + x];
     }
-    if (y == 0 && i < n)
-        c[c_off + i] = alpha * sums[x] + (beta == (real)0 ? (real)0 : beta * c[c_off + i]);
+    if (y != 0 || i >= n) return;
+    real out = alpha * sums[x] + (beta == (real)0 ? (real)0 : beta * c[c_off + i]);
+    if (kind >= 0) {
+        out = out + b[b_off + i / cols];
+        act[act_off + i] = activate(kind, out);
+    }
+    c[c_off + i] = out;
 }

@@ -203,22 +203,28 @@ class Dense(Layer):
         self.da_prev = self.a_prev          # where dL/da_prev goes (Residual's projection: apart)
 
     def forward(self, training=True):
-        bk = self.backend
-        bk.gemm(1.0, self.w, self.a_prev, 0.0, self.z)          # z <- w a_prev
-        bk.bias_activation(self.activation, self.z, self.b, self.a)  # z <- z + b 1^T; a <- f(z)
+        # z <- w a_prev + b 1^T; a <- f(z)
+        self.backend.dense(self.activation, self.w, self.a_prev, self.b, self.z, self.a)
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
-        if not delta_in_z:
-            bk.activation_grad(self.activation, self.z, self.a)  # (1) dz <- f'(z) . da
         g, alpha, beta = train.gradient(self)
+        self.delta_and_bias_grad(g, alpha, beta, delta_in_z)   # (1) dz; gb <- alpha dz 1 + beta gb
         # (2) gw <- alpha dz a_prev^T + beta gw: before a_prev is overwritten (the river
         # crossing); for SGD, gw is the velocity, alpha = -eta/m and beta = mu
         bk.gemm(alpha, self.z, self.a_prev, beta, g["w"], trans_b=True)
         if not first:
             self.input_grad()                                    # (3) da_prev <- w^T dz
-        bk.gemv(alpha, self.z, self.ones, beta, g["b"])          # (4) gb <- alpha dz 1 + beta gb
-        train.update(self)                                       # (5) the optimizer's kernel
+        train.update(self)                                       # (4) the optimizer's kernel
+
+    def delta_and_bias_grad(self, g, alpha, beta, delta_in_z):
+        """dz <- f'(z) . da in z (unless the loss left the delta there), and the bias
+        gradient gb <- alpha dz 1 + beta gb, in one pass over z where the backend can."""
+        if delta_in_z:
+            self.backend.gemv(alpha, self.z, self.ones, beta, g["b"])
+        else:
+            self.backend.activation_bias_grad(self.activation, self.z, self.a, alpha, beta,
+                                              g["b"], self.ones)
 
     def input_grad(self):
         self.backend.gemm(1.0, self.w, self.z, 0.0, self.da_prev, trans_a=True)
@@ -229,7 +235,8 @@ class Conv2D(Dense):
     w (filters x C.k.k) * x is already in (filters, Ho, Wo, N) order. The backend's conv,
     conv_weight_grad and conv_input_grad compute it (gathering patches inside their GEMM,
     or through patch matrices in the network's workspace, whose size is capped); the
-    update is Dense's, bias gradient by gemv over the output positions."""
+    update is Dense's, its bias gradient summed over the output positions as the delta is
+    formed (activation_bias_grad)."""
 
     def __init__(self, filters, kernel_size, stride=1, padding=0, activation="linear"):
         super().__init__(_count("filters", filters, 1, "Conv2D"), activation)
@@ -276,9 +283,8 @@ class Conv2D(Dense):
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
-        if not delta_in_z:
-            bk.activation_grad(self.activation, self.z, self.a)  # (1) dz <- f'(z) . da
         g, alpha, beta = train.gradient(self)
+        self.delta_and_bias_grad(g, alpha, beta, delta_in_z)   # (1) dz; gb <- alpha dz 1 + beta gb
         # (2) gw <- alpha dz patches(a_prev)^T + beta gw, before a_prev is overwritten; the
         # patches our forward left in the workspace serve, if no later layer took it since
         bk.conv_weight_grad(alpha, self.z, self.a_prev, beta, g["w"], self.k, self.stride,
@@ -287,8 +293,7 @@ class Conv2D(Dense):
         self.shared.workspace_holds = None
         if not first:
             self.input_grad()                                    # (3) da_prev <- w^T * dz
-        bk.gemv(alpha, self.z, self.ones, beta, g["b"])          # (4) gb <- alpha dz 1 + beta gb
-        train.update(self)                                       # (5) the optimizer's kernel
+        train.update(self)                                       # (4) the optimizer's kernel
 
     def input_grad(self):
         self.backend.conv_input_grad(self.da_prev, self.w, self.z, self.k, self.stride,

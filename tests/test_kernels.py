@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from portanet.backends.base import conv_out
+from portanet.backends.gpu import ACT
 from portanet.backends.numpy import NumpyBackend, activate, activate_grad
 from portanet.errors import InputError, ShapeError
 from conftest import F32, F64_GRAD, gemm_scale, get_backend, rel_err, simulated
@@ -316,6 +317,102 @@ def test_activation_grad(bk, rng, kind):
     Z = bk.upload(z)
     bk.activation_grad(kind, Z, bk.upload(da))
     assert rel_err(bk.download(Z), activate_grad(kind, z) * da) < TOL[bk.dtype]
+
+
+@pytest.mark.parametrize("kind,rows,cols,parts", [(k, 29, 77, 1) for k in ELEMENTWISE] + [
+    ("tanh", 3, 257, 1), ("relu", 5, 3001, 3), ("silu", 16, 4099, 7)])
+@pytest.mark.parametrize("beta", [0.0, 0.9])
+def test_activation_bias_grad(bk, rng, kind, rows, cols, parts, beta):
+    """A layer's delta z <- f'(z) . da and its bias gradient gb <- alpha z 1 + beta gb in
+    one pass (whole rows, or rows in pieces and a split sum, as gemv), at odd offsets,
+    against activation_grad's and gemv's reference."""
+    simulated(bk, rows * cols)
+    z, da = (real(bk, s * rng.standard_normal((rows, cols))) for s in (3, 1))
+    gb = real(bk, rng.standard_normal(rows))
+    (Z, DA, GB, ONES), _, _ = packed(bk, z, da, gb, np.ones(cols))
+    if bk.kind == "cpu":
+        bk.activation_bias_grad(kind, Z, DA, -0.4, beta, GB, ONES)
+    else:
+        bk._gemv_rows(-0.4, Z, DA, beta, GB, parts, ACT[kind])
+    delta = activate_grad(kind, z) * da
+    assert rel_err(bk.download(Z), delta) < TOL[bk.dtype]
+    assert rel_err(bk.download(GB), -0.4 * delta.sum(axis=1) + beta * gb,
+                   gemm_scale(-0.4, delta, np.ones(cols), beta, gb)) < TOL[bk.dtype]
+
+
+def test_activation_bias_grad_routes_few_long_rows(backend, rng):
+    """Few long rows (a conv layer's channels): auto routing times whole rows against
+    pieces, as gemv's; either gives the delta and the bias gradient."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has one way")
+    rows, cols = 3, 6000
+    simulated(backend, rows * cols)
+    saved_units, saved_path = backend.compute_units, backend.gemm_path
+    backend.compute_units, backend.gemm_path = 64, "auto"
+    try:
+        z, da, gb = (rng.standard_normal(s) for s in ((rows, cols), (rows, cols), rows))
+        for _ in range(2):                                  # routed, then as routed
+            Z, GB = backend.upload(z), backend.upload(gb)
+            backend.activation_bias_grad("tanh", Z, backend.upload(da), 0.6, 0.9, GB,
+                                         backend.upload(np.ones(cols)))
+            delta = activate_grad("tanh", z) * da
+            assert rel_err(backend.download(Z), delta) < F32
+            assert rel_err(backend.download(GB), 0.6 * delta.sum(axis=1) + 0.9 * gb,
+                           gemm_scale(0.6, delta, np.ones(cols), 0.9, gb)) < F32
+        assert backend._routes[("activation_bias_grad", rows, cols)] in ("whole", "split")
+    finally:
+        backend.compute_units, backend.gemm_path = saved_units, saved_path
+        backend._routes.pop(("activation_bias_grad", rows, cols), None)
+
+
+@pytest.mark.parametrize("kind,m,n,k", [(k, 10, 131, 7) for k in ELEMENTWISE + ["softmax"]] + [
+    (k, 67, 33, 3001) for k in ("linear", "gelu", "softmax")])
+def test_dense(bk, rng, kind, m, n, k):
+    """A dense layer's forward z <- w x + b 1^T, a <- f(z) on every GEMM path; a long K
+    on a device held to 64 compute units splits it, and the split sum adds the bias and
+    activates (gemm_split_sum's epilogue; softmax, over a column, is bias_softmax's)."""
+    simulated(bk, m * n * k)
+    w, x = (real(bk, rng.standard_normal(s) / math.sqrt(k)) for s in ((m, k), (k, n)))
+    b = real(bk, rng.standard_normal(m))
+    (W, X, B), _, _ = packed(bk, w, x, b)
+    z_ref = w @ x + b[:, None]
+    saved = bk.gemm_path, getattr(bk, "compute_units", None)
+    for path in gemm_paths(bk):
+        Z, A = poisoned(bk, (m, n)), poisoned(bk, (m, n))
+        if bk.kind != "cpu":
+            bk.gemm_path, bk.compute_units = path, 64
+        try:
+            bk.dense(kind, W, X, B, Z, A)
+        finally:
+            if bk.kind != "cpu":
+                bk.gemm_path, bk.compute_units = saved
+                bk._routes.clear()
+        assert rel_err(bk.download(Z), z_ref) < TOL[bk.dtype], path
+        assert rel_err(bk.download(A), activate(kind, z_ref)) < TOL[bk.dtype], path
+
+
+def test_dense_split_sum_fuses_the_epilogue(backend, rng):
+    """Where our GEMM splits K, dense is two launches (the parts, then their sum with the
+    bias and activation), not three: the launch it saves is the point of it."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has no kernels")
+    m, n, k = 67, 33, 3001
+    simulated(backend, m * n * k)
+    from portanet.backends.gpu import split_k
+    saved_units, saved_path = backend.compute_units, backend.gemm_path
+    backend.compute_units, backend.gemm_path = 64, "own"
+    launches = []
+    real_launch = backend._launch
+    try:
+        assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
+        backend._launch = lambda kernel, *args: (launches.append(kernel),
+                                                 real_launch(kernel, *args))
+        w, x, b = (backend.upload(rng.standard_normal(s)) for s in ((m, k), (k, n), m))
+        backend.dense("relu", w, x, b, backend.empty((m, n)), backend.empty((m, n)))
+    finally:
+        del backend._launch
+        backend.compute_units, backend.gemm_path = saved_units, saved_path
+    assert len(launches) == 2
 
 
 @pytest.mark.parametrize("kind", ELEMENTWISE)

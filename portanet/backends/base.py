@@ -290,6 +290,19 @@ class Backend:
         """z <- f'(z) * da, the layer's delta, in place in z."""
         raise NotImplementedError
 
+    def dense(self, kind, w, x, b, z, a):
+        """A dense layer's forward: z <- w x + b 1^T; a <- f(z). Here the product and
+        bias_activation; kernel backends fuse them where their GEMM allows."""
+        self.gemm(1.0, w, x, 0.0, z)
+        self.bias_activation(kind, z, b, a)
+
+    def activation_bias_grad(self, kind, z, da, alpha, beta, gb, ones):
+        """A layer's delta and its bias gradient: z <- f'(z) * da (in place), then
+        gb <- alpha z ones + beta gb (ones: the layer's vector of z's columns). Here the
+        two calls; kernel backends make it one pass over z."""
+        self.activation_grad(kind, z, da)
+        self.gemv(alpha, z, ones, beta, gb)
+
     def add_activation(self, kind, z, x, a):
         """z <- z + x; a <- f(z), elementwise (a residual block's sum and its activation).
         kind is any activation but softmax; z, x, a have the same shape (any rank)."""

@@ -69,7 +69,7 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "momentum_update",
                             "nesterov_update", "adam_update", "rmsprop_update"),
             "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
-            "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum"),
+            "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum", "activation_bias_grad"),
             "conv": ("im2col", "col2im", "conv_direct", "maxpool", "maxpool_grad", "avgpool",
                      "avgpool_grad", "dropout"),
             "norm": ("batchnorm_train", "batchnorm_infer", "batchnorm_grad")}
@@ -262,6 +262,32 @@ class KernelBackend(Backend):
         else:
             self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
 
+    def dense(self, kind, w, x, b, z, a):
+        """z <- w x + b 1^T, a <- f(z). Where our GEMM splits K, the sum of its parts adds
+        the bias and activates (gemm_split_sum's epilogue): one launch fewer than the
+        product and bias_activation. Routed as a whole per shape (the vendor's GEMM, then
+        bias_activation, against ours, fused where it splits), since the launch it saves
+        is what decides small products on some drivers (6-8 us on NVIDIA's OpenCL)."""
+        check_activation(kind)
+        m, n, k = check_gemm(w, x, z, False, False)
+        if kind == "softmax" or 0 in (m, n, k) or self.gemm_path == "vendor":
+            self.gemm(1.0, w, x, 0.0, z)
+            self.bias_activation(kind, z, b, a)
+            return
+
+        def own():
+            if not self._gemm_own(1.0, w, x, 0.0, z, False, False, m, n, k, then=(kind, b, a)):
+                self.bias_activation(kind, z, b, a)
+
+        def vendor():
+            self._gemm_vendor_pieces(1.0, w, x, 0.0, z, False, False, m, n, k)
+            self.bias_activation(kind, z, b, a)
+        path = "own"
+        if self.gemm_path == "auto":
+            key = ("dense", m, n, k)
+            path = self._routes.get(key) or self._fastest(key, {"own": own, "vendor": vendor})
+        (own if path == "own" else vendor)()
+
     def _gemm_vendor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, ldc=None):
         """The vendor's gemm, in calls of at most vendor_k terms each, added into c
         (c = alpha op(a_1) op(b_1) + beta c, then c += alpha op(a_p) op(b_p)): its sums run
@@ -333,7 +359,8 @@ class KernelBackend(Backend):
                             for name, t in seconds.items()), best)
         return best
 
-    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, conv=None):
+    def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, conv=None,
+                  then=None):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
         along dimension 2 the parts of a split K. The tiling, in order (docs/ARCHITECTURE.md
         has the measurements behind each step):
@@ -350,7 +377,9 @@ class KernelBackend(Backend):
             launches over pieces of K that add into c.
         With conv (a `Gather`), an operand is gathered from images (gemm.cl's CONV): the
         pieces of K then start at k_base, and the forward's bias and activation are fused
-        into the last step where K runs in one launch. Returns whether they were."""
+        into the last step where K runs in one launch, or into the sum of a split K's parts;
+        then = (kind, bias, a) fuses a dense layer's into that sum. Returns whether they
+        were."""
         def tiles(p, m=m, n=n):
             return -(-m // p["TSM"]) * -(-n // p["TSN"])
         size = None if conv else self._size_class(m, n)
@@ -401,8 +430,10 @@ class KernelBackend(Backend):
         if parts > 1:                   # partial products into the workspace, then summed
             ws = self._split_workspace(parts * m * n)
             launch(ws, a, b, 1.0, 0.0, k, k_chunk)
-            self._split_sum(alpha, ws, beta, c, m * n, parts)
-            return False
+            if conv is not None and conv.kind is not None:
+                then = (conv.kind, conv.bias, conv.a)
+            self._split_sum(alpha, ws, beta, c, m * n, parts, then, n)
+            return then is not None
         pieces = (_pieces(a, b, trans_a, trans_b, k, ACC_K) if conv is None
                   else [(a, b, kp, k0) for k0, kp in _k_pieces(k, ACC_K)])
         for i, (a_p, b_p, kp, *k_base) in enumerate(pieces):
@@ -524,27 +555,57 @@ class KernelBackend(Backend):
             parts = 1
         self._gemv_rows(alpha, a, x, beta, y, parts)
 
-    def _gemv_rows(self, alpha, a, x, beta, y, parts):
+    def activation_bias_grad(self, kind, z, da, alpha, beta, gb, ones):
+        """activation_grad and the bias gradient gemv(alpha, z, ones, beta, gb) in one
+        kernel (activation_bias_grad in blas.cl): gemv's row groups, each row in pieces
+        where measured faster, as gemv routes them."""
+        check_activation(kind)
+        rows, cols = z.shape
+        if da.shape != z.shape or ones.size != cols or gb.size != rows:
+            raise ShapeError(f"activation_bias_grad: z {z.shape}, da {da.shape}, ones "
+                             f"{ones.shape}, gb {gb.shape}")
+        if rows == 0 or cols == 0:
+            self.gemv(alpha, z, ones, beta, gb)
+            return
+        parts = gemv_parts(rows, cols, self.gemv_threads, self.compute_units)
+        if parts > 1 and self.gemm_path == "auto":
+            def path(p):
+                return lambda: self._gemv_rows(alpha, z, da, beta, gb, p, ACT[kind])
+            key = ("activation_bias_grad", rows, cols)
+            route = self._routes.get(key) or self._fastest(
+                key, {"whole": path(1), "split": path(parts)}, restore=[z, gb])
+            parts = parts if route == "split" else 1
+        else:
+            parts = 1
+        self._gemv_rows(alpha, z, da, beta, gb, parts, ACT[kind])
+
+    def _gemv_rows(self, alpha, a, x, beta, y, parts, kind=None):
         """y <- alpha a x + beta y by gemv's row groups, each row's columns in `parts`
-        pieces: one writes y; several write the parts of a split sum, added up after."""
+        pieces: one writes y; several write the parts of a split sum, added up after.
+        With an activation's code `kind`, activation_bias_grad's: a is z, x is da, and the
+        sum is over the delta f'(z) . da, which replaces z."""
         rows, cols = a.shape
         chunk = -(-cols // parts)
         parts, threads = -(-cols // chunk), self.gemv_threads
-        if parts == 1:
-            self._run("gemv", (rows * threads, 1), y, a, x, float(alpha), float(beta), rows,
-                      cols, cols, local=(threads, 1))
-            return
-        ws = self._split_workspace(parts * rows)
-        self._run("gemv", (rows * threads, parts), ws, a, x, 1.0, 0.0, rows, cols, chunk,
-                  local=(threads, 1), label=f"gemv {rows}x{cols} split {parts}")
-        self._split_sum(alpha, ws, beta, y, rows, parts)
+        name = "gemv" if kind is None else "activation_bias_grad"
+        operands = (a, x) if kind is None else (a, x, kind)
+        out = y if parts == 1 else self._split_workspace(parts * rows)
+        self._run(name, (rows * threads, parts), out, *operands,
+                  *((alpha, beta) if parts == 1 else (1.0, 0.0)), rows, cols, chunk,
+                  local=(threads, 1), label=name + (f" {rows}x{cols} split {parts}"
+                                                    if parts > 1 else ""))
+        if parts > 1:
+            self._split_sum(alpha, out, beta, y, rows, parts)
 
-    def _split_sum(self, alpha, parts_ws, beta, c, n, parts):
+    def _split_sum(self, alpha, parts_ws, beta, c, n, parts, then=None, cols=1):
         """c <- alpha (the sum of the n-element parts in parts_ws) + beta c: gemm_split_sum
-        with split_lanes lanes per output."""
+        with split_lanes lanes per output. then = (kind, bias, a): c is a layer's z of
+        `cols` columns, and the sum goes on to z <- z + bias 1^T, a <- f(z)."""
         lanes, threads = split_lanes(parts, self.gemv_threads), self.gemv_threads
+        kind, bias, act = then or (None, c, c)      # without: c stands in (never read)
         self._run("gemm_split_sum", (n, lanes), c, parts_ws, float(alpha), float(beta), n,
-                  parts, lanes, local=(threads // lanes, lanes))
+                  parts, lanes, bias, act, -1 if kind is None else ACT[kind], cols,
+                  local=(threads // lanes, lanes))
 
     def ger(self, alpha, x, y, a):
         rows, cols = a.shape

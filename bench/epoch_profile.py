@@ -1,0 +1,57 @@
+"""Where the host's time goes in a training epoch from host arrays (issue 11: the LeNet
+epoch on opencl:0:0 took 1.7x cuda's although its replayed step is 1.2x): the epoch timed
+as fit runs it, then once more under cProfile, with the host microseconds per batch in the
+batch's upload, in the step (a replay) and in the rest of fit's loop, and the functions
+that cost most.
+
+Usage: python bench/epoch_profile.py [--device opencl:0:0] [--samples 20000] [--batch 64]
+       [--model lenet|mlp]
+"""
+import argparse
+import cProfile
+import pstats
+import time
+
+import portanet as pn
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--device", default="opencl:0:0")
+    parser.add_argument("--samples", type=int, default=20000)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--model", default="lenet", choices=["lenet", "mlp"])
+    args = parser.parse_args()
+    (x, y), _ = pn.load_dataset("fashion-mnist")
+    x, y = x[:args.samples], y[:args.samples]
+    make = pn.lenet if args.model == "lenet" else pn.mlp
+    net = make(device=args.device, seed=0)
+    net.fit(x[:args.batch * 20], y[:args.batch * 20], epochs=1, batch_size=args.batch)
+    bk = net.backend
+    batches = -(-len(x) // args.batch)
+    for _ in range(2):
+        bk.synchronize()
+        start = time.perf_counter()
+        net.fit(x, y, epochs=1, batch_size=args.batch)
+        bk.synchronize()
+        took = time.perf_counter() - start
+        print(f"{args.model} epoch of {len(x)} on {bk.name}: {took:.3f} s, "
+              f"{took / batches * 1e6:.1f} us a batch")
+    profile = cProfile.Profile()
+    profile.enable()
+    net.fit(x, y, epochs=1, batch_size=args.batch)
+    bk.synchronize()
+    profile.disable()
+    stats = pstats.Stats(profile)
+    cumulative = {f[2]: v[3] for f, v in stats.stats.items()}
+    whole = cumulative.get("_epochs", 0.0)
+    parts = {"upload": cumulative.get("_upload_batch", 0.0),
+             "step": cumulative.get("train_step", 0.0)}
+    parts["rest of the loop"] = whole - sum(parts.values())
+    print("under cProfile, us a batch: " + ", ".join(
+        f"{k} {v / batches * 1e6:.1f}" for k, v in parts.items()))
+    stats.sort_stats("tottime").print_stats(14)
+
+
+if __name__ == "__main__":
+    main()
