@@ -410,7 +410,7 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
                 trained += len(idx)
             if data:                            # the batch's indices, gathered there
                 net._bind(len(idx))
-                net.backend.write(net.order, idx.astype(np.int32))
+                net.backend.write(net.order, idx.astype(np.int32), wait=False)  # ours
             else:
                 net._upload_batch(x[idx], t[..., idx], wait=False)     # copies: ours
             train_step(net, opt, data)
