@@ -39,19 +39,36 @@ KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const in
 /* z <- f'(z) . da, a layer's delta in place, and y <- alpha (z 1) + beta y, its bias
    gradient, in one pass over z: gemv's row groups and pieces, each forming the delta as it
    reads it (activation_grad and then gemv took two launches, a floor of 6-8 us each on
-   NVIDIA's OpenCL). The sums run as gemv's do, so the results are the same bit for bit. */
-KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL real* z,
-                                 const int z_off, const GLOBAL real* da, const int da_off,
-                                 const int kind, const real alpha, const real beta,
-                                 const int rows, const int cols, const int chunk) {
+   NVIDIA's OpenCL). A work-item loads DELTA_RUN columns apart before it stores any: one
+   load, store and load after another waited out the memory's latency each time (a conv
+   layer's 32 rows of 43264 took 121 us on an H100, gemv and activation_grad 24). The sums
+   run in gemv's order, so the results are the same bit for bit. */
+#define DELTA_RUN 4
+KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL real* RESTRICT z,
+                                 const int z_off, const GLOBAL real* RESTRICT da,
+                                 const int da_off, const int kind, const real alpha,
+                                 const real beta, const int rows, const int cols,
+                                 const int chunk) {
     LOCAL real partial[GEMV_THREADS];
     const int i = GROUP_ID(0), end = min(cols, (GROUP_ID(1) + 1) * chunk);
     real sum = 0;
-    for (int k = GROUP_ID(1) * chunk + LOCAL_ID(0); k < end; k += GEMV_THREADS) {
-        const int at = i * cols + k;
-        const real d = activate_grad(kind, z[z_off + at]) * da[da_off + at];
-        z[z_off + at] = d;
-        sum += d;
+    for (int k = GROUP_ID(1) * chunk + LOCAL_ID(0); k < end; k += DELTA_RUN * GEMV_THREADS) {
+        real zs[DELTA_RUN], ds[DELTA_RUN];
+#pragma unroll
+        for (int u = 0; u < DELTA_RUN; ++u) {
+            const int at = i * cols + k + u * GEMV_THREADS;
+            const bool in = k + u * GEMV_THREADS < end;
+            zs[u] = in ? z[z_off + at] : (real)0;
+            ds[u] = in ? da[da_off + at] : (real)0;
+        }
+#pragma unroll
+        for (int u = 0; u < DELTA_RUN; ++u) {
+            if (k + u * GEMV_THREADS < end) {
+                const real d = activate_grad(kind, zs[u]) * ds[u];
+                z[z_off + i * cols + k + u * GEMV_THREADS] = d;
+                sum += d;
+            }
+        }
     }
     group_sum_into(partial, sum, y, y_off + GROUP_ID(1) * rows + i, alpha, beta);
 }
