@@ -341,8 +341,8 @@ def test_activation_bias_grad(bk, rng, kind, rows, cols, parts, beta):
 
 
 def test_activation_bias_grad_routes_few_long_rows(backend, rng):
-    """Few long rows (a conv layer's channels): auto routing times whole rows against
-    pieces, as gemv's; either gives the delta and the bias gradient."""
+    """Few long rows (a conv layer's channels): auto routing times whole rows, pieces and
+    the two kernels apart; each gives the delta and the bias gradient."""
     if backend.kind == "cpu":
         pytest.skip("the reference backend has one way")
     rows, cols = 3, 6000
@@ -351,7 +351,10 @@ def test_activation_bias_grad_routes_few_long_rows(backend, rng):
     backend.compute_units, backend.gemm_path = 64, "auto"
     try:
         z, da, gb = (rng.standard_normal(s) for s in ((rows, cols), (rows, cols), rows))
-        for _ in range(2):                                  # routed, then as routed
+        key = ("activation_bias_grad", rows, cols)
+        for route in (None, "whole", "split", "apart"):     # routed, then each route
+            if route is not None:
+                backend._routes[key] = route
             Z, GB = backend.upload(z), backend.upload(gb)
             backend.activation_bias_grad("tanh", Z, backend.upload(da), 0.6, 0.9, GB,
                                          backend.upload(np.ones(cols)))
@@ -359,7 +362,7 @@ def test_activation_bias_grad_routes_few_long_rows(backend, rng):
             assert rel_err(backend.download(Z), delta) < F32
             assert rel_err(backend.download(GB), 0.6 * delta.sum(axis=1) + 0.9 * gb,
                            gemm_scale(0.6, delta, np.ones(cols), 0.9, gb)) < F32
-        assert backend._routes[("activation_bias_grad", rows, cols)] in ("whole", "split")
+            assert backend._routes[key] in ("whole", "split", "apart")
     finally:
         backend.compute_units, backend.gemm_path = saved_units, saved_path
         backend._routes.pop(("activation_bias_grad", rows, cols), None)
