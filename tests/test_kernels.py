@@ -206,7 +206,15 @@ def test_gemv_in_pieces(bk, rng, rows, cols, parts, beta):
                    gemm_scale(0.6, a, x, beta, y)) < TOL[bk.dtype]
 
 
-def test_gemv_routes_few_long_rows(backend, rng):
+def held_to(monkeypatch, backend, path, units=64):
+    """backend, for this test only, on GEMM path `path` and `units` compute units (so that
+    products and rows split as on a larger device), with routes of its own."""
+    monkeypatch.setattr(backend, "gemm_path", path)
+    monkeypatch.setattr(backend, "compute_units", units)
+    monkeypatch.setattr(backend, "_routes", {})
+
+
+def test_gemv_routes_few_long_rows(backend, rng, monkeypatch):
     """Where few rows leave the device idle, auto routing times one group per row against
     the rows in pieces, remembers the faster, and either gives gemv's result."""
     if backend.kind == "cpu":
@@ -214,20 +222,15 @@ def test_gemv_routes_few_long_rows(backend, rng):
     rows, cols = 3, 20000
     simulated(backend, rows * cols)
     from portanet.backends.gpu import gemv_parts
-    saved_units, saved_path = backend.compute_units, backend.gemm_path
-    backend.compute_units, backend.gemm_path = 64, "auto"
-    try:
-        assert gemv_parts(rows, cols, backend.gemv_threads, 64) > 1
-        a, x, y = (rng.standard_normal(s) for s in ((rows, cols), cols, rows))
-        for _ in range(2):                                  # routed, then as routed
-            Y = backend.upload(y)
-            backend.gemv(0.6, backend.upload(a), backend.upload(x), 0.9, Y)
-            assert rel_err(backend.download(Y), 0.6 * a @ x + 0.9 * y,
-                           gemm_scale(0.6, a, x, 0.9, y)) < F32
-        assert backend._routes[("gemv", rows, cols)] in ("whole", "split")
-    finally:
-        backend.compute_units, backend.gemm_path = saved_units, saved_path
-        backend._routes.pop(("gemv", rows, cols), None)
+    held_to(monkeypatch, backend, "auto")
+    assert gemv_parts(rows, cols, backend.gemv_threads, 64) > 1
+    a, x, y = (rng.standard_normal(s) for s in ((rows, cols), cols, rows))
+    for _ in range(2):                                  # routed, then as routed
+        Y = backend.upload(y)
+        backend.gemv(0.6, backend.upload(a), backend.upload(x), 0.9, Y)
+        assert rel_err(backend.download(Y), 0.6 * a @ x + 0.9 * y,
+                       gemm_scale(0.6, a, x, 0.9, y)) < F32
+    assert backend._routes[("gemv", rows, cols)] in ("whole", "split")
 
 
 # long sums: the error against float64 of a K-term float32 sum, normwise, for inputs whose
@@ -340,37 +343,32 @@ def test_activation_bias_grad(bk, rng, kind, rows, cols, parts, beta):
                    gemm_scale(-0.4, delta, np.ones(cols), beta, gb)) < TOL[bk.dtype]
 
 
-def test_activation_bias_grad_routes_few_long_rows(backend, rng):
+def test_activation_bias_grad_routes_few_long_rows(backend, rng, monkeypatch):
     """Few long rows (a conv layer's channels): auto routing times whole rows, pieces and
     the two kernels apart; each gives the delta and the bias gradient."""
     if backend.kind == "cpu":
         pytest.skip("the reference backend has one way")
     rows, cols = 3, 6000
     simulated(backend, rows * cols)
-    saved_units, saved_path = backend.compute_units, backend.gemm_path
-    backend.compute_units, backend.gemm_path = 64, "auto"
-    try:
-        z, da, gb = (rng.standard_normal(s) for s in ((rows, cols), (rows, cols), rows))
-        key = ("activation_bias_grad", rows, cols)
-        for route in (None, "whole", "split", "apart"):     # routed, then each route
-            if route is not None:
-                backend._routes[key] = route
-            Z, GB = backend.upload(z), backend.upload(gb)
-            backend.activation_bias_grad("tanh", Z, backend.upload(da), 0.6, 0.9, GB,
-                                         backend.upload(np.ones(cols)))
-            delta = activate_grad("tanh", z) * da
-            assert rel_err(backend.download(Z), delta) < F32
-            assert rel_err(backend.download(GB), 0.6 * delta.sum(axis=1) + 0.9 * gb,
-                           gemm_scale(0.6, delta, np.ones(cols), 0.9, gb)) < F32
-            assert backend._routes[key] in ("whole", "split", "apart")
-    finally:
-        backend.compute_units, backend.gemm_path = saved_units, saved_path
-        backend._routes.pop(("activation_bias_grad", rows, cols), None)
+    held_to(monkeypatch, backend, "auto")
+    z, da, gb = (rng.standard_normal(s) for s in ((rows, cols), (rows, cols), rows))
+    key = ("activation_bias_grad", rows, cols)
+    for route in (None, "whole", "split", "apart"):     # routed, then each route
+        if route is not None:
+            backend._routes[key] = route
+        Z, GB = backend.upload(z), backend.upload(gb)
+        backend.activation_bias_grad("tanh", Z, backend.upload(da), 0.6, 0.9, GB,
+                                     backend.upload(np.ones(cols)))
+        delta = activate_grad("tanh", z) * da
+        assert rel_err(backend.download(Z), delta) < F32
+        assert rel_err(backend.download(GB), 0.6 * delta.sum(axis=1) + 0.9 * gb,
+                       gemm_scale(0.6, delta, np.ones(cols), 0.9, gb)) < F32
+        assert backend._routes[key] in ("whole", "split", "apart")
 
 
 @pytest.mark.parametrize("kind,m,n,k", [(k, 10, 131, 7) for k in ELEMENTWISE + ["softmax"]] + [
     (k, 67, 33, 3001) for k in ("linear", "gelu", "softmax")])
-def test_dense(bk, rng, kind, m, n, k):
+def test_dense(bk, rng, kind, m, n, k, monkeypatch):
     """A dense layer's forward z <- w x + b 1^T, a <- f(z) on every GEMM path; a long K
     on a device held to 64 compute units splits it, and the split sum adds the bias and
     activates (gemm_split_sum's epilogue; softmax, over a column, is bias_softmax's)."""
@@ -379,22 +377,16 @@ def test_dense(bk, rng, kind, m, n, k):
     b = real(bk, rng.standard_normal(m))
     (W, X, B), _, _ = packed(bk, w, x, b)
     z_ref = w @ x + b[:, None]
-    saved = bk.gemm_path, getattr(bk, "compute_units", None)
     for path in gemm_paths(bk):
         Z, A = poisoned(bk, (m, n)), poisoned(bk, (m, n))
         if bk.kind != "cpu":
-            bk.gemm_path, bk.compute_units = path, 64
-        try:
-            bk.dense(kind, W, X, B, Z, A)
-        finally:
-            if bk.kind != "cpu":
-                bk.gemm_path, bk.compute_units = saved
-                bk._routes.clear()
+            held_to(monkeypatch, bk, path)
+        bk.dense(kind, W, X, B, Z, A)
         assert rel_err(bk.download(Z), z_ref) < TOL[bk.dtype], path
         assert rel_err(bk.download(A), activate(kind, z_ref)) < TOL[bk.dtype], path
 
 
-def test_dense_split_sum_fuses_the_epilogue(backend, rng):
+def test_dense_split_sum_fuses_the_epilogue(backend, rng, monkeypatch):
     """Where our GEMM splits K, dense is two launches (the parts, then their sum with the
     bias and activation), not three: the launch it saves is the point of it."""
     if backend.kind == "cpu":
@@ -402,19 +394,14 @@ def test_dense_split_sum_fuses_the_epilogue(backend, rng):
     m, n, k = 67, 33, 3001
     simulated(backend, m * n * k)
     from portanet.backends.gpu import split_k
-    saved_units, saved_path = backend.compute_units, backend.gemm_path
-    backend.compute_units, backend.gemm_path = 64, "own"
+    held_to(monkeypatch, backend, "own")
+    assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
     launches = []
     real_launch = backend._launch
-    try:
-        assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
-        backend._launch = lambda kernel, *args: (launches.append(kernel),
-                                                 real_launch(kernel, *args))
-        w, x, b = (backend.upload(rng.standard_normal(s)) for s in ((m, k), (k, n), m))
-        backend.dense("relu", w, x, b, backend.empty((m, n)), backend.empty((m, n)))
-    finally:
-        del backend._launch
-        backend.compute_units, backend.gemm_path = saved_units, saved_path
+    monkeypatch.setattr(backend, "_launch", lambda kernel, *args: (
+        launches.append(kernel), real_launch(kernel, *args)))
+    w, x, b = (backend.upload(rng.standard_normal(s)) for s in ((m, k), (k, n), m))
+    backend.dense("relu", w, x, b, backend.empty((m, n)), backend.empty((m, n)))
     assert len(launches) == 2
 
 
@@ -753,20 +740,16 @@ def test_own_gemm_thin_outputs(own_gemm, rng, monkeypatch):
 
 @pytest.mark.parametrize("m,n,k", [(5, 7, 3001), (32, 144, 4099), (1, 1, 1000),
                                    (130, 200, 3000)])
-def test_own_gemm_split_k(backend, rng, m, n, k):
+def test_own_gemm_split_k(backend, rng, m, n, k, monkeypatch):
     """Few output tiles and a long K: the sum is split over work-groups and added up, in
     the device's tiles or, for outputs smaller than one, in SMALL_TILES."""
     if backend.kind == "cpu":
         pytest.skip("the reference backend has no GEMM kernel")
     simulated(backend, m * n * k)
     from portanet.backends.gpu import split_k
-    saved_units, saved_path = backend.compute_units, backend.gemm_path
-    backend.compute_units, backend.gemm_path = 64, "own"
-    try:
-        assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
-        check_every_transpose(backend, rng, m, n, k)
-    finally:
-        backend.compute_units, backend.gemm_path = saved_units, saved_path
+    held_to(monkeypatch, backend, "own")
+    assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
+    check_every_transpose(backend, rng, m, n, k)
 
 
 @pytest.mark.parametrize("n,count", [(1, 1), (7, 2), (13, 40), (144, 338), (1001, 33),

@@ -1,6 +1,7 @@
 """What the OpenCL and CUDA backends share: device arrays (buffer + offset + shape), the
 argument packing and dispatch of the kernel twins in kernels_cl/ and kernels_cu/, and GEMM
 parameter choice. Each backend supplies memory, `_launch` and its two GEMM paths."""
+import functools
 import hashlib
 import logging
 import math
@@ -271,8 +272,7 @@ class KernelBackend(Backend):
         check_activation(kind)
         m, n, k = check_gemm(w, x, z, False, False)
         if kind == "softmax" or 0 in (m, n, k) or self.gemm_path == "vendor":
-            self.gemm(1.0, w, x, 0.0, z)
-            self.bias_activation(kind, z, b, a)
+            super().dense(kind, w, x, b, z, a)          # gemm, then bias_activation
             return
 
         def own():
@@ -543,17 +543,9 @@ class KernelBackend(Backend):
         if trans_a:
             self._run("gemv_t", (cols,), y, a, x, float(alpha), float(beta), rows, cols)
             return
-        parts = gemv_parts(rows, cols, self.gemv_threads, self.compute_units)
-        if parts > 1 and self.gemm_path == "auto":
-            def path(p):
-                return lambda: self._gemv_rows(alpha, a, x, beta, y, p)
-            key = ("gemv", rows, cols)
-            route = self._routes.get(key) or self._fastest(
-                key, {"whole": path(1), "split": path(parts)}, restore=[y] if beta else [])
-            parts = parts if route == "split" else 1
-        else:
-            parts = 1
-        self._gemv_rows(alpha, a, x, beta, y, parts)
+        self._row_way("gemv", rows, cols,
+                      lambda parts: self._gemv_rows(alpha, a, x, beta, y, parts),
+                      restore=[y] if beta else [])()
 
     def activation_bias_grad(self, kind, z, da, alpha, beta, gb, ones):
         """activation_grad and the bias gradient gemv(alpha, z, ones, beta, gb) in one
@@ -571,24 +563,24 @@ class KernelBackend(Backend):
         if rows == 0 or cols == 0:
             self.gemv(alpha, z, ones, beta, gb)
             return
+        apart = functools.partial(super().activation_bias_grad, kind, z, da, alpha, beta,
+                                  gb, ones)             # activation_grad, then gemv
+        self._row_way("activation_bias_grad", rows, cols,
+                      lambda parts: self._gemv_rows(alpha, z, da, beta, gb, parts, ACT[kind]),
+                      restore=[z, gb], apart=apart)()
+
+    def _row_way(self, name, rows, cols, run, restore, **others):
+        """The call that a kernel of gemv's row groups, run(parts), makes on a rows x cols
+        matrix: one group per row where the rows fill the device or routing is not auto;
+        else the fastest of one group per row, the gemv_parts pieces of each (then a split
+        sum) and the calls in `others`, measured per shape (_fastest) and remembered."""
         parts = gemv_parts(rows, cols, self.gemv_threads, self.compute_units)
-        if parts > 1 and self.gemm_path == "auto":
-            def path(p):
-                return lambda: self._gemv_rows(alpha, z, da, beta, gb, p, ACT[kind])
-            def apart():
-                self.activation_grad(kind, z, da)
-                self.gemv(alpha, z, ones, beta, gb)
-            key = ("activation_bias_grad", rows, cols)
-            route = self._routes.get(key) or self._fastest(
-                key, {"whole": path(1), "split": path(parts), "apart": apart},
-                restore=[z, gb])
-            if route == "apart":
-                apart()
-                return
-            parts = parts if route == "split" else 1
-        else:
-            parts = 1
-        self._gemv_rows(alpha, z, da, beta, gb, parts, ACT[kind])
+        whole = functools.partial(run, 1)
+        if parts == 1 or self.gemm_path != "auto":
+            return whole
+        ways = {"whole": whole, "split": functools.partial(run, parts), **others}
+        key = (name, rows, cols)
+        return ways[self._routes.get(key) or self._fastest(key, ways, restore)]
 
     def _gemv_rows(self, alpha, a, x, beta, y, parts, kind=None):
         """y <- alpha a x + beta y by gemv's row groups, each row's columns in `parts`
