@@ -1,7 +1,8 @@
 """Where a replayed training step's device time goes on OpenCL, launch by launch: the step
 is recorded as fit records it, then each recorded launch is enqueued alone, back to back,
-`--repeats` times and timed (device throughput of that launch, its launch gap included),
-beside the whole replayed step and an empty kernel's floor. `portanet profile` times one
+`--repeats` times and timed (device throughput of that launch, its launch gap included,
+and the host's time to enqueue it), beside the whole replayed step and an empty kernel's
+floor. `portanet profile` times one
 eager step with markers around each call, which on NVIDIA's OpenCL adds ~20 us a call; this
 shows what a replay pays.
 
@@ -45,8 +46,8 @@ def opencl(bk, net, repeats):
     t, _ = _timed(bk, lambda: cl.enqueue_nd_range_kernel(bk.queue, empty, (64,), (64,)),
                   repeats)
     print(f"empty kernel, back to back: {t * 1e6:.1f} us")
-    total = 0.0
-    print("  #  op                              global          local      us alone")
+    total = host_total = 0.0
+    print("  #  op                              global          local      us alone  host us")
     for i, op in enumerate(replay.ops):
         if hasattr(op, "kernel"):
             name, g, l = op.kernel.function_name, tuple(op.global_size), tuple(op.local_size)
@@ -59,10 +60,12 @@ def opencl(bk, net, repeats):
 
             def one(op=op):
                 op(bk.queue)
-        t, _ = _timed(bk, one, repeats)
-        total += t
-        print(f"{i + 1:3d}  {name:30s} {str(g):15s} {str(l):10s} {t * 1e6:8.1f}")
-    print(f"sum of the launches alone: {total * 1e6:.1f} us")
+        t, host = _timed(bk, one, repeats)
+        total, host_total = total + t, host_total + host
+        print(f"{i + 1:3d}  {name:30s} {str(g):15s} {str(l):10s} {t * 1e6:8.1f} "
+              f"{host * 1e6:8.1f}")
+    print(f"sum of the launches alone: {total * 1e6:.1f} us on the device, "
+          f"{host_total * 1e6:.1f} us to enqueue")
 
 
 def cuda(bk, step):

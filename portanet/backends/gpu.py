@@ -228,7 +228,7 @@ class KernelBackend(Backend):
 
     def view(self, x, shape, offset=0):
         shape = (shape,) if np.isscalar(shape) else tuple(shape)
-        if offset + int(np.prod(shape)) > x.size:
+        if offset + math.prod(shape) > x.size:
             raise ShapeError(f"view {shape} at {offset} does not fit in {x}")
         return DeviceArray(x.buf, x.offset + int(offset), shape, x.dtype,
                            base=x if x.base is None else x.base)
