@@ -28,8 +28,9 @@ STAGED_SAMPLES = 8 * 65535
 
 # the least part of a batch write_samples sends through the copy lane: a smaller one (a
 # training step's batch) goes by a plain write, which the driver stages at once, without
-# the lane's pinned copy, events and waits (not measured apart: the 60 us a LeNet step lost
-# when this came in was an untuned GEMM, tests/test_tune.py)
+# the lane's pinned copy, events and waits (measured: at batch 64 the lane cost NVIDIA's
+# OpenCL 150 us a batch, and pinned writes without it gained nothing beyond the noise;
+# bench/README.md, "Issue 11, session 6")
 LANE_BYTES = 2**20
 
 # the copy lanes (_CopyLane in cuda.py and opencl.py): the pinned buffers write_samples
