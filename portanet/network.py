@@ -82,7 +82,7 @@ class Sequential:
             seen_trainable = seen_trainable or layer.trainable
         self.capacity, self.m = 0, None
         self._batch_bytes = None        # (a, b): batch buffers of a m + b bytes (_inference_batch)
-        self._graphs = {}               # (m, optimizer, data on device) -> recorded step
+        self._graphs = {}               # (m, optimizer, data on device, staged) -> recorded step
         #                                 (("predict" or "evaluate", m): a forward pass),
         #                                 None (seen once) or False (cannot be recorded)
         self._capturable = config.graphs() and all(l.capturable for l in self.layers)
@@ -313,6 +313,18 @@ class Sequential:
             self.backend.write_samples(self.x, xb, self._staging, bad, first or 0)
         if yb is not None:
             self.backend.write(self.y, yb, wait)
+
+    def _stage_batch(self, xb, yb):
+        """The batch into the staging buffer as it is, and its targets, for a step that
+        lays it out first (training.staged_step): the staged view; None where the backend
+        took it whole (_upload_batch, without a wait)."""
+        self._bind(len(xb))
+        staged = self.backend.stage_samples(self._staging, xb)
+        if staged is None:
+            self._upload_batch(xb, yb, wait=False)
+        else:
+            self.backend.write(self.y, yb, wait=False)
+        return staged
 
     def _reset_nonfinite(self):
         self.backend.write(self._nonfinite, np.array([NO_SAMPLE], np.int32))

@@ -204,10 +204,18 @@ def gather_step(net, opt, data):
     step(net, opt)
 
 
-def train_step(net, opt, data=None):
-    """step (after gathering the batch, with data on the device), replayed from a recorded
-    graph where the device records them (CUDA; OpenCL's launch lists): the second step of a
-    batch size and optimizer setting is captured, later ones are one launch. The first runs
+def staged_step(net, opt, staged):
+    """The batch that _stage_batch left in staging laid out into the input buffer; then
+    the step."""
+    net.backend.lay_out(net.x, staged)
+    step(net, opt)
+
+
+def train_step(net, opt, data=None, staged=None):
+    """step (after gathering the batch, with data on the device, or laying out the batch
+    that _stage_batch staged), replayed from a recorded graph where the device records
+    them (CUDA; OpenCL's launch lists): the second step of a batch size and optimizer
+    setting is captured, later ones are one launch. The first runs
     eagerly, so that kernels are built, GEMM shapes routed and workspaces grown before
     capture. The recorded step reads the same buffers (a new batch is uploaded into them,
     Adam's step numbers into its scalars, Dropout's key into its own: begin_step) and bakes
@@ -216,11 +224,16 @@ def train_step(net, opt, data=None):
     for bit the eager step's results. In a distributed job always eagerly: the averaging is
     host work between the launches, which a step recorded alone would skip."""
     begin_step(net)
-    work = (lambda: gather_step(net, opt, data)) if data else (lambda: step(net, opt))
+    if data:
+        work = lambda: gather_step(net, opt, data)
+    elif staged is not None:
+        work = lambda: staged_step(net, opt, staged)
+    else:
+        work = lambda: step(net, opt)
     if distributed.current() is not None:
         work()
     else:
-        replayed(net, (net.m, opt, data is not None), work)
+        replayed(net, (net.m, opt, data is not None, staged is not None), work)
 
 
 def replayed(net, key, work):
@@ -369,7 +382,7 @@ def _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_dat
         if data:
             for array in data:
                 net.backend.free(array)
-            for key in [k for k in net._graphs if len(k) == 3 and k[2]]:
+            for key in [k for k in net._graphs if len(k) == 4 and k[2]]:
                 del net._graphs[key]           # recorded with the data's buffers
 
 
@@ -408,12 +421,13 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
                     null_step(net)
                     continue
                 trained += len(idx)
+            staged = None
             if data:                            # the batch's indices, gathered there
                 net._bind(len(idx))
                 net.backend.write(net.order, idx.astype(np.int32), wait=False)  # ours
-            else:
-                net._upload_batch(x[idx], t[..., idx], wait=False)     # copies: ours
-            train_step(net, opt, data)
+            else:                               # laid out by the step: one launch of it
+                staged = net._stage_batch(x[idx], t[..., idx])     # copies: ours
+            train_step(net, opt, data, staged)
             if progress:
                 progress(i + 1, batches)
         loss, acc = _epoch_sums(net, n, group, trained)    # the one host read of the epoch

@@ -35,9 +35,26 @@ def test_replayed_steps_are_the_eager_steps(device_name, description, monkeypatc
     if recorded.backend.kind in ("cuda", "opencl"):
         assert len(replays) == 3            # one per epoch's rate (the last batch of 22 runs
         #                                     once per rate: seen, never captured)
+        # each batch was staged as it is and laid out by the step (staged_step)
+        assert all(key[3] for key in recorded._graphs if len(key) == 4)
     else:
         assert not replays                  # the reference records nothing: all eager
     assert not eager._graphs or not any(eager._graphs.values())
+
+
+def test_batches_too_large_to_stage_give_the_same_run(device_name, monkeypatch):
+    """A batch of LANE_BYTES or more is not staged for the step to lay out: write_samples
+    sends it through the copy lane before the step. The run is the staged one bit for
+    bit."""
+    from portanet.backends import gpu
+    if pn.backends.device(device_name).simulator:
+        pytest.skip("Oclgrind flags reads of what the copy lane wrote (test_write_samples)")
+    _, h1, w1 = train(DESCRIPTIONS[1], device_name, monkeypatch, graphs=True)
+    monkeypatch.setattr(gpu, "LANE_BYTES", 0)
+    whole, h2, w2 = train(DESCRIPTIONS[1], device_name, monkeypatch, graphs=True)
+    assert h1["loss"] == h2["loss"]
+    assert all(np.array_equal(a, b) for a, b in zip(w1, w2))
+    assert not any(key[3] for key in whole._graphs if len(key) == 4)
 
 
 def test_dropout_networks_are_recorded_and_draw_a_new_mask_each_replay(device_name,

@@ -145,6 +145,17 @@ class Backend:
             self._flag_nonfinite(bad, host, first)
         self.write(dst, features_first(host, dst.dtype), wait=False)    # a copy: ours
 
+    def stage_samples(self, staging, host):
+        """host (m, ...), a batch samples first, into the start of `staging` as it is, for
+        lay_out to put in the device layout inside the step that reads it (fit's recorded
+        step); the staged view, or None where write_samples takes the batch instead (here:
+        there is no staging)."""
+        return None
+
+    def lay_out(self, dst, staged):
+        """dst (features, m) <- staged, the m samples that stage_samples put there."""
+        raise NotImplementedError
+
     def _flag_nonfinite(self, bad, host, first):
         finite = np.isfinite(np.asarray(host).reshape(len(host), -1)).all(axis=1)
         if not finite.all():

@@ -677,6 +677,24 @@ class KernelBackend(Backend):
             self._features_first(dst, slot, bad, first, j, len(part))
             self._laid_out(turn, laned)
 
+    def stage_samples(self, staging, host):
+        """By a plain write into the first half of staging, in order after the launches
+        that read it last; None for a batch of LANE_BYTES or more (write_samples sends it
+        through the copy lane) or one that staging does not hold."""
+        host = np.asarray(host)
+        if staging is None or host.size > staging.size or \
+                host.size * staging.dtype.itemsize >= LANE_BYTES:
+            return None
+        staged = self.view(staging, (host.size,))
+        self.write(staged, host.reshape(-1))
+        self._turn = 0
+        self._laid_out(0, False)
+        return staged
+
+    def lay_out(self, dst, staged):
+        rows, m = dst.shape
+        self._features_first(dst, staged, None, 0, 0, m)
+
     def write_samples_device(self, dst, src, bad=None, first=0):
         """dst (features, m) <- src (m, features), samples first in device memory (another
         library's, through DLPack: src.buf an address), laid out by features_first straight
