@@ -86,27 +86,6 @@ KERNEL void add_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, cons
     }
 }
 
-/* softmax over the features of each sample: z <- z + b 1^T; a[:, j] <- softmax(z[:, j]).
-   One work-item per sample (column); outputs are few (classes). */
-KERNEL void bias_softmax(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
-                         const GLOBAL real* b, const int b_off, const int rows, const int cols) {
-    const int j = GLOBAL_ID(0);
-    if (j >= cols) return;
-    real zmax = -INFINITY;
-    for (int i = 0; i < rows; ++i) {
-        const real zij = z[z_off + i * cols + j] + b[b_off + i];
-        z[z_off + i * cols + j] = zij;
-        zmax = fmax(zmax, zij);
-    }
-    real sum = 0;
-    for (int i = 0; i < rows; ++i) {
-        const real e = exp(z[z_off + i * cols + j] - zmax);
-        a[a_off + i * cols + j] = e;
-        sum += e;
-    }
-    for (int i = 0; i < rows; ++i) a[a_off + i * cols + j] /= sum;
-}
-
 /* z <- f'(z) . da: the layer's delta, in place in z */
 KERNEL void activation_grad(GLOBAL real* z, const int z_off, const GLOBAL real* da,
                             const int da_off, const int kind, const int n) {

@@ -8,13 +8,30 @@
    NumPy's maximum, which the reference uses, propagates NaN the same way */
 DEVICE real log_clamped(const real p) { return log(p < REAL_MIN ? REAL_MIN : p); }
 
-/* delta <- a - onehot(label); loss += -log a[label]; hit += argmax a == label */
-KERNEL void softmax_xent(GLOBAL real* delta, const int delta_off, GLOBAL real* loss,
-                         const int loss_off, GLOBAL real* hit, const int hit_off,
-                         const GLOBAL real* a, const int a_off, const GLOBAL int* labels,
-                         const int labels_off, const int rows, const int cols) {
-    const int j = GLOBAL_ID(0);
-    if (j >= cols) return;
+/* column j of the output layer: z <- z + b; a <- softmax(z) */
+DEVICE void softmax_column(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
+                           const GLOBAL real* b, const int b_off, const int rows,
+                           const int cols, const int j) {
+    real zmax = -INFINITY;
+    for (int i = 0; i < rows; ++i) {
+        const real zij = z[z_off + i * cols + j] + b[b_off + i];
+        z[z_off + i * cols + j] = zij;
+        zmax = fmax(zmax, zij);
+    }
+    real sum = 0;
+    for (int i = 0; i < rows; ++i) {
+        const real e = exp(z[z_off + i * cols + j] - zmax);
+        a[a_off + i * cols + j] = e;
+        sum += e;
+    }
+    for (int i = 0; i < rows; ++i) a[a_off + i * cols + j] /= sum;
+}
+
+/* column j: delta <- a - onehot(label); loss += -log a[label]; hit += argmax a == label */
+DEVICE void xent_column(GLOBAL real* delta, const int delta_off, GLOBAL real* loss,
+                        const int loss_off, GLOBAL real* hit, const int hit_off,
+                        const GLOBAL real* a, const int a_off, const GLOBAL int* labels,
+                        const int labels_off, const int rows, const int cols, const int j) {
     const int label = labels[labels_off + j];
     int best = 0;
     real best_a = a[a_off + j];
@@ -25,6 +42,38 @@ KERNEL void softmax_xent(GLOBAL real* delta, const int delta_off, GLOBAL real* l
         delta[delta_off + i * cols + j] = aij - (i == label ? (real)1 : (real)0);
     }
     if (best == label) hit[hit_off + j] += (real)1;
+}
+
+/* softmax over the features of each sample: z <- z + b 1^T; a[:, j] <- softmax(z[:, j]).
+   One work-item per sample (column); outputs are few (classes). Here beside the losses,
+   with which bias_softmax_xent fuses it. */
+KERNEL void bias_softmax(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
+                         const GLOBAL real* b, const int b_off, const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    if (j < cols) softmax_column(a, a_off, z, z_off, b, b_off, rows, cols, j);
+}
+
+KERNEL void softmax_xent(GLOBAL real* delta, const int delta_off, GLOBAL real* loss,
+                         const int loss_off, GLOBAL real* hit, const int hit_off,
+                         const GLOBAL real* a, const int a_off, const GLOBAL int* labels,
+                         const int labels_off, const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    if (j < cols) xent_column(delta, delta_off, loss, loss_off, hit, hit_off, a, a_off,
+                              labels, labels_off, rows, cols, j);
+}
+
+/* bias_softmax, then softmax_xent with the delta into z: one launch for a training step's
+   output layer and loss */
+KERNEL void bias_softmax_xent(GLOBAL real* loss, const int loss_off, GLOBAL real* hit,
+                              const int hit_off, GLOBAL real* a, const int a_off,
+                              GLOBAL real* z, const int z_off, const GLOBAL real* b,
+                              const int b_off, const GLOBAL int* labels, const int labels_off,
+                              const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    if (j >= cols) return;
+    softmax_column(a, a_off, z, z_off, b, b_off, rows, cols, j);
+    xent_column(z, z_off, loss, loss_off, hit, hit_off, a, a_off, labels, labels_off, rows,
+                cols, j);
 }
 
 /* delta <- a - y; loss += sum_i -(y log a + (1 - y) log(1 - a)); hit += all (a > 1/2) == y */

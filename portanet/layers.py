@@ -206,6 +206,11 @@ class Dense(Layer):
         # z <- w a_prev + b 1^T; a <- f(z)
         self.backend.dense(self.activation, self.w, self.a_prev, self.b, self.z, self.a)
 
+    def forward_product(self):
+        """z <- w a_prev only: the loss kernel adds the bias and activates (see
+        Sequential._forward_loss)."""
+        self.backend.gemm(1.0, self.w, self.a_prev, 0.0, self.z)
+
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
         g, alpha, beta = train.gradient(self)

@@ -349,9 +349,21 @@ class Sequential:
         for layer in self.layers:
             layer.forward(training)
 
-    def _forward_loss(self):
-        self._forward()
-        self._loss()
+    def _forward_loss(self, training=False):
+        """Forward, then the loss kernel. A dense softmax output under softmax cross-entropy
+        leaves its bias and softmax to the loss, which does them in the same launch
+        (bias_softmax_xent)."""
+        *hidden, last = self.layers
+        if not (isinstance(last, layer_module.Dense) and last.activation == "softmax" and
+                self.loss.name == "softmax_cross_entropy"):
+            self._forward(training)
+            self._loss()
+            return
+        for layer in hidden:
+            layer.forward(training)
+        last.forward_product()
+        self.backend.bias_softmax_xent(last.z, last.b, last.a, self.loss_sum, self.hit_sum,
+                                       self.y)
 
     def _loss(self):
         """Loss kernel: the delta into the last layer; each sample's loss and hit added to

@@ -176,8 +176,7 @@ def prepare(net, optimizer):
 
 def step(net, opt):
     """Forward, loss, backward and update on the batch already on the device."""
-    net._forward(training=True)
-    net._loss()
+    net._forward_loss(training=True)
     net._backward(net.optimizer_state)
 
 

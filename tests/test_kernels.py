@@ -462,6 +462,36 @@ def test_softmax_xent(backend, rng):
     assert np.array_equal(backend.download(H), h0 + (a.argmax(0) == labels))
 
 
+def test_bias_softmax_xent(bk, rng):
+    """A training step's output layer and loss in one launch: z <- z + b; a <- softmax(z);
+    z <- a - onehot (the delta, in place); the loss and hits added to the sums. It gives
+    bias_softmax and then softmax_xent bit for bit, on views at offsets."""
+    rows, cols = 10, 257
+    z = real(bk, 3 * rng.standard_normal((rows, cols)))
+    b = real(bk, rng.standard_normal(rows))
+    labels = rng.integers(0, rows, cols).astype(np.int32)
+    l0, h0 = rng.random(cols), rng.integers(0, 5, cols).astype(float)   # sums so far
+    results = []
+    for fused in (True, False):
+        Z = bk.view(bk.upload(np.r_[np.zeros(3), z.ravel()]), (rows, cols), 3)
+        A = bk.view(poisoned(bk, (rows * cols + 1,)), (rows, cols), 1)
+        L, H, B, Y = bk.upload(l0), bk.upload(h0), bk.upload(b), bk.upload(labels)
+        if fused:
+            bk.bias_softmax_xent(Z, B, A, L, H, Y)
+        else:
+            bk.bias_activation("softmax", Z, B, A)
+            bk.softmax_xent(Z, L, H, A, Y)
+        results.append([bk.download(x) for x in (Z, A, L, H)])
+    for got, apart in zip(*results):
+        assert np.array_equal(got, apart)
+    a = activate("softmax", z + b[:, None])
+    delta, probs, loss, hits = results[0]
+    assert rel_err(probs, a) < TOL[bk.dtype]
+    assert rel_err(delta, a - np.eye(rows)[labels].T) < TOL[bk.dtype]
+    assert rel_err(loss, l0 - np.log(a[labels, np.arange(cols)])) < TOL[bk.dtype]
+    assert np.array_equal(hits, h0 + (a.argmax(0) == labels))
+
+
 def test_sigmoid_bce(backend, rng):
     rows, cols = 3, 101
     a = 1 / (1 + np.exp(-rng.standard_normal((rows, cols))))

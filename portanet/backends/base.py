@@ -327,6 +327,13 @@ class Backend:
         hit[j] += 1 if argmax a[:, j] == labels[j]. labels: int32 (batch,)."""
         raise NotImplementedError
 
+    def bias_softmax_xent(self, z, b, a, loss, hit, labels):
+        """The output layer's bias and softmax, then softmax_xent with the delta into z: a
+        training step's z <- z + b 1^T; a <- softmax(z); z <- a - onehot(labels), with the
+        loss and hits added. Here the two calls; kernel backends make them one launch."""
+        self.bias_activation("softmax", z, b, a)
+        self.softmax_xent(z, loss, hit, a, labels)
+
     def sigmoid_bce(self, delta, loss, hit, a, y):
         """delta <- a - y; loss[j] += sum_i BCE(a_ij, y_ij); hit[j] += all (a_ij > 1/2) == y_ij."""
         raise NotImplementedError

@@ -66,11 +66,12 @@ def copy_split(dst, src):
 
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
-                            "bias_softmax", "activation_grad", "add_activation",
+                            "activation_grad", "add_activation",
                             "gather_columns", "gather_labels", "features_first",
                             "momentum_update",
                             "nesterov_update", "adam_update", "rmsprop_update"),
-            "loss": ("softmax_xent", "sigmoid_bce", "mse", "argmax"),
+            "loss": ("bias_softmax", "softmax_xent", "bias_softmax_xent", "sigmoid_bce", "mse",
+                     "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum", "activation_bias_grad"),
             "conv": ("im2col", "col2im", "conv_direct", "maxpool", "maxpool_grad", "avgpool",
                      "avgpool_grad", "dropout"),
@@ -743,6 +744,9 @@ class KernelBackend(Backend):
 
     def softmax_xent(self, delta, loss, hit, a, labels):
         self._run("softmax_xent", (a.shape[1],), delta, loss, hit, a, labels, *a.shape)
+
+    def bias_softmax_xent(self, z, b, a, loss, hit, labels):
+        self._run("bias_softmax_xent", (a.shape[1],), loss, hit, a, z, b, labels, *a.shape)
 
     def sigmoid_bce(self, delta, loss, hit, a, y):
         self._run("sigmoid_bce", (a.shape[1],), delta, loss, hit, a, y, *a.shape)
