@@ -9,13 +9,13 @@ Usage: python bench/cl_launch_cost.py [--device opencl:0:0] [--repeats 2000]
 """
 import argparse
 import ctypes
-import time
 
 import numpy as np
 import pyopencl as cl
 
 from portanet import backends
 from portanet.backends.opencl import _enqueue_api
+from step_launches import timed         # bench/, the script's folder, is on sys.path
 
 SOURCE = """
 __kernel void nothing(__global float *x) {}
@@ -26,15 +26,8 @@ __kernel void many(__global float *a, __global float *b, __global float *c, __gl
 
 def per_call(queue, run, repeats):
     """(host us per call, wall us per call until the queue is done)."""
-    run()
-    queue.finish()
-    t0 = time.perf_counter()
-    for _ in range(repeats):
-        run()
-    t1 = time.perf_counter()
-    queue.finish()
-    t2 = time.perf_counter()
-    return (t1 - t0) / repeats * 1e6, (t2 - t0) / repeats * 1e6
+    wall, host = timed(run, repeats, queue.finish)
+    return host * 1e6, wall * 1e6
 
 
 def main():

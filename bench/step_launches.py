@@ -22,29 +22,31 @@ import numpy as np
 from portanet import backends, bench
 
 
-def _timed(bk, run, repeats):
+def timed(run, repeats, finish):
+    """(wall seconds per call until finish() returns, host seconds per call to make it):
+    run once first, then `repeats` times back to back (bench/cl_launch_cost.py too)."""
     run()
-    bk.synchronize()
+    finish()
     t0 = time.perf_counter()
     for _ in range(repeats):
         run()
     t1 = time.perf_counter()
-    bk.synchronize()
+    finish()
     return (time.perf_counter() - t0) / repeats, (t1 - t0) / repeats
 
 
 def opencl(bk, net, repeats):
     import pyopencl as cl
     replay = next(g for g in net._graphs.values() if g)
-    whole, host = _timed(bk, replay, repeats)
+    whole, host = timed(replay, repeats, bk.synchronize)
     print(f"replayed step: {whole * 1e6:8.1f} us on the device, {host * 1e6:.1f} us to "
           f"enqueue ({len(replay.ops)} ops)")
     floor = cl.Program(bk.ctx, "__kernel void nothing(__global float *x) {}").build()
     empty = cl.Kernel(floor, "nothing")
     scratch = cl.Buffer(bk.ctx, cl.mem_flags.READ_WRITE, 4)
     empty.set_args(scratch)
-    t, _ = _timed(bk, lambda: cl.enqueue_nd_range_kernel(bk.queue, empty, (64,), (64,)),
-                  repeats)
+    t, _ = timed(lambda: cl.enqueue_nd_range_kernel(bk.queue, empty, (64,), (64,)), repeats,
+                 bk.synchronize)
     print(f"empty kernel, back to back: {t * 1e6:.1f} us")
     total = host_total = 0.0
     print("  #  op                              global          local      us alone  host us")
@@ -60,7 +62,7 @@ def opencl(bk, net, repeats):
 
             def one(op=op):
                 op(bk.queue)
-        t, host = _timed(bk, one, repeats)
+        t, host = timed(one, repeats, bk.synchronize)
         total, host_total = total + t, host_total + host
         print(f"{i + 1:3d}  {name:30s} {str(g):15s} {str(l):10s} {t * 1e6:8.1f} "
               f"{host * 1e6:8.1f}")
