@@ -124,8 +124,11 @@ class KernelBackend(Backend):
     serialised = True           # see Backend.serialised
     trace = None                # a profiler.Trace while `portanet profile` records a step
     _routes = None              # measured paths (auto): GEMM (m, n, k, trans_a, trans_b) ->
-    #                             "own" | "vendor"; conv keys -> a conv path; ("gemv", rows,
+    #                             "vendor" | "own" (`_tiling`'s) | "own ..." (another of
+    #                             `_candidates`, kept in _route_tilings); ("dense", m, n,
+    #                             k) likewise; conv keys -> a conv path; ("gemv", rows,
     #                             cols) -> "whole" | "split"
+    _route_tilings = None       # GEMM and dense keys -> the tiling of their "own ..." path
     generation = 0              # bumped when what recorded steps point at goes away
     gemv_threads = 256          # work-items of gemv's group (blas.cl), within the limits
     vendor_k = ACC_K            # the longest sum one vendor gemm call may run (accuracy)
@@ -138,7 +141,7 @@ class KernelBackend(Backend):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
         the thirty, and a first build is slow on some drivers (PoCL compiles each kernel
         again for each work-group size, a second or so each)."""
-        self._routes = {}
+        self._routes, self._route_tilings = {}, {}
         self._kernels = {}
         self._announced = False
         self.conv_path = config.conv_path()
@@ -146,6 +149,11 @@ class KernelBackend(Backend):
         # batch size) on GPUs, where the gathers' divisions cost most; CPUs (PoCL builds
         # slowly) take them as arguments
         self.conv_fixed = self.is_gpu
+        # routing times other tilings of our GEMM (`_candidates`) on GPUs, whose drivers
+        # build a variant in a second or less; not on CPUs (PoCL takes several), nor on a
+        # CPU held to a GPU's limits (PORTANET_CL_LIMITS) in the tests
+        self.searches_tilings = self.is_gpu and getattr(
+            getattr(self, "limits", None), "profile", "device") == "device"
 
     def build_all(self):
         """Build every kernel family (`portanet devices --check` does, to see that each
@@ -256,14 +264,15 @@ class KernelBackend(Backend):
         if k == 0:
             self._empty_sum(beta, c)
             return
-        path = self.gemm_path
+        path, key = self.gemm_path, (m, n, k, trans_a, trans_b)
         if path == "auto":
-            path = self._routes.get((m, n, k, trans_a, trans_b)) or self._route(
-                a, b, beta, c, trans_a, trans_b, m, n, k)
-        if path == "own":
-            self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
-        else:
+            path = self._routes.get(key) or self._route(a, b, beta, c, trans_a, trans_b,
+                                                        m, n, k)
+        if path == "vendor":
             self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+        else:
+            self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k,
+                           tiling=self._route_tilings.get(key) if path != "own" else None)
 
     def dense(self, kind, w, x, b, z, a):
         """z <- w x + b 1^T, a <- f(z). Where our GEMM splits K, the sum of its parts adds
@@ -277,18 +286,22 @@ class KernelBackend(Backend):
             super().dense(kind, w, x, b, z, a)          # gemm, then bias_activation
             return
 
-        def own():
-            if not self._gemm_own(1.0, w, x, 0.0, z, False, False, m, n, k, then=(kind, b, a)):
+        def own(tiling=None):
+            if not self._gemm_own(1.0, w, x, 0.0, z, False, False, m, n, k, then=(kind, b, a),
+                                  tiling=tiling):
                 self.bias_activation(kind, z, b, a)
 
         def vendor():
             self._gemm_vendor_pieces(1.0, w, x, 0.0, z, False, False, m, n, k)
             self.bias_activation(kind, z, b, a)
-        path = "own"
-        if self.gemm_path == "auto":
-            key = ("dense", m, n, k)
-            path = self._routes.get(key) or self._fastest(key, {"own": own, "vendor": vendor})
-        (own if path == "own" else vendor)()
+        key = ("dense", m, n, k)
+        path = self.gemm_path
+        if path == "auto":
+            path = self._routes.get(key) or self._fastest_tiling(key, m, n, k, own, vendor)
+        if path == "vendor":
+            vendor()
+        else:
+            own(self._route_tilings.get(key) if path != "own" else None)
 
     def _gemm_vendor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, ldc=None):
         """The vendor's gemm, in calls of at most vendor_k terms each, added into c
@@ -324,11 +337,24 @@ class KernelBackend(Backend):
         CLBlast has no split K, so a conv layer's weight gradient (32 x 144, K = 147456) ran
         17 times slower there than our split-K kernel on an H100, while it wins the large
         square products."""
-        def path(run):
-            return lambda: run(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
-        paths = {"own": path(self._gemm_own), "vendor": path(self._gemm_vendor_pieces)}
-        return self._fastest((m, n, k, trans_a, trans_b), paths,
-                             restore=[c] if beta != 0 else [])
+        def own(tiling=None):
+            self._gemm_own(1.0, a, b, beta, c, trans_a, trans_b, m, n, k, tiling=tiling)
+
+        def vendor():
+            self._gemm_vendor_pieces(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
+        return self._fastest_tiling((m, n, k, trans_a, trans_b), m, n, k, own, vendor,
+                                    restore=[c] if beta != 0 else [])
+
+    def _fastest_tiling(self, key, m, n, k, own, vendor, restore=()):
+        """The fastest of the vendor's call and own(tiling) on each of `_candidates`,
+        measured (`_fastest`) and remembered: the path's name in _routes[key], its tiling
+        in _route_tilings[key]."""
+        tilings = self._candidates(m, n, k)
+        paths = {name: functools.partial(own, t) for name, t in tilings.items()}
+        best = self._fastest(key, {**paths, "vendor": vendor}, restore)
+        if best in tilings:
+            self._route_tilings[key] = tilings[best]
+        return best
 
     def _fastest(self, key, paths, restore=()):
         """The fastest of `paths` ({name: call}), each timed now on the real operands as a
@@ -339,19 +365,22 @@ class KernelBackend(Backend):
         routing allocates nothing; the arrays in `restore` (outputs the call also reads) are
         put back afterwards."""
         saved = [(x, self.download(x)) for x in restore]
-        seconds = {}
+        runs = {}
         for name, call in paths.items():
             call()                                          # builds, warms up
             self.synchronize()
             replay = self.capture(call) if config.graphs() and self.trace is None else None
-            run_once = replay or call
-            run_once()
-            self.synchronize()
-            start = time.perf_counter()
-            for _ in range(ROUTING_REPEATS):
-                run_once()
-            self.synchronize()
-            seconds[name] = time.perf_counter() - start
+            runs[name] = replay or call
+            runs[name]()
+        seconds = dict.fromkeys(runs, math.inf)
+        for _ in range(ROUTING_ROUNDS):     # rounds in turn: a clock that ramps up, or a
+            for name, run in runs.items():  # neighbour's burst, reaches every path alike
+                self.synchronize()
+                start = time.perf_counter()
+                for _ in range(ROUTING_REPEATS):
+                    run()
+                self.synchronize()
+                seconds[name] = min(seconds[name], time.perf_counter() - start)
         for x, host in saved:
             self.write(x, host)
         best = min(seconds, key=seconds.get)
@@ -362,53 +391,22 @@ class KernelBackend(Backend):
         return best
 
     def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, conv=None,
-                  then=None):
+                  then=None, tiling=None):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
-        along dimension 2 the parts of a split K. The tiling, in order (docs/ARCHITECTURE.md
-        has the measurements behind each step):
-          - the tuned size class nearest the output (`_size_class`), or the device's one
-            tiling; run as tuned (one group per tile, K unsplit) where the output fills as
-            many of its tiles as the class's own product;
-          - thinner tiles where the output fills at most half of a tile's rows or columns
-            (`_thin`: a conv layer's 16 x 6760000 forward output);
-          - else, where the tiles leave compute units idle, down a ladder of smaller tilings
-            (`_halved`) until they fill the device, or SMALL_TILES for an output smaller
-            than one tile (a conv weight gradient: 16 x 9, K = 173056);
-          - then K split in parts until the groups hold WORK_ITEMS_PER_UNIT work-items per
-            compute unit, no part longer than ACC_K; an unsplit K longer than ACC_K runs as
-            launches over pieces of K that add into c.
-        With conv (a `Gather`), an operand is gathered from images (gemm.cl's CONV): the
-        pieces of K then start at k_base, and the forward's bias and activation are fused
-        into the last step where K runs in one launch, or into the sum of a split K's parts;
-        then = (kind, bias, a) fuses a dense layer's into that sum. Returns whether they
-        were."""
-        def tiles(p, m=m, n=n):
-            return -(-m // p["TSM"]) * -(-n // p["TSN"])
-        size = None if conv else self._size_class(m, n)
-        tuned = self.gemm_sizes.get(size, self.gemm_params)
-        if conv and self.is_gpu and self.gemm_fits(CONV_TILES):
-            tuned = CONV_TILES
-        thin = self._thin(tuned, m, n)
-        # a tiling tuned for a size class runs as it was measured (alone, unsplit) wherever
-        # the output fills as many of its tiles as at that size
-        as_tuned = (size is not None and thin is tuned
-                    and tiles(tuned) >= tiles(tuned, size, size))
-        rungs = self._tilings(thin)
-        p, frozen = rungs[0]
-        small = (not as_tuned and tiles(p) < self.compute_units
-                 and (m < p["TSM"] or n < p["TSN"]) and p["TSM"] * p["TSN"] > 256)
-        if small:
-            p, frozen = SMALL_TILES, SMALL_KEY
-        elif not as_tuned:
-            for p, frozen in rungs:         # down to the first whose tiles fill the device
-                if tiles(p) >= self.compute_units:
-                    break
+        along dimension 2 the parts of a split K; the tiling and the parts as `_tiling`
+        chooses them, or as given (tiling = (params, parts, k_chunk): the candidates auto
+        routing times). An unsplit K longer than ACC_K runs as launches over pieces of K that add
+        into c. With conv (a `Gather`), an operand is gathered from images (gemm.cl's
+        CONV): the pieces of K then start at k_base, and the forward's bias and activation
+        are fused into the last step where K runs in one launch, or into the sum of a split
+        K's parts; then = (kind, bias, a) fuses a dense layer's into that sum. Returns
+        whether they were."""
+        if tiling is None:
+            tiling = self._tiling(m, n, k, conv)
+        p, parts, k_chunk = tiling
+        frozen = tuple(sorted(p.items()))
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
-        groups = self.compute_units * max(2, WORK_ITEMS_PER_UNIT // (rtsm * rtsn))
-        parts, k_chunk = (1, k) if as_tuned else split_k(tiles_m * tiles_n, k, p["TSK"], groups)
-        if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
-            parts, k_chunk = -(-k // ACC_K), ACC_K
         fused = conv is not None and conv.kind is not None and parts == 1 and k <= ACC_K
         fixed = self.conv_fixed
         key = ("gemm", trans_a, trans_b, parts > 1, frozen) + (
@@ -442,6 +440,85 @@ class KernelBackend(Backend):
             launch(c, a_p, b_p, float(alpha), float(beta) if i == 0 else 1.0, kp, kp, *k_base,
                    label=label + _piece_text(i, len(pieces)))
         return fused
+
+    def _tiling(self, m, n, k, conv=None):
+        """(params, parts, k_chunk): the tiling of our GEMM for an m x n x k product, the
+        parts its K is split in and the terms of each. In order (docs/ARCHITECTURE.md has
+        the measurements behind each step):
+          - the tuned size class nearest the output (`_size_class`), or the device's one
+            tiling; run as tuned (one group per tile, K unsplit) where the output fills as
+            many of its tiles as the class's own product;
+          - thinner tiles where the output fills at most half of a tile's rows or columns
+            (`_thin`: a conv layer's 16 x 6760000 forward output);
+          - else, where the tiles leave compute units idle, down a ladder of smaller tilings
+            (`_halved`) until they fill the device, or SMALL_TILES for an output smaller
+            than one tile (a conv weight gradient: 16 x 9, K = 173056);
+          - then K split in parts until the groups hold WORK_ITEMS_PER_UNIT work-items per
+            compute unit, no part longer than ACC_K."""
+        thin, as_tuned = self._tuned_for(m, n, conv)
+        rungs = self._tilings(thin)
+        p = rungs[0][0]
+        small = (not as_tuned and _tiles(p, m, n) < self.compute_units
+                 and (m < p["TSM"] or n < p["TSN"]) and p["TSM"] * p["TSN"] > 256)
+        if small:
+            p = SMALL_TILES
+        elif not as_tuned:
+            for p, _ in rungs:              # down to the first whose tiles fill the device
+                if _tiles(p, m, n) >= self.compute_units:
+                    break
+        if as_tuned:
+            return p, 1, k
+        groups = self.compute_units * max(
+            2, WORK_ITEMS_PER_UNIT // ((p["TSM"] // p["WPTM"]) * (p["TSN"] // p["WPTN"])))
+        parts, k_chunk = split_k(_tiles(p, m, n), k, p["TSK"], groups)
+        if parts > 1 and k_chunk > ACC_K:           # no part sums more than ACC_K terms
+            parts, k_chunk = -(-k // ACC_K), ACC_K
+        return p, parts, k_chunk
+
+    def _tuned_for(self, m, n, conv=None):
+        """(params, as_tuned): the tuned tiling of the size class nearest an m x n output
+        (the device's one tiling where untuned; CONV_TILES for a convolution on a GPU),
+        thinned to it (`_thin`), and whether it runs as tuned: a tiling tuned for a size
+        class runs as it was measured (alone, unsplit) wherever the output fills as many
+        of its tiles as at that size."""
+        size = None if conv else self._size_class(m, n)
+        tuned = self.gemm_sizes.get(size, self.gemm_params)
+        if conv and self.is_gpu and self.gemm_fits(CONV_TILES):
+            tuned = CONV_TILES
+        thin = self._thin(tuned, m, n)
+        return thin, (size is not None and thin is tuned
+                      and _tiles(tuned, m, n) >= _tiles(tuned, size, size))
+
+    def _candidates(self, m, n, k):
+        """{name: tiling} that auto routing times for an m x n x k product: "own", what
+        `_tiling` chooses, and where the backend searches_tilings (GPUs) and that is not a
+        tuned tiling run as tuned, each rung of each tuned tiling's ladder (thinned to the
+        output) and SMALL_TILES, with K whole and in SEARCH_PARTS parts (each at least 4
+        slabs, at most 16 groups per compute unit in all). The rules missed by up to 8 us
+        a product on the H100's mlp-small step (bench/README.md, "Issue 11, session 7")."""
+        chosen = self._tiling(m, n, k)
+        found = {"own": chosen}
+        if not self.searches_tilings or self._tuned_for(m, n)[1]:
+            return found
+        seen = {(tuple(sorted(chosen[0].items())), chosen[1])}
+        room = max(chosen[1] * m * n, SEARCH_WORKSPACE)
+        roots = [self.gemm_params, *self.gemm_sizes.values()]
+        tilings = [r for root in roots for r, _ in self._tilings(self._thin(root, m, n))]
+        for p in tilings + ([SMALL_TILES] if self.gemm_fits(SMALL_TILES) else []):
+            for parts in SEARCH_PARTS:
+                if parts > 1 and (k < 4 * p["TSK"] * parts or parts * m * n > room
+                                  or _tiles(p, m, n) * parts > 16 * self.compute_units):
+                    continue
+                k_chunk = min(ACC_K, -(-(-(-k // parts)) // p["TSK"]) * p["TSK"])
+                tiling = (p, -(-k // k_chunk), k_chunk)
+                if tiling[1] == 1 and k > ACC_K:
+                    continue                # pieces of K: the rules' case
+                frozen = (tuple(sorted(p.items())), tiling[1])
+                if frozen not in seen:
+                    seen.add(frozen)
+                    found[f"own {p['TSM']}x{p['TSN']} #{len(found)}" + (
+                        f" split-K {tiling[1]}" if tiling[1] > 1 else "")] = tiling
+        return found
 
     def _thin(self, params, m, n):
         """params, or where the output fills at most half of its tile's rows (columns),
@@ -518,7 +595,7 @@ class KernelBackend(Backend):
         self.gemm_params = {**GEMM_DEFAULTS, **params}
         self.gemm_sizes = {int(n): {**GEMM_DEFAULTS, **p} for n, p in (sizes or {}).items()}
         self._derived = {}
-        self._routes = {}                   # measured with the old tiling
+        self._routes, self._route_tilings = {}, {}      # measured with the old tiling
         self.generation += 1                # recorded steps launch the old kernels
         for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
             del self._kernels[key]
@@ -947,7 +1024,10 @@ class KernelBackend(Backend):
 WORK_ITEMS_PER_UNIT = 512
 MAX_PARTS = 512
 SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, where lanes allow
-ROUTING_REPEATS = 3        # timed calls per path when auto GEMM routes a new shape
+ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
+ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round
+SEARCH_PARTS = (1, 2, 4, 8, 16)     # the K splits routing tries with each tiling (GPUs)
+SEARCH_WORKSPACE = 2**22   # split-K workspace (reals) routing may grow to for a candidate
 DIRECT_F = 8               # filters per work-item of conv_direct (as in conv.cl)
 DIRECT_ROWS = 64           # the longest patch (C.k.k) conv_direct is tried for
 MIN_CHUNK = 1024           # the fewest patch-matrix columns a chunk of im2col may have
@@ -960,12 +1040,16 @@ SMALL_TILES = dict(GEMM_DEFAULTS, TSM=16, TSN=16, TSK=16, WPTM=2, WPTN=2)
 # gathers hold registers of their own, and a thinned 128 x 256 GEMM tiling (8 x 16 per
 # work-item) took all 255 of CUDA's and spilled (conv2 of LeNet at 4.5 TFLOP/s)
 CONV_TILES = dict(GEMM_DEFAULTS, TSM=64, TSN=128, TSK=16, WPTM=4, WPTN=8, MICRO=2, PAD=4, VW=4)
-SMALL_KEY = tuple(sorted(SMALL_TILES.items()))
 # CPUs (PoCL, Intel's runtime): 32 x 32 tiles, 8 deep, of 4 x 4 per work-item. PoCL compiles
 # a kernel per work-group size at its first launch, and the unrolled 8 x 8 x 16 body of the
 # defaults took it 20 s per variant (of four: the transposes) against 4 s for this one,
 # which also ran the MLP's products 1.3-1.9x faster (set_gemm_params, 2-core EPYC)
 CPU_TILES = dict(GEMM_DEFAULTS, TSM=32, TSN=32, TSK=8, WPTM=4, WPTN=4)
+
+
+def _tiles(p, m, n):
+    """The tiles of tiling p over an m x n output."""
+    return -(-m // p["TSM"]) * -(-n // p["TSN"])
 
 
 def _halved(p):
