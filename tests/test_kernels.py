@@ -145,6 +145,7 @@ def test_auto_gemm_routes_each_shape_once_and_keeps_c(backend, rng, monkeypatch)
     A, B, C = backend.upload(a), backend.upload(b), backend.upload(c)
     backend.gemm_path = "own"
     backend.gemm(1.0, A, B, 0.0, backend.empty((m, n)), trans_b=True)   # its split-K workspace
+    backend._split_workspace(max(t[1] for t in backend._candidates(m, n, k).values()) * m * n)
     backend.gemm_path = "auto"
     count = backend.allocations
     backend.gemm(-0.5, A, B, 0.9, C, trans_b=True)

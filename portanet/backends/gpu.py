@@ -351,6 +351,9 @@ class KernelBackend(Backend):
         in _route_tilings[key]."""
         tilings = self._candidates(m, n, k)
         paths = {name: functools.partial(own, t) for name, t in tilings.items()}
+        ws = max(parts * m * n for _, parts, _ in tilings.values())
+        if ws > m * n:
+            self._split_workspace(ws)      # grown first: the trials' replays all point at it
         best = self._fastest(key, {**paths, "vendor": vendor}, restore)
         if best in tilings:
             self._route_tilings[key] = tilings[best]
@@ -361,9 +364,10 @@ class KernelBackend(Backend):
         recorded training step runs it, where the backend records steps: replayed, without
         the Python around each launch (on NVIDIA's OpenCL an mlp-small step took 0.43 ms on
         the paths eager timing chose, CLBlast, and 0.27 on ours). Remembered in _routes[key]
-        for the life of the backend. The trials write into the outputs themselves, so
-        routing allocates nothing; the arrays in `restore` (outputs the call also reads) are
-        put back afterwards."""
+        for the life of the backend, each path's time its fastest of ROUTING_ROUNDS. The
+        trials write into the outputs themselves, so routing allocates nothing (but the
+        split-K workspace, grown to the largest trial's first: _fastest_tiling); the arrays
+        in `restore` (outputs the call also reads) are put back afterwards."""
         saved = [(x, self.download(x)) for x in restore]
         runs = {}
         for name, call in paths.items():
@@ -375,6 +379,8 @@ class KernelBackend(Backend):
         seconds = dict.fromkeys(runs, math.inf)
         for _ in range(ROUTING_ROUNDS):     # rounds in turn: a clock that ramps up, or a
             for name, run in runs.items():  # neighbour's burst, reaches every path alike
+                if not getattr(run, "current", True):       # a later path freed its memory
+                    runs[name] = run = self.capture(paths[name])
                 self.synchronize()
                 start = time.perf_counter()
                 for _ in range(ROUTING_REPEATS):
@@ -494,29 +500,32 @@ class KernelBackend(Backend):
         `_tiling` chooses, and where the backend searches_tilings (GPUs) and that is not a
         tuned tiling run as tuned, each rung of each tuned tiling's ladder (thinned to the
         output) and SMALL_TILES, with K whole and in SEARCH_PARTS parts (each at least 4
-        slabs, at most 16 groups per compute unit in all). The rules missed by up to 8 us
-        a product on the H100's mlp-small step (bench/README.md, "Issue 11, session 7")."""
+        slabs, at most 16 groups per compute unit in all), one of each tile shape and
+        split: the nearest size class's first. Where the rules split K in more parts than
+        SEARCH_PARTS (a weight gradient's K of the batch's pixels) they are kept. The rules
+        missed by up to 8 us a product on the H100's mlp-small step (bench/README.md,
+        "Issue 11, session 7")."""
         chosen = self._tiling(m, n, k)
         found = {"own": chosen}
-        if not self.searches_tilings or self._tuned_for(m, n)[1]:
-            return found
-        seen = {(tuple(sorted(chosen[0].items())), chosen[1])}
+        if (not self.searches_tilings or self._tuned_for(m, n)[1]
+                or chosen[1] > SEARCH_PARTS[-1]):
+            return found                    # tuned as it runs, or K long for its output
+        seen = {(chosen[0]["TSM"], chosen[0]["TSN"], chosen[1])}
         room = max(chosen[1] * m * n, SEARCH_WORKSPACE)
-        roots = [self.gemm_params, *self.gemm_sizes.values()]
+        nearest = self.gemm_sizes.get(self._size_class(m, n), self.gemm_params)
+        roots = [nearest, self.gemm_params, *self.gemm_sizes.values()]
         tilings = [r for root in roots for r, _ in self._tilings(self._thin(root, m, n))]
         for p in tilings + ([SMALL_TILES] if self.gemm_fits(SMALL_TILES) else []):
             for parts in SEARCH_PARTS:
                 if parts > 1 and (k < 4 * p["TSK"] * parts or parts * m * n > room
                                   or _tiles(p, m, n) * parts > 16 * self.compute_units):
                     continue
-                k_chunk = min(ACC_K, -(-(-(-k // parts)) // p["TSK"]) * p["TSK"])
+                k_chunk = -(-(-(-k // parts)) // p["TSK"]) * p["TSK"]
                 tiling = (p, -(-k // k_chunk), k_chunk)
-                if tiling[1] == 1 and k > ACC_K:
-                    continue                # pieces of K: the rules' case
-                frozen = (tuple(sorted(p.items())), tiling[1])
-                if frozen not in seen:
-                    seen.add(frozen)
-                    found[f"own {p['TSM']}x{p['TSN']} #{len(found)}" + (
+                shape = (p["TSM"], p["TSN"], tiling[1])    # the nearest class's of a shape
+                if shape not in seen and k_chunk <= ACC_K:
+                    seen.add(shape)
+                    found[f"own {p['TSM']}x{p['TSN']}" + (
                         f" split-K {tiling[1]}" if tiling[1] > 1 else "")] = tiling
         return found
 
