@@ -6,6 +6,7 @@ awaited (CUDA: events on the backend's stream; elsewhere synchronize and the hos
 repeated samples, median with min and max. Slow devices get fewer samples (at least 3).
 """
 import json
+import math
 import platform
 import statistics
 import sys
@@ -20,14 +21,21 @@ from .network import Sequential
 from .optim import SGD
 
 SCHEMA = "portanet-bench-1"
+# training steps (ours and PyTorch's) are timed in samples of at least this long (measure)
+STEP_SAMPLE_S = 0.005
+MAX_INNER = 200
 
 
 # -- timing ------------------------------------------------------------------------------
 
-def measure(fn, sync, repeats=10, inner=1, warmup=2, budget_s=20.0, events=None):
+def measure(fn, sync, repeats=10, inner=1, warmup=2, budget_s=20.0, events=None,
+            sample_s=None):
     """Seconds per call of fn: up to `repeats` samples of `inner` calls. A call slower than
     budget_s / 20 gets one warm-up and samples of one call, and samples stop at 3 once the
-    rest would blow budget_s. events: a CUDA event timer (see _cuda_events)."""
+    rest would blow budget_s. events: a CUDA event timer (see _cuda_events). sample_s: at
+    least that long a sample, in more calls (at most MAX_INNER) where `inner` are shorter,
+    so that a short call, as a training loop runs it back to back, does not carry the
+    host's wait for the device at each sample's end."""
     sync()
     start = time.perf_counter()
     fn()                                    # the first warm-up: builds, first allocations
@@ -37,6 +45,13 @@ def measure(fn, sync, repeats=10, inner=1, warmup=2, budget_s=20.0, events=None)
     for _ in range(warmup - 1):
         fn()
     sync()
+    if sample_s and inner > 1:
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        sync()
+        once = (time.perf_counter() - start) / inner
+        inner = max(inner, min(MAX_INNER, math.ceil(sample_s / max(once, 1e-9))))
     samples = []
     while len(samples) < repeats:
         if events:
@@ -52,7 +67,7 @@ def measure(fn, sync, repeats=10, inner=1, warmup=2, budget_s=20.0, events=None)
         if len(samples) >= 3 and sum(samples) * inner * repeats / len(samples) > budget_s:
             break
     return {"median_s": statistics.median(samples), "min_s": min(samples),
-            "max_s": max(samples), "repeats": len(samples)}
+            "max_s": max(samples), "repeats": len(samples), "inner": inner}
 
 
 def _cuda_events(backend):
@@ -140,7 +155,7 @@ def training_step(workload, bk, batch, rng, eager=False):
 
 
 def _step_timing(bk, step, flops=None, repeats=10, inner=3):
-    t = measure(step, bk.synchronize, repeats=repeats, inner=inner,
+    t = measure(step, bk.synchronize, repeats=repeats, inner=inner, sample_s=STEP_SAMPLE_S,
                 events=_cuda_events(bk) if bk.kind == "cuda" else None)
     if flops:
         t["gflops"] = flops / t["median_s"] / 1e9
@@ -293,7 +308,7 @@ def torch_case(workload, case, device, graph=False):
         opt.step()
     if graph:
         step = _torch_graph(torch, step, opt)
-    return measure(step, sync, repeats=10, inner=3)
+    return measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S)
 
 
 def _torch_graph(torch, step, opt):
@@ -450,7 +465,7 @@ def _error(e):
 def _row(workload, case, device, timing=None, error=None, gemm_path=None, peak_bytes=None):
     row = {"workload": workload, "case": case, "device": device,
            "status": "failed" if error else "ok", "error": error, "median_s": None,
-           "min_s": None, "max_s": None, "repeats": 0, "throughput": None,
+           "min_s": None, "max_s": None, "repeats": 0, "inner": 0, "throughput": None,
            "throughput_unit": None, "gflops": None, "fraction_of_peak": None,
            "peak_bytes": peak_bytes, "gemm_path": gemm_path, "torch": None,
            "ratio_to_torch": None, "torch_graph": None, "ratio_to_torch_graph": None}

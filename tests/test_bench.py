@@ -11,6 +11,7 @@ from portanet.cli import main
 ROW_KEYS = {"workload": str, "case": str, "device": str, "status": str,
             "error": (str, type(None)), "median_s": (float, type(None)),
             "min_s": (float, type(None)), "max_s": (float, type(None)), "repeats": int,
+            "inner": int,
             "throughput": (float, type(None)), "throughput_unit": (str, type(None)),
             "gflops": (float, type(None)), "fraction_of_peak": (float, type(None)),
             "peak_bytes": (int, type(None)), "gemm_path": (str, type(None)),
