@@ -374,6 +374,7 @@ class Sequential:
         for i in reversed(range(len(self.layers))):
             last = i == len(self.layers) - 1
             self.layers[i].backward(state, self._first[i], delta_in_z=last and self.loss.fused)
+        state.finish()                      # the updates the layers left for the end
 
     # -- the user's API ------------------------------------------------------------------
 

@@ -9,7 +9,9 @@ names, with the gemm's alpha and beta it names:
     the others          into the network's one gradient workspace, g <- 1/m dz a_prev^T
 
 Then one elementwise kernel per layer applies the rest of the rule to the whole flat
-vector (`update`). Weight decay applies to the first `n_decay` elements (the weights of
+vector (`update`); where the gradients are in the optimizer's own state (SGD's velocity),
+the layers' updates wait for the end of backward and go in as few launches as the backend
+takes (`update_layers`). Weight decay applies to the first `n_decay` elements (the weights of
 Dense and Conv2D), never to biases nor BatchNorm's scale and shift. The formulas are
 torch.optim's (SGD keeps -lr times torch's buffer, which is the same at a constant rate).
 
@@ -60,6 +62,13 @@ class Optimizer:
         """Apply the rule to one layer's flat parameters: one kernel launch."""
         raise NotImplementedError
 
+    def update_layers(self, bk, layers, scalars):
+        """update on each (flat, grad, state, n_decay) of `layers`, where their gradients
+        are in their own state (not the shared workspace): in as few launches as the
+        backend takes them."""
+        for flat, grad, state, n_decay in layers:
+            self.update(bk, flat, grad, state, n_decay, scalars)
+
     def describe(self):
         return f"{self.name} ({self.bytes_per_parameter(4)} bytes per float32 parameter)"
 
@@ -101,6 +110,13 @@ class SGD(Optimizer):
                                self.weight_decay, n_decay)
         else:                                # v -= eta lambda w; w += v
             bk.momentum_update(flat, grad, self.lr * self.weight_decay, n_decay)
+
+    def update_layers(self, bk, layers, scalars):
+        if self.nesterov:
+            super().update_layers(bk, layers, scalars)
+        else:
+            bk.momentum_updates([(flat, grad, n_decay) for flat, grad, _, n_decay in layers],
+                                self.lr * self.weight_decay)
 
 
 @dataclass(frozen=True)

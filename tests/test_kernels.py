@@ -878,6 +878,25 @@ def test_momentum_update(bk, rng, decay):
                  _state(bk, rng, 1.0, 0.1), grad=None)
 
 
+@pytest.mark.parametrize("layers", [1, 3, 6])
+def test_momentum_updates_of_several_layers(bk, rng, layers):
+    """momentum_updates on several layers' vectors of odd sizes at odd offsets in one
+    buffer (more layers than a launch takes: two launches), each as momentum_update would
+    have updated it alone."""
+    sizes = [int(n) for n in rng.integers(1, 700, layers)]
+    decays = [int(rng.integers(0, n + 1)) for n in sizes]
+    host = [real(bk, s * rng.standard_normal(n)) for n in sizes for s in (1.0, 0.1)]
+    views, _, _ = packed(bk, *host)
+    simulated(bk, sum(sizes))
+    for _ in range(2):
+        for i, d in enumerate(decays):
+            REF.momentum_update(host[2 * i], host[2 * i + 1], 3e-3, d)
+        bk.momentum_updates([(views[2 * i], views[2 * i + 1], d) for i, d in enumerate(decays)],
+                            3e-3)
+    for got, want in zip(views, host):
+        assert rel_err(bk.download(got), want) < TOL[bk.dtype]
+
+
 @pytest.mark.parametrize("weight_decay", [0.0, 1e-2])
 def test_nesterov_update(bk, rng, weight_decay):
     _check_steps(bk, rng, lambda b, x, _: b.nesterov_update(*x, 0.1, 0.9, weight_decay, N_DECAY),

@@ -267,6 +267,12 @@ class Backend:
         w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
         raise NotImplementedError
 
+    def momentum_updates(self, layers, decay):
+        """momentum_update on each (w, v, n_decay) of `layers` (several layers' flat
+        vectors), in as few launches as the backend takes them."""
+        for w, v, n_decay in layers:
+            self.momentum_update(w, v, decay, n_decay)
+
     def nesterov_update(self, w, g, v, lr, momentum, weight_decay, n_decay):
         """SGD with Nesterov momentum: d = g + weight_decay w (i < n_decay, else d = g);
         v <- momentum v - lr d; w <- w + momentum v - lr d, with the new v.

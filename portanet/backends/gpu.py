@@ -68,7 +68,7 @@ def copy_split(dst, src):
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "activation_grad", "add_activation",
                             "gather_columns", "gather_labels", "features_first",
-                            "momentum_update",
+                            "momentum_updates",
                             "nesterov_update", "adam_update", "rmsprop_update"),
             "loss": ("bias_softmax", "softmax_xent", "bias_softmax_xent", "sigmoid_bce", "mse",
                      "argmax"),
@@ -711,8 +711,19 @@ class KernelBackend(Backend):
         self._run("scal", (x.size,), x, float(alpha), x.size)
 
     def momentum_update(self, w, v, decay, n_decay):
-        check_update("momentum_update", n_decay, w, v)
-        self._run("momentum_update", (w.size,), w, v, float(decay), n_decay, w.size)
+        self.momentum_updates([(w, v, n_decay)], decay)
+
+    def momentum_updates(self, layers, decay):
+        """momentum_updates' kernel on UPDATE_LAYERS layers a launch."""
+        for w, v, n_decay in layers:
+            check_update("momentum_update", n_decay, w, v)
+        for first in range(0, len(layers), UPDATE_LAYERS):
+            group = layers[first:first + UPDATE_LAYERS]
+            args = [a for w, v, n_decay in group for a in (w, v, w.size, n_decay)]
+            w, v = group[0][:2]             # stand-ins for the layers not given (n_p = 0)
+            args += [w, v, 0, 0] * (UPDATE_LAYERS - len(group))
+            self._run("momentum_updates", (sum(w.size for w, _, _ in group),), float(decay),
+                      *args)
 
     def nesterov_update(self, w, g, v, lr, momentum, weight_decay, n_decay):
         check_update("nesterov_update", n_decay, w, g, v)
@@ -1035,6 +1046,7 @@ MAX_PARTS = 512
 SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, where lanes allow
 ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
 ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round
+UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
 SEARCH_PARTS = (1, 2, 4, 8, 16)     # the K splits routing tries with each tiling (GPUs)
 SEARCH_WORKSPACE = 2**22   # split-K workspace (reals) routing may grow to for a candidate
 DIRECT_F = 8               # filters per work-item of conv_direct (as in conv.cl)
