@@ -259,7 +259,8 @@ class _Nccl:
             raise InputError(f"PORTANET_DIST=nccl takes CUDA devices only; rank {group.rank} "
                              f"is on {backend.name}: use PORTANET_DIST=mpi for a job of "
                              f"other devices")
-        uid = group.comm.bcast(nccl.get_unique_id().as_bytes() if group.rank == 0 else None,
+        # bytes(UniqueId): nccl4py's documented form (as_bytes is a property there)
+        uid = group.comm.bcast(bytes(nccl.get_unique_id()) if group.rank == 0 else None,
                                root=0)
         with backend._lock:                 # the backend's context current
             self.comm = nccl.Communicator.init(group.size, group.rank,
