@@ -19,6 +19,7 @@ command -v mpiexec > /dev/null || { python3 -m pip install -q --no-index --no-de
     --target /tmp/site .whl/mpi/*.whl && export PATH=/tmp/site/bin:$PATH; } || exit 1
 export PYTHONUNBUFFERED=1 PORTANET_DATA=$PWD/.data PYTHONPATH=$PWD:$PYTHONPATH
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # the image runs as root
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 case "$1" in
 nccl)
