@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 
-from .. import config
+from .. import config, tuning
 from ..errors import ShapeError
 from . import sources
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
@@ -128,7 +128,7 @@ class KernelBackend(Backend):
     #                             `_candidates`, kept in _route_tilings); ("dense", m, n,
     #                             k) likewise; conv keys -> a conv path; ("gemv", rows,
     #                             cols) -> "whole" | "split"
-    _route_tilings = None       # GEMM and dense keys -> the tiling of their "own ..." path
+    _route_tilings = None       # GEMM and dense keys routed to our kernel -> its tiling
     generation = 0              # bumped when what recorded steps point at goes away
     gemv_threads = 256          # work-items of gemv's group (blas.cl), within the limits
     vendor_k = ACC_K            # the longest sum one vendor gemm call may run (accuracy)
@@ -152,8 +152,7 @@ class KernelBackend(Backend):
         # routing times other tilings of our GEMM (`_candidates`) on GPUs, whose drivers
         # build a variant in a second or less; not on CPUs (PoCL takes several), nor on a
         # CPU held to a GPU's limits (PORTANET_CL_LIMITS) in the tests
-        self.searches_tilings = self.is_gpu and getattr(
-            getattr(self, "limits", None), "profile", "device") == "device"
+        self.searches_tilings = self.is_gpu and tuning._capped(self) is None
 
     def build_all(self):
         """Build every kernel family (`portanet devices --check` does, to see that each
@@ -264,15 +263,16 @@ class KernelBackend(Backend):
         if k == 0:
             self._empty_sum(beta, c)
             return
-        path, key = self.gemm_path, (m, n, k, trans_a, trans_b)
+        path, tiling = self.gemm_path, None
         if path == "auto":
+            key = (m, n, k, trans_a, trans_b)
             path = self._routes.get(key) or self._route(a, b, beta, c, trans_a, trans_b,
                                                         m, n, k)
+            tiling = self._route_tilings.get(key)
         if path == "vendor":
             self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
         else:
-            self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k,
-                           tiling=self._route_tilings.get(key) if path != "own" else None)
+            self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k, tiling=tiling)
 
     def dense(self, kind, w, x, b, z, a):
         """z <- w x + b 1^T, a <- f(z). Where our GEMM splits K, the sum of its parts adds
@@ -294,14 +294,15 @@ class KernelBackend(Backend):
         def vendor():
             self._gemm_vendor_pieces(1.0, w, x, 0.0, z, False, False, m, n, k)
             self.bias_activation(kind, z, b, a)
-        key = ("dense", m, n, k)
-        path = self.gemm_path
+        path, tiling = self.gemm_path, None
         if path == "auto":
+            key = ("dense", m, n, k)
             path = self._routes.get(key) or self._fastest_tiling(key, m, n, k, own, vendor)
+            tiling = self._route_tilings.get(key)
         if path == "vendor":
             vendor()
         else:
-            own(self._route_tilings.get(key) if path != "own" else None)
+            own(tiling)
 
     def _gemm_vendor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, ldc=None):
         """The vendor's gemm, in calls of at most vendor_k terms each, added into c
@@ -520,13 +521,12 @@ class KernelBackend(Backend):
                 if parts > 1 and (k < 4 * p["TSK"] * parts or parts * m * n > room
                                   or _tiles(p, m, n) * parts > 16 * self.compute_units):
                     continue
-                k_chunk = -(-(-(-k // parts)) // p["TSK"]) * p["TSK"]
-                tiling = (p, -(-k // k_chunk), k_chunk)
-                shape = (p["TSM"], p["TSN"], tiling[1])    # the nearest class's of a shape
+                count, k_chunk = k_parts(k, parts, p["TSK"])
+                shape = (p["TSM"], p["TSN"], count)     # the nearest class's of a shape
                 if shape not in seen and k_chunk <= ACC_K:
                     seen.add(shape)
                     found[f"own {p['TSM']}x{p['TSN']}" + (
-                        f" split-K {tiling[1]}" if tiling[1] > 1 else "")] = tiling
+                        f" split-K {count}" if count > 1 else "")] = (p, count, k_chunk)
         return found
 
     def _thin(self, params, m, n):
@@ -1267,9 +1267,13 @@ def split_k(tiles, k, tsk, groups):
     slabs deep, at most MAX_PARTS of them."""
     if 2 * tiles >= groups or k < 16 * tsk:
         return 1, k
-    parts = min(-(-groups // tiles), k // (8 * tsk), MAX_PARTS)
-    k_chunk = -(-k // parts)
-    k_chunk = -(-k_chunk // tsk) * tsk              # whole slabs
+    return k_parts(k, min(-(-groups // tiles), k // (8 * tsk), MAX_PARTS), tsk)
+
+
+def k_parts(k, parts, tsk):
+    """(parts, k_chunk): K in about `parts` parts of whole slabs of tsk terms (rounding up
+    the part may leave fewer parts)."""
+    k_chunk = -(-(-(-k // parts)) // tsk) * tsk
     return -(-k // k_chunk), k_chunk
 
 
