@@ -27,6 +27,21 @@ typedef float4 real4;
 #define GROUP_ID(d) ((int)get_group_id(d))
 #define NUM_GROUPS(d) ((int)get_num_groups(d))
 #define ATOMIC_MIN(p, v) atomic_min(p, v)     /* on a GLOBAL int */
+/* a split K that its last part to finish adds up (gemm.cl, SPLIT_K 2), built as OpenCL C
+   2.0 or 3.0 (OpenCL 1.2 orders memory across work-groups only through atomics, and
+   NVIDIA's 1.2 mem_fence is membar.cta): a fence that makes this work-item's global writes
+   visible to the device before the count (release), or the writes the count saw after it
+   (acquire); the count of a tile's parts done, and its reset for the next launch */
+#if __OPENCL_C_VERSION__ >= 200
+#define DEVICE_RELEASE() \
+    atomic_work_item_fence(CLK_GLOBAL_MEM_FENCE, memory_order_release, memory_scope_device)
+#define DEVICE_ACQUIRE() \
+    atomic_work_item_fence(CLK_GLOBAL_MEM_FENCE, memory_order_acquire, memory_scope_device)
+#define COUNT_DONE(p) atomic_fetch_add_explicit((GLOBAL atomic_int*)(p), 1, \
+                                                memory_order_relaxed, memory_scope_device)
+#define COUNT_RESET(p) atomic_store_explicit((GLOBAL atomic_int*)(p), 0, \
+                                             memory_order_relaxed, memory_scope_device)
+#endif
 #define RESTRICT restrict
 #define DEVICE static            /* a helper function called by kernels */
 /* the work-group a kernel is always launched with, so the compiler can plan registers

@@ -27,6 +27,14 @@ typedef float4 real4;
 #define GROUP_ID(d) ((int)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
 #define NUM_GROUPS(d) ((int)((d) == 0 ? gridDim.x : (d) == 1 ? gridDim.y : gridDim.z))
 #define ATOMIC_MIN(p, v) atomicMin(p, v)     /* on a GLOBAL int */
+/* a split K that its last part to finish adds up (gemm.cu, SPLIT_K 2): a fence that makes
+   this thread's global writes visible to the device before the count (release), or the
+   writes the count saw after it (acquire); the count of a tile's parts done, and its reset
+   for the next launch */
+#define DEVICE_RELEASE() __threadfence()
+#define DEVICE_ACQUIRE() __threadfence()
+#define COUNT_DONE(p) atomicAdd(p, 1)
+#define COUNT_RESET(p) atomicExch(p, 0)
 #define RESTRICT __restrict__
 #define DEVICE static __device__  /* a helper function called by kernels */
 /* the work-group a kernel is always launched with, so the compiler can plan registers

@@ -36,7 +36,10 @@ def test_cuda_kernels_compile(family, real, tmp_path):
     path = sources.folder("cu") / f"{family}.cu"
     variants = [["-DTRANS_A=0", "-DTRANS_B=0"], ["-DTRANS_A=1", "-DTRANS_B=1"],
                 ["-DTSM=128", "-DTSN=128", "-DTSK=8", "-DWPTM=8", "-DWPTN=8", "-DMICRO=2",
-                 "-DPAD=4", "-DVW=4", "-DDB=1", "-DSPLIT_K=1"]] \
+                 "-DPAD=4", "-DVW=4", "-DDB=1", "-DSPLIT_K=1"],
+                ["-DSPLIT_K=2", "-DBIAS_ACT=1", "-DTRANS_B=1"],
+                ["-DSPLIT_K=2", "-DCONV=1", "-DCONV_K=3", "-DCONV_S=1", "-DCONV_P=1",
+                 "-DBIAS_ACT=1", "-DVW=4"]] \
         if family == "gemm" else [[]]
     for flags in variants:
         cmd = ["nvcc", "-c", "-o", str(tmp_path / "k.o"), "-arch=sm_80", f"-DREAL={real}",

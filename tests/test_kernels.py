@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from portanet.backends.base import conv_out
-from portanet.backends.gpu import ACT
+from portanet.backends.gpu import ACT, FINISH_PARTS
 from portanet.backends.numpy import NumpyBackend, activate, activate_grad
 from portanet.errors import InputError, ShapeError
 from conftest import F32, F64_GRAD, gemm_scale, get_backend, rel_err, simulated
@@ -424,7 +424,8 @@ def test_dense(bk, rng, kind, m, n, k, monkeypatch):
 
 def test_dense_split_sum_fuses_the_epilogue(backend, rng, monkeypatch):
     """Where our GEMM splits K, dense is two launches (the parts, then their sum with the
-    bias and activation), not three: the launch it saves is the point of it."""
+    bias and activation), not three, and one where the last part adds the split up
+    (finishes_splits): the launches saved are the point of it."""
     if backend.kind == "cpu":
         pytest.skip("the reference backend has no kernels")
     m, n, k = 67, 33, 3001
@@ -438,7 +439,8 @@ def test_dense_split_sum_fuses_the_epilogue(backend, rng, monkeypatch):
         launches.append(kernel), real_launch(kernel, *args)))
     w, x, b = (backend.upload(rng.standard_normal(s)) for s in ((m, k), (k, n), m))
     backend.dense("relu", w, x, b, backend.empty((m, n)), backend.empty((m, n)))
-    assert len(launches) == 2
+    parts = backend._tiling(m, n, k)[1]
+    assert len(launches) == (1 if backend.finishes_splits and parts <= FINISH_PARTS else 2)
 
 
 @pytest.mark.parametrize("kind", ELEMENTWISE)
@@ -816,6 +818,45 @@ def test_own_gemm_split_k(backend, rng, m, n, k, monkeypatch):
     held_to(monkeypatch, backend, "own")
     assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
     check_every_transpose(backend, rng, m, n, k)
+
+
+@pytest.mark.parametrize("parts", [2, 3, 16])
+def test_split_k_added_up_by_its_last_part(bk, rng, parts, monkeypatch):
+    """Where the device orders memory for it (finishes_splits), a split K of at most
+    FINISH_PARTS parts is one launch: each part writes its partial product and counts
+    itself done, and the tile's last adds them up with the epilogue (alpha, beta c, or a
+    layer's bias and activation). Launch after launch (the counts go back to 0), on
+    ragged tiles and every transpose, no gemm_split_sum."""
+    if bk.kind == "cpu" or not bk.finishes_splits:
+        pytest.skip(f"{bk.name} adds split K's parts in gemm_split_sum")
+    from portanet.backends.gpu import SMALL_TILES, k_parts
+    tiling = dict(SMALL_TILES, TSK=8)
+    m, n, k = 37, 21, 40 * parts - 5
+    count, chunk = k_parts(k, parts, tiling["TSK"])
+    assert count == parts
+    held_to(monkeypatch, bk, "own")
+    monkeypatch.setattr(bk, "_split_sum", None)         # never called
+    for trans_a in (False, True):
+        for trans_b in (False, True):
+            a = real(bk, rng.standard_normal((k, m) if trans_a else (m, k)))
+            b = real(bk, rng.standard_normal((n, k) if trans_b else (k, n)))
+            c = real(bk, rng.standard_normal((m, n)))
+            (A, B, C), _, _ = packed(bk, a, b, c)
+            op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
+            for _ in range(3):
+                bk.write(C, c)
+                bk._gemm_own(0.5, A, B, -1.0, C, trans_a, trans_b, m, n, k,
+                             tiling=(tiling, count, chunk))
+                assert rel_err(bk.download(C), 0.5 * op_a @ op_b - c) < TOL[bk.dtype]
+    w, x, bias = (real(bk, rng.standard_normal(s)) for s in ((m, k), (k, n), m))
+    (W, X, BIAS), _, _ = packed(bk, w, x, bias)
+    Z, ACT_ = poisoned(bk, (m, n)), poisoned(bk, (m, n))
+    assert bk._gemm_own(1.0, W, X, 0.0, Z, False, False, m, n, k, then=("tanh", BIAS, ACT_),
+                        tiling=(tiling, count, chunk))
+    z = w @ x + bias[:, None]
+    assert rel_err(bk.download(Z), z) < TOL[bk.dtype]
+    assert rel_err(bk.download(ACT_), np.tanh(z)) < TOL[bk.dtype]
+    assert not bk.download(bk._split_done).any()        # every count back to 0
 
 
 @pytest.mark.parametrize("n,count", [(1, 1), (7, 2), (13, 40), (144, 338), (1001, 33),

@@ -184,9 +184,10 @@ def test_dropped_networks_give_their_memory_back_at_once(device_name, optimizer)
 
 
 def bk_workspaces(bk):
-    """Bytes the backend itself keeps between networks (the split-K GEMM workspace)."""
-    ws = getattr(bk, "_split_ws", None)
-    return ws.nbytes if ws is not None else 0
+    """Bytes the backend itself keeps between networks (the split-K GEMM workspace and its
+    counts of parts done)."""
+    kept = (getattr(bk, name, None) for name in ("_split_ws", "_split_done"))
+    return sum(x.nbytes for x in kept if x is not None)
 
 
 def test_summary_counts_parameters_and_bytes():

@@ -130,6 +130,7 @@ class CudaBackend(KernelBackend):
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
         attrs = self.device.get_attributes()
         self.compute_units = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
+        self.finish_options = []            # __threadfence orders split K's parts (gemm.cu)
         self.max_threads = attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK]
         self.gemm_limits = (self.max_threads,
                             attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],

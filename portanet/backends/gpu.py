@@ -136,6 +136,14 @@ class KernelBackend(Backend):
     _derived = None             # what _per_tiling made from each tiling, by tiling and use
     stages_samples = True
     _turn = 0                   # the half of a staging buffer write_samples used last
+    finish_options = None       # build options of gemm's SPLIT_K 2 (a split K added up by its
+    #                             last part) where the device orders memory for it, or None
+
+    @property
+    def finishes_splits(self):
+        """Whether a split K's last part adds the parts up in the same launch (gemm.cl's
+        SPLIT_K 2) here, instead of gemm_split_sum after it."""
+        return self.finish_options is not None
 
     def _load_kernels(self):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
@@ -275,9 +283,9 @@ class KernelBackend(Backend):
             self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k, tiling=tiling)
 
     def dense(self, kind, w, x, b, z, a):
-        """z <- w x + b 1^T, a <- f(z). Where our GEMM splits K, the sum of its parts adds
-        the bias and activates (gemm_split_sum's epilogue): one launch fewer than the
-        product and bias_activation. Routed as a whole per shape (the vendor's GEMM, then
+        """z <- w x + b 1^T, a <- f(z). Our GEMM adds the bias and activates in its
+        epilogue (or gemm_split_sum's, where that adds a split K up): one launch fewer than
+        the product and bias_activation. Routed as a whole per shape (the vendor's GEMM, then
         bias_activation, against ours, fused where it splits), since the launch it saves
         is what decides small products on some drivers (6-8 us on NVIDIA's OpenCL)."""
         check_activation(kind)
@@ -402,43 +410,53 @@ class KernelBackend(Backend):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
         along dimension 2 the parts of a split K; the tiling and the parts as `_tiling`
         chooses them, or as given (tiling = (params, parts, k_chunk): the candidates auto
-        routing times). An unsplit K longer than ACC_K runs as launches over pieces of K that add
-        into c. With conv (a `Gather`), an operand is gathered from images (gemm.cl's
-        CONV): the pieces of K then start at k_base, and the forward's bias and activation
-        are fused into the last step where K runs in one launch, or into the sum of a split
-        K's parts; then = (kind, bias, a) fuses a dense layer's into that sum. Returns
-        whether they were."""
+        routing times). An unsplit K longer than ACC_K runs as launches over pieces of K
+        that add into c. A split K of at most FINISH_PARTS parts is added up by its last
+        part to finish, in the same launch, where the device orders memory for it
+        (`finishes_splits`); else by gemm_split_sum after. With conv (a `Gather`), an
+        operand is gathered from images (gemm.cl's CONV), and the pieces of K start at
+        k_base. A layer's bias and activation, then = (kind, bias, a) (a conv forward's
+        are the Gather's), are fused into the kernel's epilogue where K runs in one launch
+        or its last part adds the split up, else into gemm_split_sum's. Returns whether
+        they were."""
         if tiling is None:
             tiling = self._tiling(m, n, k, conv)
         p, parts, k_chunk = tiling
+        if conv is not None and conv.kind is not None:
+            then = (conv.kind, conv.bias, conv.a)
+        split = 0 if parts == 1 else 2 if parts <= FINISH_PARTS and self.finishes_splits else 1
+        fused = then is not None and (split == 2 or (split == 0 and k <= ACC_K))
         frozen = tuple(sorted(p.items()))
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
-        fused = conv is not None and conv.kind is not None and parts == 1 and k <= ACC_K
         fixed = self.conv_fixed
-        key = ("gemm", trans_a, trans_b, parts > 1, frozen) + (
+        key = ("gemm", trans_a, trans_b, split, fused, frozen) + (
             conv.key(fused, fixed) if conv else ())
         if key not in self._kernels:
             self._kernels[key] = self._build("gemm", "gemm", gemm_options(
-                trans_a, trans_b, dict(p, SPLIT_K=int(parts > 1))) + self._register_cap(p)
-                + (conv.options(fused, fixed) if conv else []))
+                trans_a, trans_b, dict(p, SPLIT_K=split)) + self._register_cap(p)
+                + (conv.options(fused, fixed) if conv else [f"-DBIAS_ACT={int(fused)}"])
+                + (self.finish_options if split == 2 else []))
         label = (f"{conv.label if conv else 'gemm'} {_shape_text(m, n, k, trans_a, trans_b)} "
                  f"own {p['TSM']}x{p['TSN']}" + (f" split-K {parts}" if parts > 1 else ""))
 
-        def launch(out, a, b, alpha, beta, k, k_chunk, k_base=0, label=label):
+        def launch(out, a, b, alpha, beta, k, k_chunk, k_base=0, label=label, finish=()):
             vw = p["VW"]                # whole runs load as vectors where 16-byte aligned
             vec_a, vec_b = (vw > 1 and (conv.vector(x, vw) if conv else
                                         x.offset % vw == 0 and x.shape[1] % vw == 0)
                             for x in (a, b))
-            extra = conv.args(k_base, fused) if conv else ()
+            extra = (conv.args(k_base, fused) if conv else
+                     (then[2], then[1], ACT[then[0]]) if fused else ())
             self._run(self._kernels[key], (tiles_n * rtsn, tiles_m * rtsm, parts), out, a, b,
                       alpha, beta, m, n, k, a.shape[1], b.shape[1], k_chunk, vec_a, vec_b,
-                      *extra, local=(rtsn, rtsm, 1), label=label)
-        if parts > 1:                   # partial products into the workspace, then summed
+                      *extra, *finish, local=(rtsn, rtsm, 1), label=label)
+        if split == 2:                  # partial products into the workspace, added up
+            finish = (self._split_workspace(parts * m * n), self._split_counts(tiles_m * tiles_n))
+            launch(c, a, b, float(alpha), float(beta), k, k_chunk, finish=finish)
+            return fused
+        if split == 1:                  # partial products into the workspace, then summed
             ws = self._split_workspace(parts * m * n)
             launch(ws, a, b, 1.0, 0.0, k, k_chunk)
-            if conv is not None and conv.kind is not None:
-                then = (conv.kind, conv.bias, conv.a)
             self._split_sum(alpha, ws, beta, c, m * n, parts, then, n)
             return then is not None
         pieces = (_pieces(a, b, trans_a, trans_b, k, ACC_K) if conv is None
@@ -594,7 +612,24 @@ class KernelBackend(Backend):
                 self.free(ws)
                 self.generation += 1            # recorded steps that used it are stale
             ws = self._split_ws = self.empty((size,), label="split-K workspace")
+        if self.finishes_splits:
+            self._split_counts(0)               # made with the first workspace
         return self.view(ws, (size,))
+
+    def _split_counts(self, tiles):
+        """A view of `tiles` counts of split K's parts done (gemm.cl's SPLIT_K 2), zeros;
+        made for 16 tiles per compute unit (a split's tiles are fewer than its groups),
+        grown where a product has more. The last part of each tile puts its count back to
+        0, so one set serves every product, launch after launch on the backend's queue."""
+        counts = getattr(self, "_split_done", None)
+        if counts is None or counts.size < tiles:
+            if counts is not None:
+                self.free(counts)
+                self.generation += 1            # recorded steps that used it are stale
+            size = max(tiles, 16 * self.compute_units)
+            counts = self._split_done = self.empty((size,), np.int32, label="split-K counts")
+            self.write(counts, np.zeros(size, np.int32))
+        return self.view(counts, (tiles,))
 
     def set_gemm_params(self, params, sizes=None):
         """Use other tile sizes for our GEMM kernel: `params` for every product, or, with
@@ -1043,6 +1078,7 @@ class KernelBackend(Backend):
 # OpenCL in 157 unsplit groups of 64 (two warps per unit), 178 in 7 parts of K
 WORK_ITEMS_PER_UNIT = 512
 MAX_PARTS = 512
+FINISH_PARTS = 16           # the most parts gemm.cl's last part adds up itself (SPLIT_K 2)
 SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, where lanes allow
 ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
 ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round

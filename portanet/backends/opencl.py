@@ -21,8 +21,8 @@ import numpy as np
 from .. import config, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import icd, sources
-from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, copy_split, default_local,
-                  gemm_params)
+from .gpu import (BEHIND, PINNED, SMALL_TILES, DeviceArray, KernelBackend, Recorded, copy_split,
+                  default_local, gemm_options, gemm_params)
 
 log = logging.getLogger("portanet")
 
@@ -43,6 +43,9 @@ PLATFORM_WORDS = {"portable computing language": "pocl", "nvidia cuda": "nvidia"
                   "intel(r) opencl graphics": "intel-gpu", "intel(r) opencl hd graphics":
                   "intel-gpu", "oclgrind": "oclgrind", "rusticl": "rusticl", "clover": "clover"}
 SIMULATORS = ("oclgrind",)  # checked only when named: never `opencl`'s default device
+# OpenCL C 3.0's optional features that prelude.h's device-scope fences need (gemm.cl's
+# SPLIT_K 2); OpenCL C 2.0 has them all
+FENCE_FEATURES = {"__opencl_c_atomic_order_acq_rel", "__opencl_c_atomic_scope_device"}
 
 
 def _platforms():
@@ -397,6 +400,37 @@ class OpenCLBackend(KernelBackend):
         self._load_kernels()
         self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
         tuning.apply(self)              # `portanet tune`'s parameters for this device
+
+    @functools.cached_property
+    def finish_options(self):
+        """The -cl-std that builds gemm.cl's SPLIT_K 2 (a split K added up by its last part)
+        with prelude.h's device-scope fences, which order the parts' writes before their
+        count: OpenCL 1.2 orders memory across work-groups only through atomics (NVIDIA's
+        1.2 mem_fence is a membar.cta). CL3.0 where the device's OpenCL C 3.0 has
+        FENCE_FEATURES; CL2.0 where it has OpenCL C 2.0, or where its compiler builds the
+        kernel as OpenCL C 2.0 (NVIDIA's: its C 3.0 lists neither feature, yet it takes
+        -cl-std=CL2.0 and makes the fences membar.gl, checked in its PTX: bench/README.md).
+        None elsewhere (or where the compiler refuses), and on the simulator, which has no
+        OpenCL C 2.0 atomics: gemm_split_sum adds the parts."""
+        dev = self.device
+        if self.simulator:
+            return None
+        try:
+            features = {f.name for f in dev.opencl_c_features}
+            versions = {(v.version >> 22, v.version >> 12 & 0x3FF)
+                        for v in dev.opencl_c_all_versions}
+        except (cl.Error, AttributeError):      # not an OpenCL 3.0 device
+            features, versions = set(), set()
+        if FENCE_FEATURES <= features:
+            return ["-cl-std=CL3.0"]
+        if (2, 0) in versions or re.match(r"OpenCL C [2-9]", dev.opencl_c_version):
+            return ["-cl-std=CL2.0"]
+        try:
+            self._build("gemm", "gemm", gemm_options(False, False, dict(SMALL_TILES, SPLIT_K=2))
+                        + ["-DBIAS_ACT=0", "-cl-std=CL2.0"])
+        except (KernelBuildError, cl.Error):
+            return None
+        return ["-cl-std=CL2.0"]
 
     # -- programs ------------------------------------------------------------------------
 
