@@ -417,19 +417,25 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
     if (!last) return;
     DEVICE_ACQUIRE();
     if (tid == 0) COUNT_RESET(count);
-    const volatile GLOBAL real* parts = ws + ws_off;    /* read past any cache */
+    real sum[WPTM][WPTN];              /* part by part, so that a part's loads go at once */
 #pragma unroll
     for (int wm = 0; wm < WPTM; ++wm)
 #pragma unroll
-        for (int wn = 0; wn < WPTN; ++wn) {
-            const int i = m0 + ROW(tm, wm), j = n0 + COL(tn, wn);
-            if (i < M && j < N) {
-                real sum = 0;
-                for (int p = 0; p < NUM_GROUPS(2); ++p)
-                    sum += p == GROUP_ID(2) ? acc[wm][wn] : parts[p * M * N + i * N + j];
-                acc[wm][wn] = sum;
+        for (int wn = 0; wn < WPTN; ++wn) sum[wm][wn] = 0;
+    for (int p = 0; p < NUM_GROUPS(2); ++p) {
+#pragma unroll
+        for (int wm = 0; wm < WPTM; ++wm)
+#pragma unroll
+            for (int wn = 0; wn < WPTN; ++wn) {
+                const int i = m0 + ROW(tm, wm), j = n0 + COL(tn, wn);
+                sum[wm][wn] += p == GROUP_ID(2) ? acc[wm][wn]
+                             : (i < M && j < N) ? ws[ws_off + p * M * N + i * N + j] : (real)0;
             }
-        }
+    }
+#pragma unroll
+    for (int wm = 0; wm < WPTM; ++wm)
+#pragma unroll
+        for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] = sum[wm][wn];
 #endif
 #pragma unroll
     for (int wm = 0; wm < WPTM; ++wm) {
