@@ -44,9 +44,9 @@
    cost a register, and one more than 128 halves the work-groups per SM of CUDA's tiling.
    SPLIT_K=2 adds the parts up in the same launch: each writes its partial product to
    ws + GROUP_ID(2) . M . N and counts itself done in counts[tile]; the tile's last part
-   to be done adds them all, in the order of the parts (its own from its registers), and
-   writes c with the epilogue; it resets the count to 0 for the next launch. The sum
-   launch it saves is 6-10 us on NVIDIA's OpenCL. (prelude.h's fences order the writes.)
+   to be done adds them all up in the order of the parts (its own read back), writes c
+   with the epilogue and resets the count to 0 for the next launch. The sum launch it
+   saves is 6-10 us on NVIDIA's OpenCL. (prelude.h's fences order the writes.)
 
    CONV > 0 makes the kernel an implicit-GEMM convolution (cuDNN's IMPLICIT_GEMM): an
    operand is gathered from images inside the K loop instead of read from a matrix, so no
@@ -417,25 +417,19 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
     if (!last) return;
     DEVICE_ACQUIRE();
     if (tid == 0) COUNT_RESET(count);
-    real sum[WPTM][WPTN];              /* part by part, so that a part's loads go at once */
 #pragma unroll
     for (int wm = 0; wm < WPTM; ++wm)
 #pragma unroll
-        for (int wn = 0; wn < WPTN; ++wn) sum[wm][wn] = 0;
-    for (int p = 0; p < NUM_GROUPS(2); ++p) {
+        for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] = 0;
+    for (int p = 0; p < NUM_GROUPS(2); ++p) {  /* in the parts' order, its own read back */
 #pragma unroll
         for (int wm = 0; wm < WPTM; ++wm)
 #pragma unroll
             for (int wn = 0; wn < WPTN; ++wn) {
                 const int i = m0 + ROW(tm, wm), j = n0 + COL(tn, wn);
-                sum[wm][wn] += p == GROUP_ID(2) ? acc[wm][wn]
-                             : (i < M && j < N) ? ws[ws_off + p * M * N + i * N + j] : (real)0;
+                if (i < M && j < N) acc[wm][wn] += ws[ws_off + p * M * N + i * N + j];
             }
     }
-#pragma unroll
-    for (int wm = 0; wm < WPTM; ++wm)
-#pragma unroll
-        for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] = sum[wm][wn];
 #endif
 #pragma unroll
     for (int wm = 0; wm < WPTM; ++wm) {

@@ -360,7 +360,7 @@ class KernelBackend(Backend):
         in _route_tilings[key]."""
         tilings = self._candidates(m, n, k)
         paths = {name: functools.partial(own, t) for name, t in tilings.items()}
-        ws = max(parts * m * n for _, parts, _ in tilings.values())
+        ws = max(t[1] * m * n for t in tilings.values())
         if ws > m * n:
             self._split_workspace(ws)      # grown first: the trials' replays all point at it
         best = self._fastest(key, {**paths, "vendor": vendor}, restore)
@@ -409,11 +409,13 @@ class KernelBackend(Backend):
                   then=None, tiling=None):
         """Our tiled gemm kernel: a (TSN/WPTN, TSM/WPTM) work-group per TSM x TSN tile, and
         along dimension 2 the parts of a split K; the tiling and the parts as `_tiling`
-        chooses them, or as given (tiling = (params, parts, k_chunk): the candidates auto
-        routing times). An unsplit K longer than ACC_K runs as launches over pieces of K
-        that add into c. A split K of at most FINISH_PARTS parts is added up by its last
-        part to finish, in the same launch, where the device orders memory for it
-        (`finishes_splits`); else by gemm_split_sum after. With conv (a `Gather`), an
+        chooses them, or as given (tiling = (params, parts, k_chunk[, finish]): the
+        candidates auto routing times). An unsplit K longer than ACC_K runs as launches
+        over pieces of K that add into c. A split K of at most FINISH_PARTS parts is added
+        up by its last part to finish, in the same launch, where the device orders memory
+        for it (`finishes_splits`) and unless finish is False; else by gemm_split_sum
+        after (the last part's sum lengthens the launch's tail by up to 25 us on an H100,
+        more than the launch saved, for large tiles in many parts: routing decides). With conv (a `Gather`), an
         operand is gathered from images (gemm.cl's CONV), and the pieces of K start at
         k_base. A layer's bias and activation, then = (kind, bias, a) (a conv forward's
         are the Gather's), are fused into the kernel's epilogue where K runs in one launch
@@ -421,10 +423,11 @@ class KernelBackend(Backend):
         they were."""
         if tiling is None:
             tiling = self._tiling(m, n, k, conv)
-        p, parts, k_chunk = tiling
+        p, parts, k_chunk, *finish = tiling
         if conv is not None and conv.kind is not None:
             then = (conv.kind, conv.bias, conv.a)
-        split = 0 if parts == 1 else 2 if parts <= FINISH_PARTS and self.finishes_splits else 1
+        split = 0 if parts == 1 else 2 if (parts <= FINISH_PARTS and self.finishes_splits
+                                           and finish != [False]) else 1
         fused = then is not None and (split == 2 or (split == 0 and k <= ACC_K))
         frozen = tuple(sorted(p.items()))
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
@@ -523,9 +526,12 @@ class KernelBackend(Backend):
         split: the nearest size class's first. Where the rules split K in more parts than
         SEARCH_PARTS (a weight gradient's K of the batch's pixels) they are kept. The rules
         missed by up to 8 us a product on the H100's mlp-small step (bench/README.md,
-        "Issue 11, session 7")."""
+        "Issue 11, session 7"). Where the last part may add a split up (finishes_splits),
+        each split is tried that way and summed after as well ("... summed")."""
         chosen = self._tiling(m, n, k)
         found = {"own": chosen}
+        summed = functools.partial(self._summed, found)
+        summed("own", chosen)
         if (not self.searches_tilings or self._tuned_for(m, n)[1]
                 or chosen[1] > SEARCH_PARTS[-1]):
             return found                    # tuned as it runs, or K long for its output
@@ -543,9 +549,17 @@ class KernelBackend(Backend):
                 shape = (p["TSM"], p["TSN"], count)     # the nearest class's of a shape
                 if shape not in seen and k_chunk <= ACC_K:
                     seen.add(shape)
-                    found[f"own {p['TSM']}x{p['TSN']}" + (
-                        f" split-K {count}" if count > 1 else "")] = (p, count, k_chunk)
+                    name = f"own {p['TSM']}x{p['TSN']}" + (
+                        f" split-K {count}" if count > 1 else "")
+                    found[name] = (p, count, k_chunk)
+                    summed(name, found[name])
         return found
+
+    def _summed(self, found, name, tiling):
+        """Where the last part would add tiling's split up (`_gemm_own`), the same split
+        summed by gemm_split_sum, as found[name + " summed"]."""
+        if 1 < tiling[1] <= FINISH_PARTS and self.finishes_splits:
+            found[name + " summed"] = (*tiling[:3], False)
 
     def _thin(self, params, m, n):
         """params, or where the output fills at most half of its tile's rows (columns),
