@@ -413,10 +413,10 @@ class KernelBackend(Backend):
         candidates auto routing times). An unsplit K longer than ACC_K runs as launches
         over pieces of K that add into c. A split K of at most FINISH_PARTS parts is added
         up by its last part to finish, in the same launch, where the device orders memory
-        for it (`finishes_splits`) and unless finish is False; else by gemm_split_sum
-        after (the last part's sum lengthens the launch's tail by up to 25 us on an H100,
-        more than the launch saved, for large tiles in many parts: routing decides). With conv (a `Gather`), an
-        operand is gathered from images (gemm.cl's CONV), and the pieces of K start at
+        for it (`_finishes`) and unless finish is False; else by gemm_split_sum after (the
+        last part's sum lengthens the launch's tail by up to 25 us on an H100, more than
+        the launch saved, for large tiles in many parts: routing decides). With conv (a
+        `Gather`), an operand is gathered from images (gemm.cl's CONV), and the pieces of K start at
         k_base. A layer's bias and activation, then = (kind, bias, a) (a conv forward's
         are the Gather's), are fused into the kernel's epilogue where K runs in one launch
         or its last part adds the split up, else into gemm_split_sum's. Returns whether
@@ -426,8 +426,7 @@ class KernelBackend(Backend):
         p, parts, k_chunk, *finish = tiling
         if conv is not None and conv.kind is not None:
             then = (conv.kind, conv.bias, conv.a)
-        split = 0 if parts == 1 else 2 if (parts <= FINISH_PARTS and self.finishes_splits
-                                           and finish != [False]) else 1
+        split = 0 if parts == 1 else 2 if self._finishes(parts) and finish != [False] else 1
         fused = then is not None and (split == 2 or (split == 0 and k <= ACC_K))
         frozen = tuple(sorted(p.items()))
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
@@ -443,7 +442,7 @@ class KernelBackend(Backend):
         label = (f"{conv.label if conv else 'gemm'} {_shape_text(m, n, k, trans_a, trans_b)} "
                  f"own {p['TSM']}x{p['TSN']}" + (f" split-K {parts}" if parts > 1 else ""))
 
-        def launch(out, a, b, alpha, beta, k, k_chunk, k_base=0, label=label, finish=()):
+        def launch(out, a, b, alpha, beta, k, k_chunk, k_base=0, label=label, tail=()):
             vw = p["VW"]                # whole runs load as vectors where 16-byte aligned
             vec_a, vec_b = (vw > 1 and (conv.vector(x, vw) if conv else
                                         x.offset % vw == 0 and x.shape[1] % vw == 0)
@@ -452,10 +451,10 @@ class KernelBackend(Backend):
                      (then[2], then[1], ACT[then[0]]) if fused else ())
             self._run(self._kernels[key], (tiles_n * rtsn, tiles_m * rtsm, parts), out, a, b,
                       alpha, beta, m, n, k, a.shape[1], b.shape[1], k_chunk, vec_a, vec_b,
-                      *extra, *finish, local=(rtsn, rtsm, 1), label=label)
+                      *extra, *tail, local=(rtsn, rtsm, 1), label=label)
         if split == 2:                  # partial products into the workspace, added up
-            finish = (self._split_workspace(parts * m * n), self._split_counts(tiles_m * tiles_n))
-            launch(c, a, b, float(alpha), float(beta), k, k_chunk, finish=finish)
+            tail = (self._split_workspace(parts * m * n), self._split_counts(tiles_m * tiles_n))
+            launch(c, a, b, float(alpha), float(beta), k, k_chunk, tail=tail)
             return fused
         if split == 1:                  # partial products into the workspace, then summed
             ws = self._split_workspace(parts * m * n)
@@ -530,11 +529,9 @@ class KernelBackend(Backend):
         each split is tried that way and summed after as well ("... summed")."""
         chosen = self._tiling(m, n, k)
         found = {"own": chosen}
-        summed = functools.partial(self._summed, found)
-        summed("own", chosen)
         if (not self.searches_tilings or self._tuned_for(m, n)[1]
                 or chosen[1] > SEARCH_PARTS[-1]):
-            return found                    # tuned as it runs, or K long for its output
+            return self._with_summed(found)     # tuned as it runs, or K long for its output
         seen = {(chosen[0]["TSM"], chosen[0]["TSN"], chosen[1])}
         room = max(chosen[1] * m * n, SEARCH_WORKSPACE)
         nearest = self.gemm_sizes.get(self._size_class(m, n), self.gemm_params)
@@ -549,17 +546,20 @@ class KernelBackend(Backend):
                 shape = (p["TSM"], p["TSN"], count)     # the nearest class's of a shape
                 if shape not in seen and k_chunk <= ACC_K:
                     seen.add(shape)
-                    name = f"own {p['TSM']}x{p['TSN']}" + (
-                        f" split-K {count}" if count > 1 else "")
-                    found[name] = (p, count, k_chunk)
-                    summed(name, found[name])
-        return found
+                    found[f"own {p['TSM']}x{p['TSN']}" + (
+                        f" split-K {count}" if count > 1 else "")] = (p, count, k_chunk)
+        return self._with_summed(found)
 
-    def _summed(self, found, name, tiling):
-        """Where the last part would add tiling's split up (`_gemm_own`), the same split
-        summed by gemm_split_sum, as found[name + " summed"]."""
-        if 1 < tiling[1] <= FINISH_PARTS and self.finishes_splits:
-            found[name + " summed"] = (*tiling[:3], False)
+    def _with_summed(self, found):
+        """found ({name: tiling}) and, beside each split that its last part would add up
+        (`_finishes`), the same split summed by gemm_split_sum, as name + " summed"."""
+        return {**found, **{name + " summed": (*t, False) for name, t in found.items()
+                            if t[1] > 1 and self._finishes(t[1])}}
+
+    def _finishes(self, parts):
+        """Whether a split K of `parts` parts is added up by its last part (gemm.cl's
+        SPLIT_K 2) here, rather than by gemm_split_sum."""
+        return parts <= FINISH_PARTS and self.finishes_splits
 
     def _thin(self, params, m, n):
         """params, or where the output fills at most half of its tile's rows (columns),
