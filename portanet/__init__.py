@@ -2,7 +2,7 @@
 from .backends import device, list_devices
 from .data import load_dataset
 from .errors import (DataError, DeviceError, DivergedError, InputError, ModelFileError,
-                     OutOfMemoryError, PortanetError, ShapeError)
+                     OutOfMemoryError, PortanetError, PrecisionError, ShapeError)
 from .layers import (AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Flatten, GlobalAvgPool2D,
                      MaxPool2D, Residual)
 from .models import lenet, mlp, resnet, from_description
@@ -22,4 +22,4 @@ __all__ = ["device", "list_devices", "load_dataset", "Sequential", "load", "SGD"
            "from_description", "callbacks", "from_onnx", "load_torch_state",
            "to_dlpack", "distributed",
            "PortanetError", "DeviceError", "OutOfMemoryError", "ShapeError", "InputError",
-           "DataError", "ModelFileError", "DivergedError", "schedules"]
+           "DataError", "ModelFileError", "DivergedError", "PrecisionError", "schedules"]

@@ -14,7 +14,8 @@ import time
 
 import numpy as np
 
-from . import __version__, backends, models, training
+from . import __version__, backends, config, models, training
+from . import precision as precision_module
 from .errors import PortanetError
 from .layers import Dense
 from .network import Sequential
@@ -257,18 +258,26 @@ def _torch_device(bk):
     return None, "PyTorch has no OpenCL device"
 
 
-def torch_case(workload, case, device, graph=False):
-    """Seconds of the same workload and case in PyTorch float32, TF32 off: eager, or with
-    graph=True the whole training step captured once in a CUDA graph and replayed (the
-    strongest peer of a small step, whose eager time is mostly Python and launches)."""
+def torch_case(workload, case, device, graph=False, precision="fp32"):
+    """Seconds of the same workload and case in PyTorch float32 computing as `precision`
+    asks: TF32 allowed (tf32) or not, under autocast to bfloat16 or float16 (bf16, fp16;
+    fp16's loss scaled by a GradScaler): eager, or with graph=True the whole training step
+    captured once in a CUDA graph and replayed (the strongest peer of a small step, whose
+    eager time is mostly Python and launches)."""
+    import contextlib
     import torch
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    torch.backends.cudnn.allow_tf32 = precision == "tf32"
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = ((lambda: torch.autocast(device.split(":")[0], dtype=half)) if half else
+                contextlib.nullcontext)
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     if workload == "gemm":
         n = int(case.split("^")[0])
         a, b = (torch.randn(n, n, device=device) for _ in range(2))
-        c = torch.empty(n, n, device=device)
+        if half:
+            a, b = a.to(half), b.to(half)
+        c = torch.empty(n, n, device=device, dtype=a.dtype)
         return measure(lambda: torch.mm(a, b, out=c), sync, repeats=10, inner=3)
     m = int(case.split()[1]) if case.startswith("batch") else int(case.split()[0])
     if workload in MLPS:
@@ -297,16 +306,23 @@ def torch_case(workload, case, device, graph=False):
         host = x.cpu().numpy()
 
         def infer():
-            with torch.no_grad():
+            with torch.no_grad(), autocast():
                 model(torch.from_numpy(host).to(device)).softmax(1).cpu()
         return measure(infer, sync, repeats=5)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    scaler = torch.amp.GradScaler(enabled=precision == "fp16")
 
     def step():
         opt.zero_grad()
-        loss_fn(model(x), y).backward()
-        opt.step()
+        with autocast():
+            loss = loss_fn(model(x), y)
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
     if graph:
+        if precision == "fp16":
+            raise PortanetError("GradScaler's step reads its overflow check on the host, "
+                                "which a CUDA graph cannot capture")
         step = _torch_graph(torch, step, opt)
     return measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S)
 
@@ -342,12 +358,15 @@ def environment():
     return env
 
 
-def run(devices=None, workloads=None, peer=True, progress=print):
-    """Every workload on every device; a failure is recorded with its error, never dropped."""
+def run(devices=None, workloads=None, peer=True, progress=print, precisions=()):
+    """Every workload on every device in every precision (default: PORTANET_PRECISION, else
+    fp32); a failure is recorded with its error, never dropped."""
     workloads = list(workloads or WORKLOADS)
     for w in workloads:
         if w not in WORKLOADS:
             raise PortanetError(f"unknown workload {w!r}: see `portanet bench --list`")
+    precisions = [precision_module.resolve(p, np.float32)
+                  for p in (precisions or [config.precision()])]
     if not devices:
         devices = [spec for spec, _ in backends.list_devices()[0]]
     report = {"schema": SCHEMA, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -356,48 +375,24 @@ def run(devices=None, workloads=None, peer=True, progress=print):
         try:
             bk = backends.device(spec)
             info = {k: v for k, v in bk.info().items() if k != "gemm_params"}
-            report["devices"][spec] = {**info, "gemm_path": bk.gemm_path, "status": "ok"}
+            report["devices"][spec] = {**info, "gemm_path": bk.gemm_path,
+                                       "precisions": list(bk.precisions), "status": "ok"}
         except Exception as e:
             report["devices"][spec] = {"status": "failed", "error": _error(e)}
             for w in workloads:
                 report["results"].append(_row(w, "-", spec, error=report["devices"][spec]["error"]))
             progress(f"{spec}: failed: {e}")
             continue
-        rng = np.random.default_rng(0)
-        torch_device, torch_reason = _torch_device(bk) if peer else (None, "not asked for")
-        for w in workloads:
+        for precision in precisions:
             try:
-                cases = list(WORKLOADS[w][0](bk, rng))
-            except Exception as e:
-                report["results"].append(_row(w, "-", spec, error=_error(e)))
+                bk = backends.device(spec, precision=precision)
+            except PortanetError as e:
+                for w in workloads:
+                    report["results"].append(_row(w, "-", spec, error=_error(e),
+                                                  precision=precision))
+                progress(f"{spec} {precision}: failed: {e}")
                 continue
-            for case, fn in cases:
-                bk.synchronize()
-                baseline = bk.allocated_bytes
-                bk.peak_bytes = baseline
-                try:
-                    timing = fn()
-                    row = _row(w, case, spec, timing=timing, gemm_path=bk.gemm_path,
-                               peak_bytes=bk.peak_bytes - baseline)
-                except Exception as e:
-                    row = _row(w, case, spec, error=_error(e))
-                if torch_device and row["status"] == "ok":
-                    for key, graph in (("torch", False), ("torch_graph", True)):
-                        if graph and (w not in STEPS or not torch_device.startswith("cuda")):
-                            row[key] = {"status": "unavailable", "reason": "CUDA training "
-                                        "steps only"}
-                            continue
-                        try:
-                            t = torch_case(w, case, torch_device, graph)
-                            row[key] = {"status": "ok", "device": torch_device, **t}
-                            row[f"ratio_to_{key}"] = row["median_s"] / t["median_s"]
-                        except Exception as e:
-                            row[key] = {"status": "failed", "error": _error(e)}
-                elif not torch_device:
-                    row["torch"] = row["torch_graph"] = {"status": "unavailable",
-                                                         "reason": torch_reason}
-                report["results"].append(row)
-                progress(_line(row))
+            report["results"] += _device_rows(bk, spec, workloads, peer, progress)
         peak = max((r.get("gflops") or 0 for r in report["results"]
                     if r["device"] == spec and r["workload"] == "gemm"), default=0)
         report["devices"][spec]["peak_gflops"] = peak or None
@@ -405,6 +400,48 @@ def run(devices=None, workloads=None, peer=True, progress=print):
             if r["device"] == spec and r["workload"] in GEMM_BOUND and r.get("gflops") and peak:
                 r["fraction_of_peak"] = r["gflops"] / peak
     return report
+
+
+def _device_rows(bk, spec, workloads, peer, progress):
+    """The rows of every workload on one backend (a device in one precision), each beside
+    PyTorch computing alike where it can."""
+    rows = []
+    rng = np.random.default_rng(0)
+    torch_device, torch_reason = _torch_device(bk) if peer else (None, "not asked for")
+    for w in workloads:
+        try:
+            cases = list(WORKLOADS[w][0](bk, rng))
+        except Exception as e:
+            rows.append(_row(w, "-", spec, error=_error(e), precision=bk.precision))
+            continue
+        for case, fn in cases:
+            bk.synchronize()
+            baseline = bk.allocated_bytes
+            bk.peak_bytes = baseline
+            try:
+                timing = fn()
+                row = _row(w, case, spec, timing=timing, gemm_path=bk.gemm_path,
+                           peak_bytes=bk.peak_bytes - baseline, precision=bk.precision)
+            except Exception as e:
+                row = _row(w, case, spec, error=_error(e), precision=bk.precision)
+            if torch_device and row["status"] == "ok":
+                for key, graph in (("torch", False), ("torch_graph", True)):
+                    if graph and (w not in STEPS or not torch_device.startswith("cuda")):
+                        row[key] = {"status": "unavailable", "reason": "CUDA training "
+                                    "steps only"}
+                        continue
+                    try:
+                        t = torch_case(w, case, torch_device, graph, bk.precision)
+                        row[key] = {"status": "ok", "device": torch_device, **t}
+                        row[f"ratio_to_{key}"] = row["median_s"] / t["median_s"]
+                    except Exception as e:
+                        row[key] = {"status": "failed", "error": _error(e)}
+            elif not torch_device:
+                row["torch"] = row["torch_graph"] = {"status": "unavailable",
+                                                     "reason": torch_reason}
+            rows.append(row)
+            progress(_line(row))
+    return rows
 
 
 def run_distributed(workloads=None, progress=print):
@@ -462,8 +499,9 @@ def _error(e):
     return f"{type(e).__name__}: {e}".strip()[:2000]
 
 
-def _row(workload, case, device, timing=None, error=None, gemm_path=None, peak_bytes=None):
-    row = {"workload": workload, "case": case, "device": device,
+def _row(workload, case, device, timing=None, error=None, gemm_path=None, peak_bytes=None,
+         precision="fp32"):
+    row = {"workload": workload, "case": case, "device": device, "precision": precision,
            "status": "failed" if error else "ok", "error": error, "median_s": None,
            "min_s": None, "max_s": None, "repeats": 0, "inner": 0, "throughput": None,
            "throughput_unit": None, "gflops": None, "fraction_of_peak": None,
@@ -476,20 +514,22 @@ def _row(workload, case, device, timing=None, error=None, gemm_path=None, peak_b
 
 def _line(r):
     if r["status"] != "ok":
-        return f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} FAILED {r['error'][:80]}"
-    return (f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} "
+        return (f"{r['device']:12s} {r['precision']:4s} {r['workload']:12s} {r['case']:22s} "
+                f"FAILED {r['error'][:80]}")
+    return (f"{r['device']:12s} {r['precision']:4s} {r['workload']:12s} {r['case']:22s} "
             f"{r['median_s'] * 1e3:10.3f} ms  {r['throughput']:12.1f} {r['throughput_unit']}")
 
 
 def table(report):
     """The report as a text table."""
-    head = (f"{'device':12s} {'workload':12s} {'case':22s} {'gemm':9s} {'median ms':>10s} "
+    head = (f"{'device':12s} {'prec':4s} {'workload':12s} {'case':22s} {'gemm':9s} {'median ms':>10s} "
             f"{'min':>9s} {'max':>9s} {'throughput':>18s} {'%best':>6s} {'peak MiB':>9s} "
             f"{'torch ms':>9s} {'ratio':>6s} {'graph ms':>9s} {'ratio':>6s}")
     lines = [head, "-" * len(head)]
     for r in report["results"]:
         if r["status"] != "ok":
-            lines.append(f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} FAILED: "
+            lines.append(f"{r['device']:12s} {r['precision']:4s} {r['workload']:12s} "
+                         f"{r['case']:22s} FAILED: "
                          f"{(r['error'] or '').splitlines()[0][:90]}")
             continue
         peers = ""
@@ -501,8 +541,8 @@ def table(report):
             peers += f" {ratio:6.2f}" if ratio else f" {'-':>6s}"
         frac = f"{100 * r['fraction_of_peak']:5.0f}%" if r.get("fraction_of_peak") else f"{'-':>6s}"
         thr = f"{r['throughput']:.4g} {r['throughput_unit']}"
-        lines.append(f"{r['device']:12s} {r['workload']:12s} {r['case']:22s} "
-                     f"{r['gemm_path'] or '-':9s} {r['median_s'] * 1e3:10.3f} "
+        lines.append(f"{r['device']:12s} {r['precision']:4s} {r['workload']:12s} "
+                     f"{r['case']:22s} {r['gemm_path'] or '-':9s} {r['median_s'] * 1e3:10.3f} "
                      f"{r['min_s'] * 1e3:9.3f} {r['max_s'] * 1e3:9.3f} {thr:>18s} {frac} "
                      f"{(r['peak_bytes'] or 0) / 2**20:9.1f}{peers}")
     notes = {r["device"]: r["torch"].get("reason") for r in report["results"]
@@ -523,6 +563,7 @@ def plot(report, path):
     except ImportError as e:
         raise PortanetError("--plot needs matplotlib: pip install 'portanet[plot]'") from e
     ok = [r for r in report["results"] if r["status"] == "ok"]
+    ok = [{**r, "device": _series(r)} for r in ok]      # a series per device and precision
     cases = list(dict.fromkeys(f"{r['workload']}\n{r['case']}" for r in ok))
     series = list(dict.fromkeys(r["device"] for r in ok))
     if any(r.get("torch", {}) and r["torch"].get("status") == "ok" for r in ok):
@@ -551,6 +592,12 @@ def plot(report, path):
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+
+
+def _series(row):
+    """A plot's name for a row's device and precision (fp32 unnamed)."""
+    precision = row.get("precision", "fp32")
+    return row["device"] + ("" if precision == "fp32" else f" {precision}")
 
 
 def write_json(report, path):

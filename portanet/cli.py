@@ -101,6 +101,10 @@ def _check_devices(specs):
               help="L2 on the weights (adamw: decoupled; default 0, adamw 0.01)")
 @click.option("--device", default=None, help="cpu, opencl, opencl:P, opencl:P:D, cuda, cuda:N "
               "(default: $PORTANET_DEVICE, else cpu)")
+@click.option("--precision", default=None,
+              help="fp32, tf32, bf16 or fp16: what the matrix products and activations round "
+                   "to (default: $PORTANET_PRECISION, else fp32); `portanet devices` lists "
+                   "each device's")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(1), default=None,
               help="train on the first N training samples only (quick runs)")
@@ -130,7 +134,7 @@ def _check_devices(specs):
               help="with --distributed: give each rank a share of the global batch "
                    "proportional to its measured step rate")
 def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum, nesterov,
-          weight_decay, device, seed, limit, test_limit, validation_split, save, checkpoint,
+          weight_decay, device, precision, seed, limit, test_limit, validation_split, save, checkpoint,
           resume, plot_path, plan, download, as_json, dist, balance):
     """Train a network and report test accuracy."""
     from . import distributed
@@ -152,12 +156,12 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
             x, y = x[:limit], y[:limit]
         if test_limit:
             x_test, y_test = x_test[:test_limit], y_test[:test_limit]
-        net = build_model(model, dataset, x.shape[1:], device, seed)
+        net = build_model(model, dataset, x.shape[1:], device, seed, precision)
         if plan:
             echo(net.memory_plan(min(batch_size, len(x)), opt))
             return
         if balance:
-            probe = build_model(model, dataset, x.shape[1:], device, seed)
+            probe = build_model(model, dataset, x.shape[1:], device, seed, precision)
             try:
                 rate = distributed.step_rate(probe, x[:batch_size], y[:batch_size], opt)
             finally:
@@ -197,7 +201,8 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
         if as_json:
             click.echo(json.dumps({
                 "device": net.backend.name, "device_name": net.backend.info()["name"],
-                "gemm": net.backend.gemm_path, "model": model, "dataset": dataset,
+                "gemm": net.backend.gemm_path, "precision": net.backend.precision,
+                "model": model, "dataset": dataset,
                 "epochs": epochs, "batch_size": batch_size, "optimizer": repr(opt),
                 "lr": opt.lr, "schedule": repr(lr_schedule), "lrs": history["lr"],
                 "seed": seed, "train_samples": len(x), "test_samples": len(x_test),
@@ -259,11 +264,15 @@ class Progress:
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="draw time per workload per device to this PNG (needs matplotlib)")
 @click.option("--no-torch", is_flag=True, help="skip the PyTorch peer column")
+@click.option("--precision", "precisions", multiple=True,
+              help="fp32, tf32, bf16 or fp16; repeat for several (default: "
+                   "$PORTANET_PRECISION, else fp32). PyTorch's peer rows compute alike (TF32 "
+                   "allowed, autocast)")
 @click.option("--distributed", "dist", is_flag=True,
               help="under mpiexec: each rank times the training steps on its device alone "
                    "and averaged over the ranks (throughput, scaling efficiency); rank 0 "
                    "prints and writes --json")
-def bench(devices, workloads, list_only, json_path, plot_path, no_torch, dist):
+def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisions, dist):
     """Time the same workloads on every device, beside PyTorch where it is importable."""
     from . import bench as bench_module, distributed
     if dist:
@@ -283,7 +292,8 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, dist):
         return
     try:
         report = bench_module.run(devices, workloads, peer=not no_torch,
-                                  progress=lambda line: click.echo(line, err=True))
+                                  progress=lambda line: click.echo(line, err=True),
+                                  precisions=precisions)
         if json_path:
             bench_module.write_json(report, json_path)
         if plot_path:
@@ -409,14 +419,14 @@ def export(model_file, out, opset):
     click.echo(f"wrote {path}: {net._describe()}, opset {opset or onnx_io.OPSET}")
 
 
-def build_model(model, dataset, input_shape, device, seed):
+def build_model(model, dataset, input_shape, device, seed, precision=None):
     classes = CLASSES[dataset]
+    where = dict(device=device, seed=seed, precision=precision)
     if model == "mlp" and dataset == "coordinates":
-        return models.mlp(input_shape, classes, hidden=(30,), device=device, seed=seed)  # the seed's
+        return models.mlp(input_shape, classes, hidden=(30,), **where)     # the seed's
     if model in models.MODELS:
-        return models.MODELS[model](input_shape=input_shape, classes=classes, device=device,
-                                    seed=seed)
-    return models.from_description(model, input_shape, device=device, seed=seed)
+        return models.MODELS[model](input_shape=input_shape, classes=classes, **where)
+    return models.from_description(model, input_shape, **where)
 
 
 if __name__ == "__main__":

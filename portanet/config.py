@@ -15,6 +15,8 @@ PORTANET_CONV    convolution path on GPU backends: auto (the default: each shape
                  path measured fastest), implicit (our GEMM gathering patches), direct
                  (short patches only) or im2col (patch matrices and the vendor's GEMM, where
                  it has one); a path that does not apply to a layer leaves it to auto
+PORTANET_PRECISION  the precision networks and benchmarks compute in where none is given:
+                 fp32 (the default), tf32, bf16 or fp16 (portanet/precision.py)
 PORTANET_GRAPHS  on (default) or off: record a training step once (a CUDA graph; on OpenCL
                  its bound launches) and replay it
 PORTANET_TUNING  on (default) or off: use the GEMM tilings `portanet tune` measured for
@@ -73,6 +75,12 @@ def conv_path():
 
 
 CONV_PATHS = ("auto", "implicit", "direct", "im2col")
+
+
+def precision():
+    """PORTANET_PRECISION as set (checked where it is used: precision.resolve), or None."""
+    value = os.environ.get("PORTANET_PRECISION", "").strip().lower()
+    return value or None
 
 
 def graphs():

@@ -14,6 +14,10 @@ class OutOfMemoryError(DeviceError):
     """A device allocation failed; the process stays usable."""
 
 
+class PrecisionError(DeviceError):
+    """A device asked for a precision it does not compute; the message lists those it does."""
+
+
 class ShapeError(PortanetError, ValueError):
     """Arrays whose shapes do not fit the network or each other."""
 

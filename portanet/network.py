@@ -57,7 +57,7 @@ class Sequential:
     """
 
     def __init__(self, layers, input_shape, loss="softmax_cross_entropy", device=None,
-                 dtype="float32", seed=0):
+                 dtype="float32", seed=0, precision=None):
         self.layers = list(layers) if isinstance(layers, (list, tuple)) else None
         if not self.layers:
             raise ShapeError(f"Sequential needs a non-empty list of layers, got {layers!r}")
@@ -68,7 +68,11 @@ class Sequential:
         self.input_shape = _input_shape(input_shape)
         self.loss = losses.get(loss)
         self.seed = check_count("seed", seed, 0)
-        self.backend = backends.device(device, dtype)
+        # precision: fp32, tf32, bf16 or fp16 (portanet/precision.py); None: a backend's
+        # own, else PORTANET_PRECISION, else fp32 (fp64 for float64)
+        if precision is None and not isinstance(device, backends.Backend):
+            precision = config.precision()
+        self.backend = backends.device(device, dtype, precision)
         shape = self.input_shape
         for layer in self.layers:
             shape = layer.configure(self.backend, shape)
@@ -574,7 +578,8 @@ class Sequential:
     def summary(self, optimizer=None):
         """The layers, their output shapes and parameters, and the bytes they hold in
         training with `optimizer` (default as memory_plan's)."""
-        lines = [f"Sequential on {self.backend.name} ({self.backend.dtype}), "
+        lines = [f"Sequential on {self.backend.name} ({self.backend.dtype}, "
+                 f"{self.backend.precision}), "
                  f"input {self.input_shape}, loss {self.loss.name}"]
         total = 0
         for path, layer in self.walk():

@@ -1,4 +1,5 @@
-"""The device registry: device strings -> Backend instances (one per device and dtype).
+"""The device registry: device strings -> Backend instances (one per device, dtype and
+precision).
 
     cpu            the NumPy reference
     opencl         the first OpenCL GPU (else the first OpenCL device)
@@ -19,23 +20,30 @@ import threading
 import numpy as np
 
 from .. import config
-from ..errors import DeviceError
+from .. import precision as precisions
+from ..errors import DeviceError, PrecisionError
 from .base import Backend
 
 __all__ = ["Backend", "device", "list_devices"]
 
 FORMS = "cpu, opencl, opencl:P, opencl:P:D (P a number or a name: opencl:pocl), cuda or cuda:N"
-_instances = {}                 # (device string, dtype) -> Backend, for the string as
+_instances = {}                 # (device string, dtype, precision) -> Backend, for the string as
                                 # asked for and for the canonical one (cpu, opencl:P:D, cuda:N)
 _lock = threading.Lock()        # two threads asking at once must not make two contexts
 _SPEC = re.compile(r"^(cpu|opencl(?::(\d+|[a-z][a-z0-9-]*)(?::(\d+))?)?|cuda(?::(\d+))?)$")
 
 
-def device(spec=None, dtype=np.float32):
-    """The Backend for `spec` (None: PORTANET_DEVICE, else cpu); one instance per device
-    and dtype, so layers built on the same device share a context."""
+def device(spec=None, dtype=np.float32, precision=None):
+    """The Backend for `spec` (None: PORTANET_DEVICE, else cpu) computing in `precision`
+    (portanet/precision.py; None: fp32, or fp64 for float64); one instance per device,
+    dtype and precision, so layers built on the same device share a context. A precision
+    the device does not compute is a DeviceError naming those it does."""
     if isinstance(spec, Backend):
+        if precision is not None and precisions.resolve(precision, spec.dtype) != spec.precision:
+            raise PrecisionError(f"{spec.name} was made for {spec.precision}, not {precision}: "
+                              f"give the device string to get its {precision} backend")
         return spec
+    precision = precisions.resolve(precision, dtype)
     origin = None                   # names the variable when the string came from it
     if spec is None:
         spec = config.device_variable()
@@ -51,15 +59,17 @@ def device(spec=None, dtype=np.float32):
     if not match:
         what = f"{origin} is not a device string" if origin else f"unknown device {spec!r}"
         raise DeviceError(f"{what}: use {FORMS}. {_available_text()}")
-    dtype = np.dtype(dtype)
+    key = (name, np.dtype(dtype), precision)
     with _lock:
-        if (name, dtype) not in _instances:
+        if key not in _instances:
             try:
-                _instances[name, dtype] = _get(_canonical(name, match), dtype)
+                _instances[key] = _get(_canonical(name, match), *key[1:])
+            except PrecisionError:
+                raise                       # the device is there: the message says what it has
             except DeviceError as e:
                 text = f"{origin or f'device {spec!r}'} is not available: {e}"
                 raise DeviceError(f"{text}. {_available_text(text)}") from e
-        return _instances[name, dtype]
+        return _instances[key]
 
 
 def _canonical(name, match):
@@ -77,24 +87,24 @@ def _canonical(name, match):
     return "cpu"
 
 
-def _get(name, dtype):
+def _get(name, dtype, precision):
     """The backend of a canonical device string, made on first use."""
-    if (name, dtype) not in _instances:
-        _instances[name, dtype] = _create(name, dtype)
-    return _instances[name, dtype]
+    if (name, dtype, precision) not in _instances:
+        _instances[name, dtype, precision] = _create(name, dtype, precision)
+    return _instances[name, dtype, precision]
 
 
-def _create(name, dtype):
+def _create(name, dtype, precision):
     kind, _, numbers = name.partition(":")
     if kind == "cpu":
         from .numpy import NumpyBackend
-        return NumpyBackend("cpu", dtype)
+        return NumpyBackend("cpu", dtype, precision)
     if kind == "opencl":
         from . import opencl
         p, d = map(int, numbers.split(":"))
-        return opencl.OpenCLBackend(p, d, dtype)
+        return opencl.OpenCLBackend(p, d, dtype, precision)
     from . import cuda
-    return cuda.CudaBackend(int(numbers), dtype)
+    return cuda.CudaBackend(int(numbers), dtype, precision)
 
 
 def holder(x):
@@ -108,7 +118,9 @@ def holder(x):
 def list_devices():
     """[(device string, description)] for every device the installed backends can see,
     and [(backend, reason)] for the backends that cannot be used here."""
-    found = [("cpu", "NumPy reference on the host CPU")]
+    from .numpy import EMULATED
+    found = [("cpu", f"NumPy reference on the host CPU; precisions fp32, "
+                     f"{', '.join(EMULATED)} (emulated)")]
     missing = []
     for name in ("opencl", "cuda"):
         try:

@@ -17,7 +17,8 @@ from functools import wraps
 
 import numpy as np
 
-from ..errors import DeviceError, InputError, ShapeError
+from .. import precision as precisions
+from ..errors import DeviceError, InputError, PrecisionError, ShapeError
 
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu", "elu", "gelu", "silu")
 
@@ -50,11 +51,13 @@ class Backend:
     max_alloc_bytes = None      # the largest single buffer, where the device has a limit
     stages_samples = False      # write_samples lays batches out on the device (staging)
 
-    def __init__(self, name, dtype=np.float32):
+    def __init__(self, name, dtype=np.float32, precision=None):
         self.name = name                     # the device string that selects it
         self.dtype = np.dtype(dtype)
         if self.dtype not in (np.float32, np.float64):
             raise ShapeError(f"dtype {self.dtype} is not supported: use float32 or float64")
+        # what the products round to (portanet/precision.py); the dtype stays the storage
+        self.precision = precisions.resolve(precision, self.dtype)
         self.allocations = 0                 # number of allocations so far
         self.allocated_bytes = 0             # live bytes now
         self.peak_bytes = 0
@@ -73,6 +76,28 @@ class Backend:
             if (not name.startswith("_") and inspect.isfunction(method)
                     and not getattr(method, "serialised", False)):
                 setattr(cls, name, _serialised(method))
+
+    @property
+    def precisions(self):
+        """The precisions this device computes for this dtype (portanet/precision.py)."""
+        return ("fp64",) if self.dtype == np.float64 else ("fp32",)
+
+    def check_precision(self):
+        """A DeviceError naming the device and the precisions it computes, where its own
+        is not one of them (a PrecisionError). Called by each backend before it takes device
+        resources."""
+        if self.precision not in self.precisions:
+            raise PrecisionError(f"{self.name} ({self.device_text()}) does not compute in "
+                              f"{self.precision}: it has {', '.join(self.precisions)}"
+                              f"{self.precision_hint()}")
+
+    def device_text(self):
+        """The device's name in words, for messages."""
+        return self.kind
+
+    def precision_hint(self):
+        """Why the device lacks the precisions it lacks, and where to find them."""
+        return ""
 
     # -- accounting, shared by every backend ---------------------------------------------
 
@@ -445,7 +470,7 @@ class Backend:
         raise NotImplementedError
 
     def __repr__(self):
-        return f"<{type(self).__name__} {self.name} {self.dtype}>"
+        return f"<{type(self).__name__} {self.name} {self.dtype} {self.precision}>"
 
 
 def _serialised(method):

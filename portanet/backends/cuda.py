@@ -71,8 +71,17 @@ def enumerate_devices():
         d = drv.Device(i)
         cc = d.compute_capability()
         out.append((f"cuda:{i}", f"{d.name()} (CUDA, compute capability {cc[0]}.{cc[1]}, "
-                                 f"{d.total_memory() / 2**30:.1f} GiB)"))
+                                 f"{d.total_memory() / 2**30:.1f} GiB; precisions "
+                                 f"{', '.join(device_precisions(d))})"))
     return out
+
+
+def device_precisions(device, dtype=np.float32):
+    """What a CUDA device computes in (portanet/precision.py): fp32, and tf32 on tensor
+    cores from compute capability 8.0 (Ampere) on; fp64 for float64 networks."""
+    if np.dtype(dtype) == np.float64:
+        return ("fp64",)
+    return ("fp32",) + (("tf32",) if device.compute_capability() >= (8, 0) else ())
 
 
 class _CopyLane:
@@ -106,13 +115,14 @@ class CudaBackend(KernelBackend):
     kind, lang = "cuda", "cu"
     is_gpu = True
 
-    def __init__(self, index=0, dtype=np.float32):
+    def __init__(self, index=0, dtype=np.float32, precision=None):
         count = _init()
         if not 0 <= index < count:
             raise DeviceError(f"this machine has {count} CUDA device(s)")
-        super().__init__(f"cuda:{index}", dtype)
+        super().__init__(f"cuda:{index}", dtype, precision)
         self.ordinal = index
         self.device = drv.Device(index)
+        self.check_precision()
         # the device's primary context (one context per process, shared with other
         # libraries such as PyTorch), made current in each thread by the backend's lock
         self.context = self.device.retain_primary_context()
@@ -144,8 +154,22 @@ class CudaBackend(KernelBackend):
         if cublas is not None:
             self._cublas = cublas.create()
             cublas.set_stream(self._cublas, self.stream.handle)
+            if self.precision == "tf32":    # sgemm on tensor cores, inputs rounded to TF32
+                cublas.set_math_mode(self._cublas, cublas.Math.TF32_TENSOR_OP_MATH)
             self._scalars = np.zeros(2, self.dtype)        # alpha, beta (host pointer mode)
         tuning.apply(self)              # `portanet tune`'s parameters for this device
+
+    @property
+    def precisions(self):
+        return device_precisions(self.device, self.dtype)
+
+    def device_text(self):
+        cc = self.device.compute_capability()
+        return f"{self.device.name()}, compute capability {cc[0]}.{cc[1]}"
+
+    def precision_hint(self):
+        return ("; TF32 needs compute capability 8.0 (Ampere) or newer"
+                if self.dtype == np.float32 else "; float64 networks compute in fp64")
 
     @property
     def cache_dir(self):

@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 
+from ..precision import round_to
 from ..rng import dropout_mask
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    CONV_WORKSPACE_BYTES, check_conv, check_gather, check_gemm,
@@ -22,11 +23,27 @@ def _quiet(method):
     return quiet
 
 
+EMULATED = ("tf32",)        # the precisions below float32 that the reference emulates
+
+
 class NumpyBackend(Backend):
     kind = "cpu"
 
-    def __init__(self, name="cpu", dtype=np.float32):
-        super().__init__(name, dtype)
+    def __init__(self, name="cpu", dtype=np.float32, precision=None):
+        super().__init__(name, dtype, precision)
+        self.check_precision()
+
+    @property
+    def precisions(self):
+        """EMULATED's too: each product's inputs rounded as a tensor core rounds them."""
+        return super().precisions + (EMULATED if self.dtype == np.float32 else ())
+
+    def _product(self, a, b, out=None):
+        """a @ b as the device's matrix products compute it in this precision: inputs
+        rounded to it (round_to), products and sums in the dtype."""
+        if self.precision in ("fp32", "fp64"):
+            return np.matmul(a, b, out=out)
+        return np.matmul(round_to(a, self.precision), round_to(b, self.precision), out=out)
 
     # -- memory: device arrays are NumPy arrays ------------------------------------------
 
@@ -69,7 +86,7 @@ class NumpyBackend(Backend):
     @_quiet
     def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):
         check_gemm(a, b, c, trans_a, trans_b)
-        product = (a.T if trans_a else a) @ (b.T if trans_b else b)
+        product = self._product(a.T if trans_a else a, b.T if trans_b else b)
         _scale(beta, c)
         c += alpha * product
 
@@ -221,7 +238,7 @@ class NumpyBackend(Backend):
         chunks = self._patch_chunks(g, workspace)
         for j0, j1, cols in chunks:
             self._patches(cols, x, g, j0, j1)
-            np.matmul(w, cols, out=zf[:, j0:j1])
+            self._product(w, cols, out=zf[:, j0:j1])
         self.bias_activation(kind, zf, b, a.reshape(zf.shape))
         return workspace is not None and len(chunks) == 1
 
@@ -236,7 +253,7 @@ class NumpyBackend(Backend):
         for j0, j1, cols in chunks:
             if not reuse:
                 self._patches(cols, x, g, j0, j1)
-            gw += alpha * (dzf[:, j0:j1] @ cols.T)
+            gw += alpha * self._product(dzf[:, j0:j1], cols.T)
 
     @_quiet
     def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
@@ -244,12 +261,12 @@ class NumpyBackend(Backend):
         dzf = dz.reshape(g.F, g.positions)
         chunks = self._patch_chunks(g, workspace)
         if len(chunks) == 1:                          # the whole patch matrix: col2im
-            np.matmul(w.T, dzf, out=chunks[0][2])
+            self._product(w.T, dzf, out=chunks[0][2])
             self.col2im(dx, chunks[0][2], k, stride, pad)
             return
         dx[...] = 0
         for j0, j1, dcols in chunks:
-            np.matmul(w.T, dzf[:, j0:j1], out=dcols)
+            self._product(w.T, dzf[:, j0:j1], out=dcols)
             _add_patches(dx, dcols, g, j0, j1)
 
     def _patch_chunks(self, g, workspace):

@@ -157,8 +157,15 @@ def enumerate_devices():
         what = ("a simulator that checks kernels, never the default" if words[p] in SIMULATORS
                 else f"{dev.max_compute_units} compute units, {dev.global_mem_size / 2**30:.1f} GiB")
         listed.append((f"opencl:{p}:{d}", f"{dev.name.strip()} (opencl:{words[p]}:{d}; "
-                                          f"{platform.name.strip()}, {what})"))
+                                          f"{platform.name.strip()}, {what}; precisions "
+                                          f"{', '.join(device_precisions(dev))})"))
     return listed
+
+
+def device_precisions(dev, dtype=np.float32):
+    """What an OpenCL device computes in (portanet/precision.py): fp32 (fp64 for float64
+    networks, where it has doubles)."""
+    return ("fp64",) if np.dtype(dtype) == np.float64 else ("fp32",)
 
 
 def platform_number(word):
@@ -358,13 +365,14 @@ def _status_name(status):
 class OpenCLBackend(KernelBackend):
     kind, lang = "opencl", "cl"
 
-    def __init__(self, platform, device, dtype=np.float32, limits=None):
+    def __init__(self, platform, device, dtype=np.float32, precision=None, limits=None):
         """limits: a PORTANET_CL_LIMITS string (None: the variable's value, if set)."""
         found = {(p, d): (pl, dev) for p, d, pl, dev in _devices()}
         if (platform, device) not in found:
             raise DeviceError(f"there is no OpenCL platform {platform} with a device {device}")
-        super().__init__(f"opencl:{platform}:{device}", dtype)
+        super().__init__(f"opencl:{platform}:{device}", dtype, precision)
         self.platform, self.device = found[(platform, device)]
+        self.check_precision()
         # a simulator checks our kernels: built unoptimised (Oclgrind's uninitialised-value
         # check stops at the `freeze` instructions LLVM's optimiser makes), with the tilings
         # of a CPU (it reports itself as every kind of device) and without CLBlast
@@ -400,6 +408,17 @@ class OpenCLBackend(KernelBackend):
         self._load_kernels()
         self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
         tuning.apply(self)              # `portanet tune`'s parameters for this device
+
+    @property
+    def precisions(self):
+        return device_precisions(self.device, self.dtype)
+
+    def device_text(self):
+        return f"{self.device.name.strip()}, OpenCL"
+
+    def precision_hint(self):
+        return ("; tf32 runs on CUDA devices of compute capability 8.0 or newer (cuda:N), "
+                "and emulated on cpu" if self.dtype == np.float32 else "")
 
     @functools.cached_property
     def finish_options(self):

@@ -1,0 +1,67 @@
+"""Precisions: how much of a float32 network's arithmetic may round below float32.
+
+    fp32   float32 storage and arithmetic (the default)
+    tf32   float32 storage; matrix products on tensor cores in TF32: each input rounded
+           to 10 bits of mantissa (float32's exponent), products summed in float32
+    bf16   16-bit activations and GEMM inputs (8 bits of mantissa), float32 sums, master
+           weights and optimizer state
+    fp16   the same in IEEE half (11 bits of mantissa, exponent to 2^15), with dynamic loss
+           scaling
+    fp64   float64 networks (dtype="float64"): their one precision
+
+A backend is made per device, dtype and precision (backends.device), and says which
+precisions it computes (`Backend.precisions`); the NumPy reference emulates each one by
+rounding where the kernels round (`round_to`), so that tests compare like with like.
+"""
+from collections import namedtuple
+
+import numpy as np
+
+from .errors import InputError
+
+Precision = namedtuple("Precision", "name mantissa what")
+
+PRECISIONS = {p.name: p for p in (
+    Precision("fp32", 23, "float32 storage and arithmetic"),
+    Precision("tf32", 10, "float32 storage, TF32 tensor-core matrix products"),
+    Precision("bf16", 7, "bfloat16 activations and matrix inputs, float32 sums and weights"),
+    Precision("fp16", 10, "half activations and matrix inputs, float32 sums and weights, "
+                          "loss scaling"),
+    Precision("fp64", 52, "float64 storage and arithmetic (dtype float64)"),
+)}
+
+# the relative error one rounding to the precision may make (half a unit in the last place)
+UNIT_ROUNDOFF = {name: 2.0 ** -(p.mantissa + 1) for name, p in PRECISIONS.items()}
+
+
+def resolve(precision, dtype):
+    """The precision's name for a backend of `dtype` (None: fp64 for float64, else the
+    default, fp32); an unknown name, or one that does not go with dtype, is an InputError."""
+    dtype = np.dtype(dtype)
+    if precision is None:
+        return "fp64" if dtype == np.float64 else "fp32"
+    name = str(precision).strip().lower() if isinstance(precision, str) else precision
+    if name not in PRECISIONS:
+        raise InputError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}: "
+                         f"use fp32 (the default), tf32, bf16 or fp16")
+    if (name == "fp64") != (dtype == np.float64):
+        fix = ("give dtype='float64' for fp64" if name == "fp64" else
+               "float64 networks compute in fp64 only: give dtype='float32' to use " + name)
+        raise InputError(f"precision {name} with dtype {dtype}: {fix}")
+    return name
+
+
+def round_to(x, precision):
+    """x (a float32 array) rounded to `precision`'s mantissa, to nearest with ties to even,
+    as float32: what a tensor core multiplies. fp32 and fp64: x itself."""
+    if precision in ("fp32", "fp64"):
+        return x
+    if precision == "fp16":
+        return x.astype(np.float16).astype(np.float32)
+    drop = 23 - PRECISIONS[precision].mantissa          # low bits of float32's mantissa
+    bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    half = np.uint32(1 << (drop - 1))
+    odd = (bits >> np.uint32(drop)) & np.uint32(1)       # ties go to the even neighbour
+    rounded = (bits + (half - np.uint32(1)) + odd) & ~np.uint32((1 << drop) - 1)
+    finite = np.isfinite(x)                              # inf and NaN keep their bits
+    return np.where(finite, rounded, bits).view(np.float32).reshape(np.shape(x))
