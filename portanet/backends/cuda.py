@@ -32,6 +32,8 @@ except (ImportError, OSError, RuntimeError):
     cublas = None
 
 _initialised = False
+MMA_TILE, MMA_THREADS = 128, 256     # mma.cu's tile of c (BM = BN) and its block
+MMA_BLOCKS = 1                       # mma.cu's MIN_BLOCKS
 _ARG_CODES = {np.uintp: "P", np.int32: "i", np.float32: "f", np.float64: "d"}
 
 
@@ -335,6 +337,21 @@ class CudaBackend(KernelBackend):
         gemm(self._cublas, int(trans_b), int(trans_a), n, m, k, ptr,
              self._address(b), b.shape[1], self._address(a), a.shape[1], ptr + size,
              self._address(c), ldc)
+
+    @property
+    def tensor_gemm(self):
+        """mma.cu's gemm_tf32 computes a tf32 backend's products (routing times it)."""
+        return self.precision == "tf32"
+
+    def _gemm_tensor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, label):
+        """c <- alpha op(a) op(b) + beta c on tensor cores in TF32 (mma.cu): a block of 256
+        threads per 128 x 128 tile of c."""
+        kernel = self._kernel("mma", "gemm_tf32", [f"-DTRANS_A={int(trans_a)}",
+                                                   f"-DTRANS_B={int(trans_b)}",
+                                                   f"-DMIN_BLOCKS={MMA_BLOCKS}"])
+        self._run(kernel, (-(-n // MMA_TILE) * MMA_THREADS, -(-m // MMA_TILE)), c, c.shape[1],
+                  a, a.shape[1], b, b.shape[1], m, n, k, float(alpha), float(beta),
+                  local=(MMA_THREADS, 1), label=label)
 
     @staticmethod
     def _address(x):

@@ -136,6 +136,9 @@ class KernelBackend(Backend):
     _derived = None             # what _per_tiling made from each tiling, by tiling and use
     stages_samples = True
     _turn = 0                   # the half of a staging buffer write_samples used last
+    tensor_gemm = False         # a tensor-core GEMM of ours computes this backend's products in
+    #                             its precision (CUDA's mma.cu, tf32): `_gemm_tensor_pieces`,
+    #                             "tensor" among routing's paths, and PORTANET_GEMM=own's GEMM
     finish_options = None       # build options of gemm's SPLIT_K 2 (a split K added up by its
     #                             last part) where the device orders memory for it, or None
 
@@ -279,6 +282,8 @@ class KernelBackend(Backend):
             tiling = self._route_tilings.get(key)
         if path == "vendor":
             self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+        elif path == "tensor" or (path == "own" and self.tensor_gemm):
+            self._gemm_tensor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
         else:
             self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k, tiling=tiling)
 
@@ -290,7 +295,8 @@ class KernelBackend(Backend):
         is what decides small products on some drivers (6-8 us on NVIDIA's OpenCL)."""
         check_activation(kind)
         m, n, k = check_gemm(w, x, z, False, False)
-        if kind == "softmax" or 0 in (m, n, k) or self.gemm_path == "vendor":
+        if kind == "softmax" or 0 in (m, n, k) or self.gemm_path == "vendor" or (
+                self.gemm_path == "own" and self.tensor_gemm):
             super().dense(kind, w, x, b, z, a)          # gemm, then bias_activation
             return
 
@@ -302,13 +308,20 @@ class KernelBackend(Backend):
         def vendor():
             self._gemm_vendor_pieces(1.0, w, x, 0.0, z, False, False, m, n, k)
             self.bias_activation(kind, z, b, a)
+
+        def tensor():
+            self._gemm_tensor_pieces(1.0, w, x, 0.0, z, False, False, m, n, k)
+            self.bias_activation(kind, z, b, a)
         path, tiling = self.gemm_path, None
         if path == "auto":
             key = ("dense", m, n, k)
-            path = self._routes.get(key) or self._fastest_tiling(key, m, n, k, own, vendor)
+            path = self._routes.get(key) or self._fastest_tiling(key, m, n, k, own, vendor,
+                                                                 tensor=tensor)
             tiling = self._route_tilings.get(key)
         if path == "vendor":
             vendor()
+        elif path == "tensor":
+            tensor()
         else:
             own(tiling)
 
@@ -332,6 +345,15 @@ class KernelBackend(Backend):
                     lambda: self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b,
                                               m, n, kp, ldc or n))
 
+    def _gemm_tensor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+        """Our tensor-core GEMM (`tensor_gemm`), in launches of at most ACC_K terms each,
+        added into c as _gemm_vendor_pieces adds."""
+        pieces = _pieces(a, b, trans_a, trans_b, k)
+        for i, (a_p, b_p, kp) in enumerate(pieces):
+            self._gemm_tensor(alpha, a_p, b_p, beta if i == 0 else 1.0, c, trans_a, trans_b,
+                              m, n, kp, f"gemm {_shape_text(m, n, k, trans_a, trans_b)} "
+                              f"{self.precision}" + _piece_text(i, len(pieces)))
+
     def _empty_sum(self, beta, c):
         """c <- beta c, the result of a product whose sum is empty (K = 0), as BLAS and
         NumPy give it: beta 0 writes zeros over whatever c held."""
@@ -351,19 +373,26 @@ class KernelBackend(Backend):
 
         def vendor():
             self._gemm_vendor_pieces(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
-        return self._fastest_tiling((m, n, k, trans_a, trans_b), m, n, k, own, vendor,
-                                    restore=[c] if beta != 0 else [])
 
-    def _fastest_tiling(self, key, m, n, k, own, vendor, restore=()):
-        """The fastest of the vendor's call and own(tiling) on each of `_candidates`,
-        measured (`_fastest`) and remembered: the path's name in _routes[key], its tiling
-        in _route_tilings[key]."""
+        def tensor():
+            self._gemm_tensor_pieces(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
+        return self._fastest_tiling((m, n, k, trans_a, trans_b), m, n, k, own, vendor,
+                                    restore=[c] if beta != 0 else [], tensor=tensor)
+
+    def _fastest_tiling(self, key, m, n, k, own, vendor, restore=(), tensor=None):
+        """The fastest of the vendor's call, own(tiling) on each of `_candidates` and, where
+        the backend has one (`tensor_gemm`), tensor(): our tensor-core GEMM, measured
+        (`_fastest`) and remembered: the path's name in _routes[key], its tiling in
+        _route_tilings[key]."""
         tilings = self._candidates(m, n, k)
         paths = {name: functools.partial(own, t) for name, t in tilings.items()}
         ws = max(t[1] * m * n for t in tilings.values())
         if ws > m * n:
             self._split_workspace(ws)      # grown first: the trials' replays all point at it
-        best = self._fastest(key, {**paths, "vendor": vendor}, restore)
+        paths["vendor"] = vendor
+        if self.tensor_gemm and tensor is not None:
+            paths["tensor"] = tensor
+        best = self._fastest(key, paths, restore)
         if best in tilings:
             self._route_tilings[key] = tilings[best]
         return best

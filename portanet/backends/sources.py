@@ -4,6 +4,8 @@ from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 FOLDERS = {"cl": "kernels_cl", "cu": "kernels_cu"}
+# families without a twin: tensor-core kernels, which OpenCL C has no way to
+CUDA_ONLY = ("mma",)
 
 
 def folder(lang):

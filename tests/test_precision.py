@@ -1,0 +1,232 @@
+"""Precisions (portanet/precision.py): the rounding the reference emulates, the backends
+each precision gets, and every device's products in tf32 against the emulating reference.
+
+Tolerances per precision (normwise, against a float64 product of the same inputs):
+- fp32 kernels: F32 (conftest).
+- tf32 kernels that round their inputs as the reference does (ours, mma.cu): F32 against
+  the product of the rounded inputs; the tf32 rounding itself then costs nothing extra.
+- tf32 kernels of a vendor (cuBLAS), which may round otherwise (truncate): TF32 against
+  that product, four units of TF32 rounding (two inputs, either way).
+"""
+import math
+
+import numpy as np
+import pytest
+
+import portanet as pn
+from portanet import backends, precision
+from portanet.errors import InputError, PrecisionError
+from portanet.precision import UNIT_ROUNDOFF, round_to
+
+from conftest import F32, gemm_scale, get_backend, rel_err
+
+TF32 = 4 * UNIT_ROUNDOFF["tf32"]
+
+
+def tf32_backend(spec):
+    """The tf32 backend of the device `spec`, or a skip naming what it computes."""
+    get_backend(spec)
+    try:
+        return pn.device(spec, precision="tf32")
+    except PrecisionError as e:
+        pytest.skip(str(e))
+
+
+# -- rounding -------------------------------------------------------------------------------
+
+def test_round_to_tf32_goes_to_nearest_and_ties_to_even():
+    u = 2.0 ** -10                                  # TF32's unit in the last place at 1
+    x = np.array([1, 1 + u / 2, 1 + 3 * u / 2, 1 + u / 2 + 2 ** -20, -(1 + u / 2),
+                  np.inf, -np.inf, np.finfo(np.float32).max, 0.0, -0.0], np.float32)
+    want = np.array([1, 1, 1 + 2 * u, 1 + u, -1, np.inf, -np.inf, np.inf, 0.0, -0.0])
+    with np.errstate(over="ignore"):
+        got = round_to(x, "tf32")
+    assert got.dtype == np.float32
+    assert np.array_equal(got, want.astype(np.float32))
+    assert np.signbit(got[-1])
+    assert np.isnan(round_to(np.array([np.nan], np.float32), "tf32")[0])
+
+
+@pytest.mark.parametrize("name", ["tf32", "bf16", "fp16"])
+def test_round_to_is_within_half_a_unit_and_idempotent(name, rng):
+    x = (rng.standard_normal(10000) * np.exp(rng.uniform(-4, 4, 10000))).astype(np.float32)
+    x = x[np.abs(x) > 1e-3]                 # fp16's normal numbers (no subnormals)
+    r = round_to(x, name)
+    err = np.abs(r.astype(np.float64) - x) / np.abs(x)
+    assert err.max() <= UNIT_ROUNDOFF[name] * (1 + 1e-6)
+    assert err.max() > UNIT_ROUNDOFF[name] / 2           # it does round, to that precision
+    assert np.array_equal(round_to(r, name), r)
+    mantissa = precision.PRECISIONS[name].mantissa
+    assert not (r.view(np.uint32) & np.uint32((1 << (23 - mantissa)) - 1)).any()
+    assert np.array_equal(round_to(x, "fp32"), x)
+
+
+# -- choosing a precision -----------------------------------------------------------------
+
+def test_a_backend_per_device_dtype_and_precision():
+    fp32, tf32 = pn.device("cpu"), pn.device("cpu", precision="tf32")
+    assert fp32.precision == "fp32" and tf32.precision == "tf32" and fp32 is not tf32
+    assert pn.device("cpu", precision="TF32") is tf32
+    assert pn.device("cpu", np.float64).precision == "fp64"
+    assert pn.device(tf32) is tf32 and pn.device(tf32, precision="tf32") is tf32
+    with pytest.raises(PrecisionError, match="made for tf32, not fp32"):
+        pn.device(tf32, precision="fp32")
+
+
+@pytest.mark.parametrize("precision_name,dtype,said", [
+    ("fp8", np.float32, "not one of fp32, tf32, bf16, fp16, fp64"),
+    ("tf32", np.float64, "float64 networks compute in fp64 only"),
+    ("fp64", np.float32, "give dtype='float64'"),
+])
+def test_a_precision_that_is_not_one_is_refused(precision_name, dtype, said):
+    with pytest.raises(InputError, match=said):
+        pn.device("cpu", dtype, precision=precision_name)
+
+
+def test_a_device_without_the_precision_says_what_it_has():
+    with pytest.raises(PrecisionError, match=r"does not compute in bf16: it has fp32, tf32"):
+        pn.device("cpu", precision="bf16")
+    for spec in ("opencl:pocl", "opencl:intel"):
+        try:
+            pn.device(spec)
+        except pn.DeviceError:
+            continue
+        with pytest.raises(PrecisionError, match=r"OpenCL\) does not compute in tf32: it "
+                                                 r"has fp32; tf32 runs on CUDA devices"):
+            pn.device(spec, precision="tf32")
+
+
+def test_networks_take_the_precision_or_the_variable(monkeypatch):
+    net = pn.mlp((4,), 3, hidden=(5,), device="cpu", precision="tf32")
+    assert net.backend.precision == "tf32" and "(float32, tf32)" in net.summary()
+    monkeypatch.setenv("PORTANET_PRECISION", "tf32")
+    assert pn.lenet(device="cpu").backend.precision == "tf32"
+    assert pn.lenet(device="cpu", precision="fp32").backend.precision == "fp32"
+    assert pn.lenet(device=pn.device("cpu")).backend.precision == "fp32"    # the backend's
+    monkeypatch.setenv("PORTANET_PRECISION", "half")
+    with pytest.raises(InputError, match="precision 'half' is not one of"):
+        pn.mlp((4,), 3, device="cpu")
+
+
+def test_devices_list_their_precisions():
+    found, _ = backends.list_devices()
+    assert all("precisions fp32" in description for _, description in found)
+    assert "tf32 (emulated)" in dict(found)["cpu"]
+
+
+def test_a_saved_network_loads_in_another_precision(tmp_path, rng):
+    net = pn.mlp((6,), 3, hidden=(5,), device="cpu", precision="tf32")
+    net.save(tmp_path / "n.safetensors")
+    back = pn.load(tmp_path / "n.safetensors", device="cpu")
+    assert back.backend.precision == "fp32"
+    for name, w in net.get_weights().items():
+        assert np.array_equal(back.get_weights()[name], w)
+
+
+# -- the reference's emulation ----------------------------------------------------------------
+
+def test_the_reference_rounds_each_products_inputs(rng):
+    """cpu tf32: a product of the inputs rounded to TF32, summed in float32; not float32's."""
+    m, n, k = 40, 30, 500
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
+    exact = a.astype(np.float64) @ b
+    rounded = round_to(a, "tf32").astype(np.float64) @ round_to(b, "tf32")
+    for trans_a, trans_b in ((False, False), (True, True)):
+        bk = pn.device("cpu", precision="tf32")
+        c = bk.zeros((m, n))
+        bk.gemm(1.0, a.T.copy() if trans_a else a, b.T.copy() if trans_b else b, 0.0, c,
+                trans_a, trans_b)
+        assert rel_err(c, rounded) < F32
+        assert 1e-4 < rel_err(c, exact) < TF32          # TF32's error, not float32's
+
+
+# -- the devices' tf32 products -----------------------------------------------------------------
+
+GEMM_SHAPES = [(1, 1, 1), (7, 129, 1000), (129, 7, 1), (33, 65, 17), (130, 257, 129),
+               (300, 260, 4500)]
+
+
+def gemm_paths(bk):
+    """Each of the backend's tf32 GEMM paths, with the tolerance against the product of the
+    rounded inputs: own (on CUDA our tensor-core kernel) rounds as the reference does."""
+    if bk.kind == "cpu":
+        return [("reference", F32)]
+    own = [("own", F32)]
+    return own + ([("vendor", TF32), ("auto", TF32)] if bk.vendor_gemm else [])
+
+
+@pytest.mark.parametrize("m,n,k", GEMM_SHAPES)
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False),
+                                             (True, True)])
+def test_gemm_in_tf32(device_name, rng, m, n, k, trans_a, trans_b, monkeypatch):
+    bk = tf32_backend(device_name)
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    c = rng.standard_normal((m, n)).astype(np.float32)
+    op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
+    rounded = round_to(op_a, "tf32").astype(np.float64) @ round_to(op_b, "tf32")
+    for alpha, beta in ((1.0, 0.0), (-0.7, 0.3)):
+        ref = alpha * rounded + beta * c
+        scale = gemm_scale(alpha, op_a, op_b, beta, c)
+        for path, tol in gemm_paths(bk):
+            if bk.kind != "cpu":
+                monkeypatch.setattr(bk, "gemm_path", path)
+                monkeypatch.setattr(bk, "_routes", {})
+            C = bk.upload(c)
+            if beta == 0:
+                bk.write(C, np.full((m, n), np.nan, np.float32))   # beta 0 does not read c
+            bk.gemm(alpha, bk.upload(a), bk.upload(b), beta, C, trans_a, trans_b)
+            assert rel_err(bk.download(C), ref, scale) < tol, path
+
+
+def test_gemm_in_tf32_on_views(device_name, rng, monkeypatch):
+    """Operands at odd offsets inside one buffer, c between them: nothing else written."""
+    bk = tf32_backend(device_name)
+    m, n, k = 37, 41, 53
+    host = rng.standard_normal(10000).astype(np.float32)
+    big = bk.upload(host)
+    a, b, c = bk.view(big, (m, k), 3), bk.view(big, (k, n), 5001), bk.view(big, (m, n), 2999)
+    ref = (round_to(host[3:3 + m * k], "tf32").astype(np.float64).reshape(m, k)
+           @ round_to(host[5001:5001 + k * n], "tf32").reshape(k, n))
+    for path, tol in gemm_paths(bk):
+        if bk.kind != "cpu":
+            monkeypatch.setattr(bk, "gemm_path", path)
+        bk.gemm(1.0, a, b, 0.0, c)
+        assert rel_err(bk.download(c), ref) < tol, path
+    rest = bk.download(big)
+    rest[2999:2999 + m * n] = host[2999:2999 + m * n]
+    assert np.array_equal(rest, host), "gemm wrote outside its view"
+
+
+@pytest.mark.parametrize("kind", ["relu", "sigmoid", "softmax"])
+def test_dense_in_tf32(device_name, rng, kind, monkeypatch):
+    bk, ref_bk = tf32_backend(device_name), pn.device("cpu", precision="tf32")
+    m, n, k = 70, 300, 1100
+    w, x = (rng.standard_normal(s).astype(np.float32) / math.sqrt(k) for s in ((m, k), (k, n)))
+    b = rng.standard_normal(m).astype(np.float32)
+    z_ref, a_ref = np.zeros((m, n), np.float32), np.zeros((m, n), np.float32)
+    ref_bk.dense(kind, w, x, b, z_ref, a_ref)
+    for path, tol in gemm_paths(bk):
+        if bk.kind != "cpu":
+            monkeypatch.setattr(bk, "gemm_path", path)
+            monkeypatch.setattr(bk, "_routes", {})
+        Z, A = bk.zeros((m, n)), bk.zeros((m, n))
+        bk.dense(kind, bk.upload(w), bk.upload(x), bk.upload(b), Z, A)
+        assert rel_err(bk.download(Z), z_ref) < max(tol, 2 * F32), path
+        assert rel_err(bk.download(A), a_ref) < max(tol, 2 * F32), path
+
+
+def test_training_in_tf32_follows_fp32_closely(device_name, rng):
+    """Same seed, same batches: tf32's losses stay near fp32's, and are not fp32's."""
+    bk = tf32_backend(device_name)
+    x = rng.standard_normal((512, 30)).astype(np.float32)
+    y = (x[:, :10] @ rng.standard_normal((10, 4))).argmax(1)
+    histories = {}
+    for where in (bk, pn.device(device_name)):
+        net = pn.mlp((30,), 4, hidden=(64, 32), device=where)
+        histories[where.precision] = net.fit(x, y, epochs=3, batch_size=64,
+                                             optimizer=pn.SGD(0.05, 0.9))["loss"]
+    fp32, tf32 = np.array(histories["fp32"]), np.array(histories["tf32"])
+    assert np.all(np.abs(tf32 - fp32) < 1e-2 * fp32)
+    if bk.kind == "cpu" or bk.gemm_path == "own":
+        assert not np.array_equal(tf32, fp32)
