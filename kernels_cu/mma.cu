@@ -13,7 +13,8 @@
    rounded to TF32 as it is read.
 
    Compile-time: TRANS_A, TRANS_B (as gemm.cu's); MIN_BLOCKS, the blocks a multiprocessor
-   must hold at once (2 caps registers at 128, with a few spilled; 1 lets it take 201). */
+   must hold at once (2 caps registers at 128, with a few spilled; 1 lets it take 201);
+   VEC, 16-byte copies (where the operands' rows and offsets are whole 4s). */
 #include "prelude.h"
 
 #ifndef TRANS_A
@@ -25,6 +26,10 @@
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1
 #endif
+#ifndef VEC
+#define VEC 1
+#endif
+
 
 #define BM 128
 #define BN 128
@@ -54,31 +59,46 @@
 /* elements of each operand's tile that one thread copies per step */
 #define LOADS (BM * BK / THREADS)
 
-/* x rounded to TF32 (its low 13 mantissa bits cleared, to nearest, ties to even), as the
-   bits mma.sync reads; inf and NaN as they are */
+/* x rounded to TF32, to nearest with ties to even (as cuBLAS's TF32 rounds, measured on
+   an H100, and the NumPy reference), as the bits mma.sync reads (it ignores the low 13):
+   Hopper's cvt.rn, else the same in integer arithmetic (inf and NaN as they are) */
 DEVICE unsigned tf32_bits(float x) {
+#if __CUDA_ARCH__ >= 900
+    unsigned r;
+    asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+#else
     unsigned u = __float_as_uint(x);
     if ((u & 0x7F800000u) == 0x7F800000u)
         return u;
     return (u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu;
+#endif
 }
 
 /* a step's tile of a stored matrix (rows x cols, leading dimension ld) into shared memory
    (`pitch` a row), the tile_rows x tile_cols from (row0, col0), zeros outside: thread t
-   copies elements t, t + THREADS, ... in the tile's row-major order, so a warp reads
-   along a row. cp.async: the copies run in the background until cp.async.wait_group. */
+   copies elements t, t + THREADS, ... (VEC 1: 4 at a time, 16 bytes, where ld and the
+   matrix's offset are multiples of 4) in the tile's row-major order, so a warp reads
+   along a row. cp.async: the copies run in the background until cp.async.wait_group;
+   those that reach past the matrix copy fewer bytes and fill the rest with zeros. */
+#define WIDTH (VEC ? 4 : 1)
 DEVICE void fetch(float* tile, int pitch, const float* RESTRICT x, int ld, int rows,
                   int cols, int row0, int col0, int tile_cols) {
 #pragma unroll
-    for (int l = 0; l < LOADS; l++) {
-        int e = (int)threadIdx.x + l * THREADS;
+    for (int l = 0; l < LOADS / WIDTH; l++) {
+        int e = ((int)threadIdx.x + l * THREADS) * WIDTH;
         int r = row0 + e / tile_cols, c = col0 + e % tile_cols;
-        bool inside = r < rows && c < cols;
+        int inside = r < rows ? min(max(cols - c, 0), WIDTH) : 0;
         const float* src = inside ? x + (size_t)r * ld + c : x;
         unsigned dst = (unsigned)__cvta_generic_to_shared(tile + (e / tile_cols) * pitch
                                                           + e % tile_cols);
+#if VEC
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n"
+                     :: "r"(dst), "l"(src), "r"(4 * inside));
+#else
         asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n"
-                     :: "r"(dst), "l"(src), "r"(inside ? 4 : 0));
+                     :: "r"(dst), "l"(src), "r"(4 * inside));
+#endif
     }
 }
 
@@ -89,8 +109,8 @@ void gemm_tf32(GLOBAL real* RESTRICT c, int c_off, int ldc, const GLOBAL real* R
     c += c_off;
     a += a_off;
     b += b_off;
-    __shared__ float a_tiles[2][A_ROWS * A_COLS];
-    __shared__ float b_tiles[2][B_ROWS * B_COLS];
+    __shared__ __align__(16) float a_tiles[2][A_ROWS * A_COLS];
+    __shared__ __align__(16) float b_tiles[2][B_ROWS * B_COLS];
     const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int wm = (warp / 4) * 64, wn = (warp % 4) * 32;

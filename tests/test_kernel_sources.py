@@ -45,10 +45,12 @@ def test_cuda_kernels_compile(family, real, tmp_path):
     if family == "mma":                 # TF32: float only
         if real == "double":
             pytest.skip("mma.cu computes float32 products in TF32")
-        variants = [[f"-DTRANS_A={ta}", f"-DTRANS_B={tb}", f"-DMIN_BLOCKS={blocks}"]
-                    for ta in (0, 1) for tb in (0, 1) for blocks in (1, 2)]
+        variants = [[f"-DTRANS_A={ta}", f"-DTRANS_B={tb}", f"-DVEC={vec}",
+                     f"-DMIN_BLOCKS={1 + vec}", f"-arch=sm_{arch}"]
+                    for ta in (0, 1) for tb in (0, 1) for vec in (0, 1) for arch in (80, 90)]
     for flags in variants:
-        cmd = ["nvcc", "-c", "-o", str(tmp_path / "k.o"), "-arch=sm_80", f"-DREAL={real}",
+        arch = [] if any(f.startswith("-arch") for f in flags) else ["-arch=sm_80"]
+        cmd = ["nvcc", "-c", "-o", str(tmp_path / "k.o"), *arch, f"-DREAL={real}",
                f"-DREAL_IS_DOUBLE={int(real == 'double')}", *flags,
                "-I", str(path.parent), str(path)]
         done = subprocess.run(cmd, capture_output=True, text=True)
