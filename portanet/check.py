@@ -9,6 +9,8 @@ Per device, three checks, each on fresh random inputs from a fixed seed:
             element written, c not read)
     step    one LeNet training step from the cpu's initial weights on the same batch;
             every parameter afterwards against the cpu's; then the step's time
+    precisions  the gemm check again in each other precision the device lists (tf32),
+            against the product of the inputs rounded as that precision rounds them
 
 and on a simulator (Oclgrind) whatever it reported meanwhile (out-of-bounds accesses, data
 races, uninitialised reads) fails the device.
@@ -27,6 +29,7 @@ from . import backends, models
 from .backends import opencl
 from .errors import DeviceError, KernelBuildError, PortanetError
 from .optim import SGD
+from .precision import round_to
 
 # gemm: m x n x k, no side a multiple of a tile (8, 16, 32, 64, 128) or of a vector width,
 # several tiles along m and n of every tiling but the largest; k = 257 is over 16 slabs of
@@ -68,6 +71,7 @@ class Result:
     gemm_error: float = None    # relative, see GEMM_TOLERANCE
     step_error: float = None    # relative, see STEP_TOLERANCE
     step_ms: float = None
+    precision_errors: dict = dataclasses.field(default_factory=dict)  # tf32: gemm's error
     failures: list = dataclasses.field(default_factory=list)   # "check: what, by how much"
 
     @property
@@ -121,7 +125,7 @@ def check_device(spec, description="", seed=0):
         return result
     rng = np.random.default_rng(seed)
     report = opencl.SimulatorReport(log)
-    for name, check in (("gemm", _gemm), ("step", _step)):
+    for name, check in (("gemm", _gemm), ("step", _step), ("precisions", _precisions)):
         try:
             check(bk, rng, seed, result)
         except Exception as e:  # noqa: BLE001 - a driver error is this device's failure
@@ -150,15 +154,27 @@ def _step(bk, rng, seed, result):
                                f"{result.step_error:.2g} of its update > {STEP_TOLERANCE:g}")
 
 
+def _precisions(bk, rng, seed, result):
+    for name in bk.precisions:
+        if name != bk.precision:
+            error = check_gemm(backends.device(bk.name, bk.dtype, name), rng)
+            result.precision_errors[name] = error
+            if not error <= GEMM_TOLERANCE:
+                result.failures.append(f"gemm in {name}: relative error {error:.2g} "
+                                       f"> {GEMM_TOLERANCE:g}")
+
+
 def check_gemm(bk, rng, shape=GEMM_SHAPE):
     """The larger relative error of two GEMMs of `shape` (m, n, k) with both operands
     transposed: alpha a^T b^T + beta c, then 1.3 a^T b^T into a c filled with NaN (beta = 0:
-    c must not be read, and every element must be written). NaN where a result has one."""
+    c must not be read, and every element must be written). NaN where a result has one.
+    The reference's inputs are rounded as the backend's precision rounds them (tf32)."""
     m, n, k = shape
     a = rng.standard_normal((k, m)).astype(bk.dtype)        # op(a) = a^T is m x k
     b = rng.standard_normal((n, k)).astype(bk.dtype)        # op(b) = b^T is k x n
     c = rng.standard_normal((m, n)).astype(bk.dtype)
-    a64, b64, c64 = (x.astype(np.float64) for x in (a, b, c))   # what the device holds
+    a64, b64 = (round_to(x, bk.precision).astype(np.float64) for x in (a, b))
+    c64 = c.astype(np.float64)                              # what the device holds
     A, B, C = bk.upload(a), bk.upload(b), bk.upload(c)
     errors = []
     try:

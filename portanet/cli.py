@@ -6,7 +6,7 @@ import time
 
 import click
 
-from . import backends, checkpoint as files, data, models, optim, schedules
+from . import backends, checkpoint as files, config, data, models, optim, schedules
 from .errors import PortanetError
 
 CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
@@ -67,7 +67,9 @@ def _check_devices(specs):
         build = "-" if r.build_s is None else f"{r.build_s:.2f} s"
         step = "-" if r.step_ms is None else f"{r.step_ms:.2f} ms"
         line = (f"{r.device:16s} {r.description:{width}s}  {'PASS' if r.passed else 'FAIL'}  "
-                f"build {build:>8s}  step {step:>10s}  gemm {r.gemm_path or '-'}")
+                f"build {build:>8s}  step {step:>10s}  gemm {r.gemm_path or '-'}"
+                + "".join(f"  {name} gemm {error:.1g}"
+                          for name, error in r.precision_errors.items()))
         if not r.passed:
             failed += 1
             line += "  " + "; ".join(r.failures)
@@ -308,25 +310,27 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
 @click.option("--device", default=None, help="an opencl or cuda device string "
               "(default: $PORTANET_DEVICE)")
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True)
+@click.option("--precision", default=None,
+              help="fp32 or tf32 (default: $PORTANET_PRECISION, else fp32)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the profile to this file")
-def profile(workload, device, batch_size, json_path):
+def profile(workload, device, batch_size, precision, json_path):
     """Time every kernel launch and vendor call of one training step of WORKLOAD
     (mlp-big, mlp-small, lenet-step) and the host time between them."""
     import numpy as np
     from . import bench as bench_module, profiler
     try:
-        bk = backends.device(device)
+        bk = backends.device(device, precision=precision or config.precision())
         net, step = bench_module.training_step(workload, bk, batch_size,
                                                np.random.default_rng(0), eager=True)
         report = profiler.profile(bk, step, warmup_seconds=0.5)
         net.free()
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
-    report.update(workload=workload, batch_size=batch_size,
+    report.update(workload=workload, batch_size=batch_size, precision=bk.precision,
                   date=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     click.echo(f"{workload}, batch {batch_size}, one training step on {report['device']} "
-               f"({report['device_name']}, GEMM {report['gemm_path']})")
+               f"({report['device_name']}, GEMM {report['gemm_path']}, {bk.precision})")
     click.echo(profiler.table(report))
     if json_path:
         bench_module.write_json(report, json_path)

@@ -34,10 +34,11 @@ class MemoryPlan:
     holds and would give back first); `max_alloc` the largest single buffer it allows."""
 
     def __init__(self, buffers, batch_size, device, available, max_alloc=None,
-                 distributed=None):
+                 distributed=None, precision="fp32"):
         self.buffers = list(buffers)
         self.batch_size = batch_size
         self.device = device
+        self.precision = precision          # what the buffers' products round to
         self.available = available
         self.max_alloc = max_alloc
         self.distributed = distributed      # the job's Group where the network trains in one
@@ -64,7 +65,7 @@ class MemoryPlan:
         return sorted(self.buffers, key=lambda b: -b.nbytes)[:n]
 
     def __str__(self):
-        lines = [f"memory plan on {self.device}, batch {self.batch_size}:"]
+        lines = [f"memory plan on {self.device} ({self.precision}), batch {self.batch_size}:"]
         if self.distributed:
             g = self.distributed
             lines[0] = lines[0][:-1] + f" (this rank's; rank {g.rank} of {g.size} over " \

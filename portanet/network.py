@@ -195,7 +195,8 @@ class Sequential:
         if self.optimizer_state:
             held += sum(b.nbytes for _, b, _ in self.optimizer_state._arrays)
         return MemoryPlan(buffers, m, self.backend.name, free + held,
-                          getattr(self.backend, "max_alloc_bytes", None), distributed.current())
+                          getattr(self.backend, "max_alloc_bytes", None), distributed.current(),
+                          self.backend.precision)
 
     def _largest_batch(self, limit):
         return largest_batch(lambda m: self._plan(m).fits, limit)

@@ -306,7 +306,7 @@ def data_on_device(net, x, t, mode):
                               samples.dtype))
     plan = net._plan(net.capacity)
     with_data = MemoryPlan(plan.buffers + need, plan.batch_size, plan.device,
-                           plan.available, plan.max_alloc)
+                           plan.available, plan.max_alloc, precision=plan.precision)
     if mode == "auto" and not in_place and not (
             with_data.fits and with_data.total <= DATA_SHARE * plan.available):
         return None

@@ -25,6 +25,19 @@ def test_check_passes(backend):
     assert r.step_ms > 0
     assert (r.build_s is None) == (backend.kind == "cpu")
     assert r.gemm_path.startswith(backend.gemm_path)
+    assert set(r.precision_errors) == set(backend.precisions) - {backend.precision}
+    assert all(e <= check.GEMM_TOLERANCE for e in r.precision_errors.values())
+
+
+def test_a_tf32_gemm_that_does_not_round_fails(monkeypatch):
+    """The gemm in tf32 is held to the product of the rounded inputs: float32's own product
+    is off it by more than the tolerance (2.6e-5 here), so a device whose TF32 path did not
+    round (or rounded otherwise) fails."""
+    tf32 = pn.device("cpu", precision="tf32")
+    monkeypatch.setattr(tf32, "_product", lambda a, b, out=None: np.matmul(a, b, out=out))
+    r = check.check_device("cpu")
+    assert not r.passed and r.failures[0].startswith("gemm in tf32: relative error")
+    assert r.precision_errors["tf32"] > 2 * check.GEMM_TOLERANCE
 
 
 @pytest.mark.parametrize("wrong", ["scaled", "nan"])

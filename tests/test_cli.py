@@ -165,7 +165,7 @@ def test_plan_prints_the_memory_plan_and_exits():
     result = run("train", "--dataset", "coordinates", "--device", "cpu", "--plan",
                  "--batch-size", "128")
     assert result.exit_code == 0, result.output
-    assert "memory plan on cpu, batch 128" in result.output and "total" in result.output
+    assert "memory plan on cpu (fp32), batch 128" in result.output and "total" in result.output
     assert "epoch" not in result.output
 
 

@@ -230,3 +230,34 @@ def test_training_in_tf32_follows_fp32_closely(device_name, rng):
     assert np.all(np.abs(tf32 - fp32) < 1e-2 * fp32)
     if bk.kind == "cpu" or bk.gemm_path == "own":
         assert not np.array_equal(tf32, fp32)
+
+
+# -- the command line and the bench ---------------------------------------------------------
+
+def test_train_and_plan_on_the_command_line(tmp_path):
+    from click.testing import CliRunner
+    from portanet.cli import main
+    result = CliRunner().invoke(main, ["train", "--dataset", "coordinates", "--epochs", "1",
+                                       "--device", "cpu", "--precision", "tf32", "--plan"])
+    assert result.exit_code == 0, result.output
+    assert "memory plan on cpu (tf32)" in result.output
+    result = CliRunner().invoke(main, ["train", "--dataset", "coordinates", "--epochs", "1",
+                                       "--device", "cpu", "--precision", "tf32", "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"precision": "tf32"' in result.output.splitlines()[-1]
+    result = CliRunner().invoke(main, ["train", "--dataset", "coordinates", "--device", "cpu",
+                                       "--precision", "bf16"])
+    assert result.exit_code != 0 and "does not compute in bf16" in result.output
+
+
+def test_bench_rows_say_their_precision():
+    from portanet import bench
+    report = bench.run(["cpu", "opencl:pocl"], ["mlp-small"], peer=False,
+                       progress=lambda line: None, precisions=["fp32", "tf32"])
+    rows = {(r["device"], r["precision"]): r for r in report["results"]}
+    assert rows["cpu", "fp32"]["status"] == rows["cpu", "tf32"]["status"] == "ok"
+    assert "tf32" in report["devices"]["cpu"]["precisions"]
+    if report["devices"]["opencl:pocl"]["status"] == "ok":
+        assert rows["opencl:pocl", "fp32"]["status"] == "ok"
+        assert "PrecisionError" in rows["opencl:pocl", "tf32"]["error"]
+    assert "tf32 mlp-small" in bench.table(report)
