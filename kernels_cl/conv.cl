@@ -71,10 +71,10 @@ KERNEL void conv_direct(GLOBAL real* z, const int z_off, GLOBAL real* a, const i
             for (int kj = 0; kj < k; ++kj) {
                 const int wc = ow * stride - pad + kj;
                 if (wc < 0 || wc >= W) continue;
-                const real v = x[x_off + ((c * H + h) * W + wc) * N + n];
+                const real v = OPERAND(x[x_off + ((c * H + h) * W + wc) * N + n]);
                 const int r = (c * k + ki) * k + kj;
                 for (int f = 0; f < DIRECT_F; ++f)
-                    if (f0 + f < F) acc[f] += w[w_off + (f0 + f) * rows + r] * v;
+                    if (f0 + f < F) acc[f] += OPERAND(w[w_off + (f0 + f) * rows + r]) * v;
             }
         }
     for (int f = 0; f < DIRECT_F && f0 + f < F; ++f) {

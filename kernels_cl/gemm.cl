@@ -384,7 +384,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
 #pragma unroll
                 for (int v = 0; v < VW; ++v) {
                     A_ELEMENT(i, k, v, ie, ke);
-                    AS(s, ke, ie) = a_next[l][v];
+                    AS(s, ke, ie) = OPERAND(a_next[l][v]);
                 }
             }
 #pragma unroll
@@ -393,7 +393,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
 #pragma unroll
                 for (int v = 0; v < VW; ++v) {
                     B_ELEMENT(k, j, v, ke, je);
-                    BS(s, ke, je) = b_next[l][v];
+                    BS(s, ke, je) = OPERAND(b_next[l][v]);
                 }
             }
             BARRIER();

@@ -42,11 +42,27 @@ typedef float4 real4;
 #define COUNT_RESET(p) atomic_store_explicit((GLOBAL atomic_int*)(p), 0, \
                                              memory_order_relaxed, memory_scope_device)
 #endif
+#define AS_BITS(x) as_uint(x)         /* a float's bits as an unsigned int, and back */
+#define AS_FLOAT(u) as_float(u)
 #define RESTRICT restrict
 #define DEVICE static            /* a helper function called by kernels */
 /* the work-group a kernel is always launched with, so the compiler can plan registers
    (CUDA: and how many of them must fit on a multiprocessor at once) */
 #define GROUP_SIZE(x, y, z, groups) __attribute__((reqd_work_group_size(x, y, z)))
+
+/* a matrix product's input as a tf32 backend multiplies it (TF32 1, float only): rounded
+   to TF32, 10 bits of mantissa, to nearest with ties to even (as cuBLAS's TF32 and the
+   NumPy reference round), inf and NaN as they are; else the input itself */
+#if TF32
+DEVICE real operand(const real x) {
+    const unsigned int u = AS_BITS(x);
+    return (u & 0x7F800000u) == 0x7F800000u ? x
+                                            : AS_FLOAT((u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu);
+}
+#define OPERAND(x) operand(x)
+#else
+#define OPERAND(x) x                  /* (the token itself: fp32 kernels unchanged) */
+#endif
 
 /* whether x takes best's place in an argmax scan (argmax, maxpool): it is larger, or it
    is the first NaN. NumPy's argmax and max, the reference, rank NaN above every number. */

@@ -2,11 +2,12 @@
 each precision gets, and every device's products in tf32 against the emulating reference.
 
 Tolerances per precision (normwise, against a float64 product of the same inputs):
-- fp32 kernels: F32 (conftest).
-- tf32 kernels that round their inputs as the reference does (ours, mma.cu): F32 against
-  the product of the rounded inputs; the tf32 rounding itself then costs nothing extra.
-- tf32 kernels of a vendor (cuBLAS), which may round otherwise (truncate): TF32 against
-  that product, four units of TF32 rounding (two inputs, either way).
+- fp32: F32 (conftest).
+- tf32: F32 against the product of the inputs rounded to TF32. Every product of a tf32
+  backend rounds its inputs as the reference does (to nearest, ties to even): cuBLAS's
+  TF32 (measured: bench/README.md), mma.cu, and our FFMA kernels and conv_direct through
+  prelude.h's OPERAND. TF32 (four units of TF32 rounding) bounds how far that product is
+  from float32's.
 """
 import math
 
@@ -147,12 +148,12 @@ GEMM_SHAPES = [(1, 1, 1), (7, 129, 1000), (129, 7, 1), (33, 65, 17), (130, 257, 
 
 
 def gemm_paths(bk):
-    """Each of the backend's tf32 GEMM paths, with the tolerance against the product of the
-    rounded inputs: own (on CUDA our tensor-core kernel) rounds as the reference does."""
+    """Each of the backend's tf32 GEMM paths (own: on CUDA our tensor-core kernel; auto may
+    take our FFMA tilings, which round their inputs too), with the tolerance against the
+    product of the rounded inputs."""
     if bk.kind == "cpu":
         return [("reference", F32)]
-    own = [("own", F32)]
-    return own + ([("vendor", TF32), ("auto", TF32)] if bk.vendor_gemm else [])
+    return [(path, F32) for path in (["own", "vendor", "auto"] if bk.vendor_gemm else ["own"])]
 
 
 @pytest.mark.parametrize("m,n,k", GEMM_SHAPES)
@@ -216,6 +217,32 @@ def test_dense_in_tf32(device_name, rng, kind, monkeypatch):
         assert rel_err(bk.download(A), a_ref) < max(tol, 2 * F32), path
 
 
+@pytest.mark.parametrize("path", ["implicit", "direct", "im2col"])
+def test_convolution_in_tf32(device_name, rng, path, monkeypatch):
+    """A convolution's three products on each of its paths, against the reference's."""
+    bk, ref_bk = tf32_backend(device_name), pn.device("cpu", precision="tf32")
+    C, H, W, N, F, k = 3, 11, 9, 6, 10, 3
+    x = rng.standard_normal((C, H, W, N)).astype(np.float32)
+    w = rng.standard_normal((F, C * k * k)).astype(np.float32)
+    b = rng.standard_normal(F).astype(np.float32)
+    dz = rng.standard_normal((F, H, W, N)).astype(np.float32)
+    ref = {"z": np.zeros((F, H, W, N), np.float32), "a": np.zeros((F, H, W, N), np.float32),
+           "gw": np.zeros_like(w), "dx": np.zeros_like(x)}
+    ref_bk.conv("relu", w, x, b, ref["z"], ref["a"], k, 1, 1)
+    ref_bk.conv_weight_grad(1.0, dz, x, 0.0, ref["gw"], k, 1, 1)
+    ref_bk.conv_input_grad(ref["dx"], w, dz, k, 1, 1)
+    if bk.kind != "cpu":
+        monkeypatch.setattr(bk, "conv_path", path)
+    ws = bk.zeros(C * k * k * H * W * N)
+    got = {name: bk.zeros(r.shape) for name, r in ref.items()}
+    X, Wt, DZ = bk.upload(x), bk.upload(w), bk.upload(dz)
+    bk.conv("relu", Wt, X, bk.upload(b), got["z"], got["a"], k, 1, 1, ws)
+    bk.conv_weight_grad(1.0, DZ, X, 0.0, got["gw"], k, 1, 1, ws)
+    bk.conv_input_grad(got["dx"], Wt, DZ, k, 1, 1, ws)
+    for name, r in ref.items():
+        assert rel_err(bk.download(got[name]), r) < 2 * F32, (path, name)
+
+
 def test_training_in_tf32_follows_fp32_closely(device_name, rng):
     """Same seed, same batches: tf32's losses stay near fp32's, and are not fp32's."""
     bk = tf32_backend(device_name)
@@ -228,8 +255,7 @@ def test_training_in_tf32_follows_fp32_closely(device_name, rng):
                                              optimizer=pn.SGD(0.05, 0.9))["loss"]
     fp32, tf32 = np.array(histories["fp32"]), np.array(histories["tf32"])
     assert np.all(np.abs(tf32 - fp32) < 1e-2 * fp32)
-    if bk.kind == "cpu" or bk.gemm_path == "own":
-        assert not np.array_equal(tf32, fp32)
+    assert not np.array_equal(tf32, fp32)           # every product rounds, whatever its path
 
 
 # -- the command line and the bench ---------------------------------------------------------

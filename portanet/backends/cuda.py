@@ -140,6 +140,8 @@ class CudaBackend(KernelBackend):
         self.arch = f"sm_{cc[0]}{cc[1]}"
         real = "double" if self.dtype == np.float64 else "float"
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
+        if self.precision == "tf32":        # every product's inputs rounded (prelude.h's OPERAND)
+            self.options.append("-DTF32=1")
         attrs = self.device.get_attributes()
         self.compute_units = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self.finish_options = []            # __threadfence orders split K's parts (gemm.cu)
