@@ -15,6 +15,9 @@
    Compile-time: TRANS_A, TRANS_B (as gemm.cu's); MIN_BLOCKS, the blocks a multiprocessor
    must hold at once (2 caps registers at 128, with a few spilled; 1 lets it take 201);
    VEC, 16-byte copies (where the operands' rows and offsets are whole 4s). */
+#ifndef TF32
+#define TF32 1                  /* prelude.h's operand(): TF32 rounding */
+#endif
 #include "prelude.h"
 
 #ifndef TRANS_A
@@ -27,7 +30,7 @@
 #define MIN_BLOCKS 1
 #endif
 #ifndef VEC
-#define VEC 1
+#define VEC 0
 #endif
 
 
@@ -56,22 +59,21 @@
 #define B_COLS (BN + 8)
 #define BS(kk, j) tf32_bits(bs[(kk) * B_COLS + (j)])
 #endif
-/* elements of each operand's tile that one thread copies per step */
+/* elements of each operand's tile that one thread copies per step (a's tile and b's are
+   alike: BM = BN) */
 #define LOADS (BM * BK / THREADS)
+static_assert(BM == BN && LOADS % 4 == 0, "fetch copies BM x BK and BK x BN tiles alike");
 
 /* x rounded to TF32, to nearest with ties to even (as cuBLAS's TF32 rounds, measured on
    an H100, and the NumPy reference), as the bits mma.sync reads (it ignores the low 13):
-   Hopper's cvt.rn, else the same in integer arithmetic (inf and NaN as they are) */
+   Hopper's cvt.rn, else prelude.h's operand() */
 DEVICE unsigned tf32_bits(float x) {
 #if __CUDA_ARCH__ >= 900
     unsigned r;
     asm("cvt.rn.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
     return r;
 #else
-    unsigned u = __float_as_uint(x);
-    if ((u & 0x7F800000u) == 0x7F800000u)
-        return u;
-    return (u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu;
+    return AS_BITS(operand(x));
 #endif
 }
 

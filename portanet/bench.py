@@ -21,7 +21,7 @@ from .layers import Dense
 from .network import Sequential
 from .optim import SGD
 
-SCHEMA = "portanet-bench-1"
+SCHEMA = "portanet-bench-2"          # 2: rows have a precision; peak_gflops by precision
 # training steps (ours and PyTorch's) are timed in samples of at least this long (measure)
 STEP_SAMPLE_S = 0.005
 MAX_INNER = 200
@@ -372,34 +372,40 @@ def run(devices=None, workloads=None, peer=True, progress=print, precisions=()):
     report = {"schema": SCHEMA, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "environment": environment(), "devices": {}, "results": []}
     for spec in devices:
-        try:
-            bk = backends.device(spec)
-            info = {k: v for k, v in bk.info().items() if k != "gemm_params"}
-            report["devices"][spec] = {**info, "gemm_path": bk.gemm_path,
-                                       "precisions": list(bk.precisions), "status": "ok"}
-        except Exception as e:
-            report["devices"][spec] = {"status": "failed", "error": _error(e)}
-            for w in workloads:
-                report["results"].append(_row(w, "-", spec, error=report["devices"][spec]["error"]))
-            progress(f"{spec}: failed: {e}")
-            continue
         for precision in precisions:
             try:
                 bk = backends.device(spec, precision=precision)
-            except PortanetError as e:
-                for w in workloads:
-                    report["results"].append(_row(w, "-", spec, error=_error(e),
-                                                  precision=precision))
+            except Exception as e:
+                error = _error(e)
+                report["results"] += [_row(w, "-", spec, error=error, precision=precision)
+                                      for w in workloads]
                 progress(f"{spec} {precision}: failed: {e}")
                 continue
+            if spec not in report["devices"] or report["devices"][spec]["status"] != "ok":
+                info = {k: v for k, v in bk.info().items() if k != "gemm_params"}
+                report["devices"][spec] = {**info, "gemm_path": bk.gemm_path,
+                                           "precisions": list(bk.precisions), "status": "ok"}
             report["results"] += _device_rows(bk, spec, workloads, peer, progress)
-        peak = max((r.get("gflops") or 0 for r in report["results"]
-                    if r["device"] == spec and r["workload"] == "gemm"), default=0)
-        report["devices"][spec]["peak_gflops"] = peak or None
-        for r in report["results"]:
-            if r["device"] == spec and r["workload"] in GEMM_BOUND and r.get("gflops") and peak:
-                r["fraction_of_peak"] = r["gflops"] / peak
+        if spec not in report["devices"]:
+            report["devices"][spec] = {"status": "failed", "error": next(
+                r["error"] for r in report["results"] if r["device"] == spec)}
+        _shares_of_peak(report, spec)
     return report
+
+
+def _shares_of_peak(report, spec):
+    """Each GEMM-bound row's rate as a share of the fastest GEMM measured on its device in
+    its precision in this run; the device's peak_gflops by precision."""
+    peaks = {}
+    for r in report["results"]:
+        if r["device"] == spec and r["workload"] == "gemm" and r.get("gflops"):
+            peaks[r["precision"]] = max(peaks.get(r["precision"], 0), r["gflops"])
+    if report["devices"][spec]["status"] == "ok":
+        report["devices"][spec]["peak_gflops"] = peaks or None
+    for r in report["results"]:
+        peak = peaks.get(r["precision"])
+        if r["device"] == spec and r["workload"] in GEMM_BOUND and r.get("gflops") and peak:
+            r["fraction_of_peak"] = r["gflops"] / peak
 
 
 def _device_rows(bk, spec, workloads, peer, progress):
@@ -457,7 +463,7 @@ def run_distributed(workloads=None, progress=print):
     if not workloads:
         raise PortanetError(f"--distributed times training steps: give a workload among "
                             f"{', '.join(sorted(STEPS))}")
-    bk = backends.device()
+    bk = backends.device(precision=precision_module.default(None, np.float32))
     report = {"schema": SCHEMA, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
               "environment": environment(), "distributed": group.describe(),
               "devices": {bk.name: {k: v for k, v in bk.info().items() if k != "gemm_params"}},
@@ -522,9 +528,9 @@ def _line(r):
 
 def table(report):
     """The report as a text table."""
-    head = (f"{'device':12s} {'prec':4s} {'workload':12s} {'case':22s} {'gemm':9s} {'median ms':>10s} "
-            f"{'min':>9s} {'max':>9s} {'throughput':>18s} {'%best':>6s} {'peak MiB':>9s} "
-            f"{'torch ms':>9s} {'ratio':>6s} {'graph ms':>9s} {'ratio':>6s}")
+    head = (f"{'device':12s} {'prec':4s} {'workload':12s} {'case':22s} {'gemm':9s} "
+            f"{'median ms':>10s} {'min':>9s} {'max':>9s} {'throughput':>18s} {'%best':>6s} "
+            f"{'peak MiB':>9s} {'torch ms':>9s} {'ratio':>6s} {'graph ms':>9s} {'ratio':>6s}")
     lines = [head, "-" * len(head)]
     for r in report["results"]:
         if r["status"] != "ok":
@@ -550,7 +556,8 @@ def table(report):
     for device, reason in notes.items():
         lines.append(f"torch column for {device}: {reason}")
     lines.append("%best: GFLOP/s as a share of the fastest GEMM measured on the same device in "
-                 "this run (not the hardware's peak); peak MiB: device memory at the case's peak")
+                 "this run, in the row's precision (not the hardware's peak); peak MiB: "
+                 "device memory at the case's peak")
     return "\n".join(lines)
 
 

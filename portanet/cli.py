@@ -6,7 +6,8 @@ import time
 
 import click
 
-from . import backends, checkpoint as files, config, data, models, optim, schedules
+from . import backends, checkpoint as files, data, models, optim, schedules
+from .precision import default as default_precision
 from .errors import PortanetError
 
 CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
@@ -104,9 +105,8 @@ def _check_devices(specs):
 @click.option("--device", default=None, help="cpu, opencl, opencl:P, opencl:P:D, cuda, cuda:N "
               "(default: $PORTANET_DEVICE, else cpu)")
 @click.option("--precision", default=None,
-              help="fp32, tf32, bf16 or fp16: what the matrix products and activations round "
-                   "to (default: $PORTANET_PRECISION, else fp32); `portanet devices` lists "
-                   "each device's")
+              help="fp32 or tf32: what the matrix products round to (default: "
+                   "$PORTANET_PRECISION, else fp32); `portanet devices` lists each device's")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(1), default=None,
               help="train on the first N training samples only (quick runs)")
@@ -136,8 +136,8 @@ def _check_devices(specs):
               help="with --distributed: give each rank a share of the global batch "
                    "proportional to its measured step rate")
 def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum, nesterov,
-          weight_decay, device, precision, seed, limit, test_limit, validation_split, save, checkpoint,
-          resume, plot_path, plan, download, as_json, dist, balance):
+          weight_decay, device, precision, seed, limit, test_limit, validation_split, save,
+          checkpoint, resume, plot_path, plan, download, as_json, dist, balance):
     """Train a network and report test accuracy."""
     from . import distributed
     if balance and not dist:
@@ -267,9 +267,8 @@ class Progress:
               help="draw time per workload per device to this PNG (needs matplotlib)")
 @click.option("--no-torch", is_flag=True, help="skip the PyTorch peer column")
 @click.option("--precision", "precisions", multiple=True,
-              help="fp32, tf32, bf16 or fp16; repeat for several (default: "
-                   "$PORTANET_PRECISION, else fp32). PyTorch's peer rows compute alike (TF32 "
-                   "allowed, autocast)")
+              help="fp32 or tf32; repeat for several (default: $PORTANET_PRECISION, else "
+                   "fp32). PyTorch's peer rows compute alike (TF32 allowed)")
 @click.option("--distributed", "dist", is_flag=True,
               help="under mpiexec: each rank times the training steps on its device alone "
                    "and averaged over the ranks (throughput, scaling efficiency); rank 0 "
@@ -278,9 +277,10 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
     """Time the same workloads on every device, beside PyTorch where it is importable."""
     from . import bench as bench_module, distributed
     if dist:
-        if devices or plot_path:
+        if devices or plot_path or precisions:
             raise click.UsageError("--distributed takes each rank's device from "
-                                   "PORTANET_DEVICE, and draws no plot")
+                                   "PORTANET_DEVICE and its precision from "
+                                   "PORTANET_PRECISION, and draws no plot")
         try:
             report = bench_module.run_distributed(workloads, progress=click.echo)
             if json_path and distributed.leader():
@@ -320,7 +320,7 @@ def profile(workload, device, batch_size, precision, json_path):
     import numpy as np
     from . import bench as bench_module, profiler
     try:
-        bk = backends.device(device, precision=precision or config.precision())
+        bk = backends.device(device, precision=default_precision(precision, "float32"))
         net, step = bench_module.training_step(workload, bk, batch_size,
                                                np.random.default_rng(0), eager=True)
         report = profiler.profile(bk, step, warmup_seconds=0.5)

@@ -10,7 +10,8 @@ LOCAL_RANK, WORLD_SIZE  a launcher's (torchrun's) numbers of a distributed job's
 PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the path
                  measured fastest on the device; likewise whether gemv splits few long
                  rows into pieces), vendor (CLBlast / cuBLAS) or own (portanet's tiled
-                 kernels; gemv one work-group per row)
+                 kernels, on a tf32 CUDA backend its tensor-core GEMM, mma.cu; gemv one
+                 work-group per row)
 PORTANET_CONV    convolution path on GPU backends: auto (the default: each shape to the
                  path measured fastest), implicit (our GEMM gathering patches), direct
                  (short patches only) or im2col (patch matrices and the vendor's GEMM, where

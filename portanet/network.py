@@ -10,6 +10,7 @@ training allocates nothing.
 """
 import numpy as np
 
+from . import precision as precisions
 from . import (backends, config, distributed, dlpack, layers as layer_module, losses, saving,
                training)
 from .errors import InputError, OutOfMemoryError, ShapeError, check_count
@@ -68,10 +69,10 @@ class Sequential:
         self.input_shape = _input_shape(input_shape)
         self.loss = losses.get(loss)
         self.seed = check_count("seed", seed, 0)
-        # precision: fp32, tf32, bf16 or fp16 (portanet/precision.py); None: a backend's
-        # own, else PORTANET_PRECISION, else fp32 (fp64 for float64)
-        if precision is None and not isinstance(device, backends.Backend):
-            precision = config.precision()
+        # precision: fp32 or tf32 (portanet/precision.py); None: a backend's own, else
+        # PORTANET_PRECISION for float32, else fp32 (fp64 for float64)
+        if not isinstance(device, backends.Backend):
+            precision = precisions.default(precision, dtype)
         self.backend = backends.device(device, dtype, precision)
         shape = self.input_shape
         for layer in self.layers:

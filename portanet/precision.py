@@ -1,25 +1,27 @@
 """Precisions: how much of a float32 network's arithmetic may round below float32.
 
     fp32   float32 storage and arithmetic (the default)
-    tf32   float32 storage; matrix products on tensor cores in TF32: each input rounded
-           to 10 bits of mantissa (float32's exponent), products summed in float32
-    bf16   16-bit activations and GEMM inputs (8 bits of mantissa), float32 sums, master
-           weights and optimizer state
-    fp16   the same in IEEE half (11 bits of mantissa, exponent to 2^15), with dynamic loss
-           scaling
+    tf32   float32 storage; every matrix product with each input rounded to TF32 (10 stored
+           bits of mantissa, float32's exponent), products summed in float32
+    bf16   16-bit activations and GEMM inputs (7 stored bits of mantissa), float32 sums,
+           master weights and optimizer state: not built yet
+    fp16   the same in IEEE half (10 stored bits, exponent to 2^15), with dynamic loss
+           scaling: not built yet
     fp64   float64 networks (dtype="float64"): their one precision
 
 A backend is made per device, dtype and precision (backends.device), and says which
-precisions it computes (`Backend.precisions`); the NumPy reference emulates each one by
-rounding where the kernels round (`round_to`), so that tests compare like with like.
+precisions it computes (`Backend.precisions`); the NumPy reference emulates them by
+rounding where the kernels round (`round_to`; tf32 so far), so that tests compare like
+with like. `round_to` knows bf16 and fp16 already.
 """
 from collections import namedtuple
 
 import numpy as np
 
+from . import config
 from .errors import InputError
 
-Precision = namedtuple("Precision", "name mantissa what")
+Precision = namedtuple("Precision", "name mantissa what")       # mantissa: stored bits
 
 PRECISIONS = {p.name: p for p in (
     Precision("fp32", 23, "float32 storage and arithmetic"),
@@ -43,7 +45,7 @@ def resolve(precision, dtype):
     name = str(precision).strip().lower() if isinstance(precision, str) else precision
     if name not in PRECISIONS:
         raise InputError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}: "
-                         f"use fp32 (the default), tf32, bf16 or fp16")
+                         f"use fp32 (the default) or tf32 (bf16 and fp16 are not built yet)")
     if (name == "fp64") != (dtype == np.float64):
         fix = ("give dtype='float64' for fp64" if name == "fp64" else
                "float64 networks compute in fp64 only: give dtype='float32' to use " + name)
@@ -51,11 +53,24 @@ def resolve(precision, dtype):
     return name
 
 
+def default(precision, dtype):
+    """The precision a network or a bench of `dtype` computes in: the one given, else
+    PORTANET_PRECISION for float32 (a float64 network is fp64 whatever it says), else None
+    (resolve's default)."""
+    if precision is None and np.dtype(dtype) == np.float32:
+        return config.precision()
+    return precision
+
+
 def round_to(x, precision):
     """x (a float32 array) rounded to `precision`'s mantissa, to nearest with ties to even,
     as float32: what a tensor core multiplies. fp32 and fp64: x itself."""
+    if precision not in PRECISIONS:
+        raise InputError(f"round_to: unknown precision {precision!r}")
     if precision in ("fp32", "fp64"):
         return x
+    if np.asarray(x).dtype != np.float32:   # a float64 input would be rounded twice
+        raise InputError(f"round_to takes float32 arrays, not {np.asarray(x).dtype}")
     if precision == "fp16":
         return x.astype(np.float16).astype(np.float32)
     drop = 23 - PRECISIONS[precision].mantissa          # low bits of float32's mantissa

@@ -6,7 +6,7 @@ architecture it declares before anything is allocated or written: the layers mus
 ones portanet has, with valid arguments; the tensors exactly the parameters those layers
 have, of their shapes, real and finite; their bytes within the device's memory.
 """
-from . import checkpoint, config, layers as layer_module
+from . import checkpoint, layers as layer_module, precision as precisions
 from .errors import InputError, ModelFileError, ShapeError
 
 
@@ -79,12 +79,13 @@ def _check_same(net, f, path):
 
 def load(path, device=None, dtype="float32", precision=None):
     """A network rebuilt from a file written by Sequential.save, on any device, in any
-    precision it computes (None: PORTANET_PRECISION, else fp32): the file holds float32
-    weights whatever the precision they were trained in, as PyTorch's state dicts do."""
+    precision it computes (None: a Backend's own, else PORTANET_PRECISION, else fp32): the
+    file holds float32 weights whatever the precision they were trained in, as PyTorch's
+    state dicts do."""
     from .network import Sequential
     from .backends import Backend, device as get_device
-    if precision is None and not isinstance(device, Backend):
-        precision = config.precision()
+    if not isinstance(device, Backend):
+        precision = precisions.default(precision, dtype)
     backend = get_device(device, dtype, precision)
     with checkpoint.read(path, max_bytes=_cap(backend)) as f:
         arch = _architecture(f.architecture, path)

@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from portanet import bench
 from portanet.cli import main
 
-ROW_KEYS = {"workload": str, "case": str, "device": str, "status": str,
+ROW_KEYS = {"workload": str, "case": str, "device": str, "precision": str, "status": str,
             "error": (str, type(None)), "median_s": (float, type(None)),
             "min_s": (float, type(None)), "max_s": (float, type(None)), "repeats": int,
             "inner": int,
@@ -36,7 +36,7 @@ def test_json_schema_and_failed_devices(tmp_path, monkeypatch):
     assert report["schema"] == bench.SCHEMA
     assert {"python", "numpy", "portanet", "platform"} <= set(report["environment"])
     assert report["devices"]["cpu"]["status"] == "ok"
-    assert report["devices"]["cpu"]["peak_gflops"] > 0
+    assert report["devices"]["cpu"]["peak_gflops"]["fp32"] > 0
     assert report["devices"]["cuda:7"]["status"] == "failed"
     for row in report["results"]:
         for key, kind in ROW_KEYS.items():

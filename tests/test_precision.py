@@ -60,7 +60,13 @@ def test_round_to_is_within_half_a_unit_and_idempotent(name, rng):
     assert np.array_equal(round_to(r, name), r)
     mantissa = precision.PRECISIONS[name].mantissa
     assert not (r.view(np.uint32) & np.uint32((1 << (23 - mantissa)) - 1)).any()
-    assert np.array_equal(round_to(x, "fp32"), x)
+
+
+def test_round_to_refuses_what_it_would_round_twice():
+    with pytest.raises(InputError, match="float32 arrays, not float64"):
+        round_to(np.ones(3), "tf32")                # float64: rounded to float32 first
+    with pytest.raises(InputError, match="unknown precision 'tf31'"):
+        round_to(np.ones(3, np.float32), "tf31")
 
 
 # -- choosing a precision -----------------------------------------------------------------
@@ -96,6 +102,17 @@ def test_a_device_without_the_precision_says_what_it_has():
         with pytest.raises(PrecisionError, match=r"OpenCL\) does not compute in tf32: it "
                                                  r"has fp32; tf32 runs on CUDA devices"):
             pn.device(spec, precision="tf32")
+
+
+def test_float64_networks_are_fp64_whatever_the_variable_says(monkeypatch, tmp_path):
+    monkeypatch.setenv("PORTANET_PRECISION", "tf32")
+    net = pn.mlp((4,), 3, hidden=(5,), device="cpu", dtype="float64")
+    assert net.backend.precision == "fp64"
+    net.save(tmp_path / "n.safetensors")
+    assert pn.load(tmp_path / "n.safetensors", device="cpu",
+                   dtype="float64").backend.precision == "fp64"
+    with pytest.raises(InputError, match="float64 networks compute in fp64 only"):
+        pn.mlp((4,), 3, device="cpu", dtype="float64", precision="tf32")
 
 
 def test_networks_take_the_precision_or_the_variable(monkeypatch):
@@ -186,23 +203,47 @@ def test_gemm_in_tf32(device_name, rng, m, n, k, trans_a, trans_b, monkeypatch):
             assert err < F32, path
 
 
-def test_gemm_in_tf32_on_views(device_name, rng, monkeypatch):
-    """Operands at odd offsets inside one buffer, c between them: nothing else written."""
+@pytest.mark.parametrize("m,n,k,offsets", [(37, 41, 53, (3, 5001, 2999)),
+                                            (36, 44, 52, (4, 5004, 3000))])   # 16-byte copies
+def test_gemm_in_tf32_on_views(device_name, rng, m, n, k, offsets, monkeypatch):
+    """Operands at offsets inside one buffer, c between them: nothing else written."""
     bk = tf32_backend(device_name)
-    m, n, k = 37, 41, 53
     host = rng.standard_normal(10000).astype(np.float32)
     big = bk.upload(host)
-    a, b, c = bk.view(big, (m, k), 3), bk.view(big, (k, n), 5001), bk.view(big, (m, n), 2999)
-    ref = (round_to(host[3:3 + m * k], "tf32").astype(np.float64).reshape(m, k)
-           @ round_to(host[5001:5001 + k * n], "tf32").reshape(k, n))
+    (oa, ob, oc) = offsets
+    a, b, c = bk.view(big, (m, k), oa), bk.view(big, (k, n), ob), bk.view(big, (m, n), oc)
+    ref = (round_to(host[oa:oa + m * k], "tf32").astype(np.float64).reshape(m, k)
+           @ round_to(host[ob:ob + k * n], "tf32").reshape(k, n))
     for path, _ in gemm_paths(bk):
         if bk.kind != "cpu":
             monkeypatch.setattr(bk, "gemm_path", path)
+            monkeypatch.setattr(bk, "_routes", {})
         bk.gemm(1.0, a, b, 0.0, c)
         assert rel_err(bk.download(c), ref) < F32, path
     rest = bk.download(big)
-    rest[2999:2999 + m * n] = host[2999:2999 + m * n]
+    rest[oc:oc + m * n] = host[oc:oc + m * n]
     assert np.array_equal(rest, host), "gemm wrote outside its view"
+
+
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_every_tf32_path_rounds_ties_to_even(device_name, rng, trans_a, monkeypatch):
+    """a times the identity is a rounded to TF32, exactly: values half a unit and a little
+    more or less above TF32's grid (ties go to the even neighbour), on every path."""
+    bk = tf32_backend(device_name)
+    n = 256
+    units = 1024 + rng.integers(0, 1024, (n, n))          # TF32's grid: 11 significant bits
+    nudge = rng.choice([0.5, 0.5, 0.25, 0.75, 0.5 + 2 ** -12, 0.5 - 2 ** -12], (n, n))
+    scale = 2.0 ** rng.integers(-18, -2, (n, n)) * rng.choice([-1, 1], (n, n))
+    a = ((units + nudge) * scale).astype(np.float32)      # exact: 23 significant bits
+    want = round_to(a, "tf32")
+    eye = np.eye(n, dtype=np.float32)
+    for path, _ in gemm_paths(bk):
+        if bk.kind != "cpu":
+            monkeypatch.setattr(bk, "gemm_path", path)
+            monkeypatch.setattr(bk, "_routes", {})
+        c = bk.zeros((n, n))
+        bk.gemm(1.0, bk.upload(a.T.copy() if trans_a else a), bk.upload(eye), 0.0, c, trans_a)
+        assert np.array_equal(bk.download(c), want), path
 
 
 @pytest.mark.parametrize("kind", ["relu", "sigmoid", "softmax"])

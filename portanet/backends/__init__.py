@@ -39,9 +39,10 @@ def device(spec=None, dtype=np.float32, precision=None):
     dtype and precision, so layers built on the same device share a context. A precision
     the device does not compute is a DeviceError naming those it does."""
     if isinstance(spec, Backend):
-        if precision is not None and precisions.resolve(precision, spec.dtype) != spec.precision:
-            raise PrecisionError(f"{spec.name} was made for {spec.precision}, not {precision}: "
-                              f"give the device string to get its {precision} backend")
+        wanted = spec.precision if precision is None else precisions.resolve(precision, spec.dtype)
+        if wanted != spec.precision:
+            raise PrecisionError(f"{spec.name} was made for {spec.precision}, not {wanted}: "
+                                 f"give the device string to get its {wanted} backend")
         return spec
     precision = precisions.resolve(precision, dtype)
     origin = None                   # names the variable when the string came from it

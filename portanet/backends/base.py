@@ -96,7 +96,9 @@ class Backend:
         return self.kind
 
     def precision_hint(self):
-        """Why the device lacks the precisions it lacks, and where to find them."""
+        """Why the device lacks its precision (self.precision), and where to find it."""
+        if self.precision in ("bf16", "fp16"):
+            return f"; {self.precision} is not built yet on any device"
         return ""
 
     # -- accounting, shared by every backend ---------------------------------------------

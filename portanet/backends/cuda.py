@@ -172,8 +172,9 @@ class CudaBackend(KernelBackend):
         return f"{self.device.name()}, compute capability {cc[0]}.{cc[1]}"
 
     def precision_hint(self):
-        return ("; TF32 needs compute capability 8.0 (Ampere) or newer"
-                if self.dtype == np.float32 else "; float64 networks compute in fp64")
+        if self.precision == "tf32":
+            return "; TF32 needs compute capability 8.0 (Ampere) or newer"
+        return super().precision_hint()
 
     @property
     def cache_dir(self):

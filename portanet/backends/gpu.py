@@ -143,6 +143,16 @@ class KernelBackend(Backend):
     #                             last part) where the device orders memory for it, or None
 
     @property
+    def _own_is_tensor(self):
+        """PORTANET_GEMM=own on a backend whose own GEMM is its tensor-core one."""
+        return self.gemm_path == "own" and self.tensor_gemm
+
+    def _gemm_tensor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, label):
+        """c <- alpha op(a) op(b) + beta c on the tensor cores, in one launch (backends
+        with tensor_gemm)."""
+        raise NotImplementedError
+
+    @property
     def finishes_splits(self):
         """Whether a split K's last part adds the parts up in the same launch (gemm.cl's
         SPLIT_K 2) here, instead of gemm_split_sum after it."""
@@ -282,7 +292,7 @@ class KernelBackend(Backend):
             tiling = self._route_tilings.get(key)
         if path == "vendor":
             self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
-        elif path == "tensor" or (path == "own" and self.tensor_gemm):
+        elif path == "tensor" or self._own_is_tensor:
             self._gemm_tensor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
         else:
             self._gemm_own(alpha, a, b, beta, c, trans_a, trans_b, m, n, k, tiling=tiling)
@@ -295,8 +305,8 @@ class KernelBackend(Backend):
         is what decides small products on some drivers (6-8 us on NVIDIA's OpenCL)."""
         check_activation(kind)
         m, n, k = check_gemm(w, x, z, False, False)
-        if kind == "softmax" or 0 in (m, n, k) or self.gemm_path == "vendor" or (
-                self.gemm_path == "own" and self.tensor_gemm):
+        if kind == "softmax" or 0 in (m, n, k) or self.gemm_path == "vendor" or \
+                self._own_is_tensor:
             super().dense(kind, w, x, b, z, a)          # gemm, then bias_activation
             return
 

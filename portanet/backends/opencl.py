@@ -417,8 +417,10 @@ class OpenCLBackend(KernelBackend):
         return f"{self.device.name.strip()}, OpenCL"
 
     def precision_hint(self):
-        return ("; tf32 runs on CUDA devices of compute capability 8.0 or newer (cuda:N), "
-                "and emulated on cpu" if self.dtype == np.float32 else "")
+        if self.precision == "tf32":
+            return ("; tf32 runs on CUDA devices of compute capability 8.0 or newer (cuda:N), "
+                    "and emulated on cpu")
+        return super().precision_hint()
 
     @functools.cached_property
     def finish_options(self):
