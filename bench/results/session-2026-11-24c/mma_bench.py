@@ -15,7 +15,8 @@ rng = np.random.default_rng(0)
 for n, trans in ((4096, (False, False)), (4096, (True, False)), (4096, (False, True)),
                  (10000, (False, False)), (1000, (False, True))):
     m = k = n
-    ha = rng.standard_normal((n, n), dtype=np.float32); hb = rng.standard_normal((n, n), dtype=np.float32)
+    ha = rng.standard_normal((n, n), dtype=np.float32)
+    hb = rng.standard_normal((n, n), dtype=np.float32)
     a, b, c = bkt.upload(ha), bkt.upload(hb), bkt.empty((n, n))
     ev = bench._cuda_events(bkt)
     flops = 2 * n ** 3
@@ -32,8 +33,11 @@ for n, trans in ((4096, (False, False)), (4096, (True, False)), (4096, (False, T
     rows["mma in ACC_K pieces (gemm path own)"] = rate(
         lambda: bkt._gemm_tensor_pieces(1.0, a, b, 0.0, c, ta, tb, m, n, k))
     got = bkt.download(c).astype(np.float64)
-    rows["cuBLAS TF32 (one call)"] = rate(lambda: bkt._gemm_vendor(1.0, a, b, 0.0, c, ta, tb, m, n, k, n))
-    rows["cuBLAS SGEMM fp32 (one call)"] = rate(lambda: bk32._gemm_vendor(1.0, a, b, 0.0, c, ta, tb, m, n, k, n))
+    rows["cuBLAS TF32 (one call)"] = rate(
+        lambda: bkt._gemm_vendor(1.0, a, b, 0.0, c, ta, tb, m, n, k, n))
+    # (timed on the tf32 backend's stream, while bk32 runs on its own: this row is void)
+    rows["cuBLAS SGEMM fp32 (one call)"] = rate(
+        lambda: bk32._gemm_vendor(1.0, a, b, 0.0, c, ta, tb, m, n, k, n))
     try:
         import torch
         A, B = torch.from_numpy(ha).cuda(), torch.from_numpy(hb).cuda()
@@ -53,7 +57,9 @@ for n, trans in ((4096, (False, False)), (4096, (True, False)), (4096, (False, T
     if n <= 4096:
         ra, rb = (ha.T if ta else ha), (hb.T if tb else hb)
         from portanet.precision import round_to
-        ref = round_to(np.ascontiguousarray(ra), "tf32").astype(np.float64) @ round_to(np.ascontiguousarray(rb), "tf32")
-        say(f"  mma pieces vs rounded-input product: rel err {np.linalg.norm(got - ref) / np.linalg.norm(ref):.2e}")
+        ref = (round_to(np.ascontiguousarray(ra), "tf32").astype(np.float64)
+               @ round_to(np.ascontiguousarray(rb), "tf32"))
+        err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+        say(f"  mma pieces vs rounded-input product: rel err {err:.2e}")
     for x in (a, b, c):
         bkt.free(x)

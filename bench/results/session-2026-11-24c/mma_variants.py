@@ -25,7 +25,8 @@ for v, what in ((1 + 3 * 2.0 ** -12, "0.75 ulp above 1"), (1 + 2.0 ** -11, "a ti
     say(f"   mma.cu: 1 + {(g - 1) * 2**10:g} ulp")
 for n, (ta, tb) in ((4096, (False, False)), (4096, (True, False)), (10000, (False, False))):
     m = k = n
-    ha = rng.standard_normal((n, n), dtype=np.float32); hb = rng.standard_normal((n, n), dtype=np.float32)
+    ha = rng.standard_normal((n, n), dtype=np.float32)
+    hb = rng.standard_normal((n, n), dtype=np.float32)
     a, b, c = bkt.upload(ha), bkt.upload(hb), bkt.empty((n, n))
     ev = bench._cuda_events(bkt)
     say(f"{'T' if ta else 'N'}{'T' if tb else 'N'} {n}^3")
