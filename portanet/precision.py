@@ -21,16 +21,11 @@ import numpy as np
 from . import config
 from .errors import InputError
 
-Precision = namedtuple("Precision", "name mantissa what")       # mantissa: stored bits
+Precision = namedtuple("Precision", "name mantissa")        # mantissa: stored bits
 
-PRECISIONS = {p.name: p for p in (
-    Precision("fp32", 23, "float32 storage and arithmetic"),
-    Precision("tf32", 10, "float32 storage, TF32 tensor-core matrix products"),
-    Precision("bf16", 7, "bfloat16 activations and matrix inputs, float32 sums and weights"),
-    Precision("fp16", 10, "half activations and matrix inputs, float32 sums and weights, "
-                          "loss scaling"),
-    Precision("fp64", 52, "float64 storage and arithmetic (dtype float64)"),
-)}
+PRECISIONS = {p.name: p for p in (Precision("fp32", 23), Precision("tf32", 10),
+                                  Precision("bf16", 7), Precision("fp16", 10),
+                                  Precision("fp64", 52))}
 
 # the relative error one rounding to the precision may make (half a unit in the last place)
 UNIT_ROUNDOFF = {name: 2.0 ** -(p.mantissa + 1) for name, p in PRECISIONS.items()}

@@ -326,7 +326,7 @@ class KernelBackend(Backend):
         if path == "auto":
             key = ("dense", m, n, k)
             path = self._routes.get(key) or self._fastest_tiling(key, m, n, k, own, vendor,
-                                                                 tensor=tensor)
+                                                                 tensor)
             tiling = self._route_tilings.get(key)
         if path == "vendor":
             vendor()
@@ -386,10 +386,10 @@ class KernelBackend(Backend):
 
         def tensor():
             self._gemm_tensor_pieces(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
-        return self._fastest_tiling((m, n, k, trans_a, trans_b), m, n, k, own, vendor,
-                                    restore=[c] if beta != 0 else [], tensor=tensor)
+        return self._fastest_tiling((m, n, k, trans_a, trans_b), m, n, k, own, vendor, tensor,
+                                    restore=[c] if beta != 0 else [])
 
-    def _fastest_tiling(self, key, m, n, k, own, vendor, restore=(), tensor=None):
+    def _fastest_tiling(self, key, m, n, k, own, vendor, tensor, restore=()):
         """The fastest of the vendor's call, own(tiling) on each of `_candidates` and, where
         the backend has one (`tensor_gemm`), tensor(): our tensor-core GEMM, measured
         (`_fastest`) and remembered: the path's name in _routes[key], its tiling in
@@ -400,7 +400,7 @@ class KernelBackend(Backend):
         if ws > m * n:
             self._split_workspace(ws)      # grown first: the trials' replays all point at it
         paths["vendor"] = vendor
-        if self.tensor_gemm and tensor is not None:
+        if self.tensor_gemm:
             paths["tensor"] = tensor
         best = self._fastest(key, paths, restore)
         if best in tilings:

@@ -40,9 +40,7 @@ class NumpyBackend(Backend):
 
     def _product(self, a, b, out=None):
         """a @ b as the device's matrix products compute it in this precision: inputs
-        rounded to it (round_to), products and sums in the dtype."""
-        if self.precision in ("fp32", "fp64"):
-            return np.matmul(a, b, out=out)
+        rounded to it (round_to: fp32 and fp64 as they are), products and sums in the dtype."""
         return np.matmul(round_to(a, self.precision), round_to(b, self.precision), out=out)
 
     # -- memory: device arrays are NumPy arrays ------------------------------------------
