@@ -62,6 +62,16 @@ KERNEL void copy(GLOBAL real* y, const int y_off, const GLOBAL real* x, const in
     if (i < n) y[y_off + i] = x[x_off + i];
 }
 
+#if HALF_OPERANDS
+/* y <- x as a bf16 or fp16 backend's vendor GEMM takes its inputs: 16 bits each
+   (prelude.h's half_bits, which rounds as our own kernels' OPERAND rounds) */
+KERNEL void half_operands(GLOBAL unsigned short* y, const int y_off, const GLOBAL real* x,
+                          const int x_off, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) y[y_off + i] = half_bits(x[x_off + i]);
+}
+#endif
+
 /* z <- z + b 1^T; a <- f(z). One work-item per element; dimension 0 runs along the batch. */
 KERNEL void bias_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
                             const GLOBAL real* b, const int b_off, const int kind,

@@ -50,16 +50,50 @@ typedef float4 real4;
    (CUDA: and how many of them must fit on a multiprocessor at once) */
 #define GROUP_SIZE(x, y, z, groups) __attribute__((reqd_work_group_size(x, y, z)))
 
-/* a matrix product's input as a tf32 backend multiplies it (TF32 1, float only): rounded
-   to TF32, 10 bits of mantissa, to nearest with ties to even (as cuBLAS's TF32 and the
-   NumPy reference round), inf and NaN as they are; else the input itself */
-#if TF32
+/* a matrix product's input as a backend of a lower precision multiplies it (float only,
+   portanet/precision.py): rounded to OPERAND_BITS bits of mantissa (tf32 and fp16 10, bf16
+   7), to nearest with ties to even (as cuBLAS's TF32 and the NumPy reference round), inf
+   and NaN as they are; with OPERAND_HALF (fp16) also to IEEE half's range: from 65520 up
+   inf, below 2^-14 a multiple of 2^-24. Else OPERAND(x) is the input itself. */
+#if OPERAND_BITS
+#define OPERAND_DROP (23 - OPERAND_BITS)     /* float32 mantissa bits that go */
 DEVICE real operand(const real x) {
     const unsigned int u = AS_BITS(x);
-    return (u & 0x7F800000u) == 0x7F800000u ? x
-                                            : AS_FLOAT((u + 0xFFFu + ((u >> 13) & 1u)) & ~0x1FFFu);
+    if ((u & 0x7F800000u) == 0x7F800000u) return x;
+#if OPERAND_HALF
+    const unsigned int mag = u & 0x7FFFFFFFu, sign = u & 0x80000000u;
+    if (mag >= 0x477FF000u) return AS_FLOAT(sign | 0x7F800000u);
+    if (mag < 0x38800000u) {                    /* half's subnormals: the ulp is 2^-24 */
+        const int drop = 126 - (int)(mag >> 23);
+        if (drop > 24) return AS_FLOAT(sign);   /* under half of 2^-24: a signed zero */
+        const unsigned int m = (mag & 0x7FFFFFu) | 0x800000u;
+        const unsigned int q = (m + (1u << (drop - 1)) - 1u + ((m >> drop) & 1u)) >> drop;
+        return AS_FLOAT(sign | AS_BITS((real)q * 5.9604644775390625e-8f));
+    }
+#endif
+    const unsigned int tie = 1u << (OPERAND_DROP - 1);      /* half a unit of the result */
+    return AS_FLOAT((u + tie - 1u + ((u >> OPERAND_DROP) & 1u)) & ~((tie << 1) - 1u));
 }
 #define OPERAND(x) operand(x)
+
+/* x's 16 bits as a bf16 or fp16 GEMM input (OPERAND_BITS 7, or OPERAND_HALF): the bits of
+   operand(x), which the 16-bit type holds exactly; NaN stays NaN */
+#define HALF_OPERANDS (OPERAND_BITS == 7 || OPERAND_HALF)
+#if HALF_OPERANDS
+DEVICE unsigned short half_bits(const real x) {
+    const unsigned int u = AS_BITS(operand(x));
+    const unsigned int sign = (u >> 16) & 0x8000u, mag = u & 0x7FFFFFFFu;
+#if OPERAND_HALF
+    if (mag > 0x7F800000u) return (unsigned short)(sign | 0x7E00u);
+    if (mag == 0x7F800000u) return (unsigned short)(sign | 0x7C00u);
+    if (mag < 0x38800000u)                      /* a subnormal: its multiple of 2^-24 */
+        return (unsigned short)(sign | (unsigned int)(AS_FLOAT(mag) * 16777216.0f));
+    return (unsigned short)(sign | ((mag - 0x38000000u) >> 13));  /* exponent 127 -> 15 */
+#else
+    return (unsigned short)(mag > 0x7F800000u ? sign | 0x7FC0u : u >> 16);
+#endif
+}
+#endif
 #else
 #define OPERAND(x) x                  /* (the token itself: fp32 kernels unchanged) */
 #endif

@@ -15,8 +15,8 @@
    Compile-time: TRANS_A, TRANS_B (as gemm.cu's); MIN_BLOCKS, the blocks a multiprocessor
    must hold at once (2 caps registers at 128, with a few spilled; 1 lets it take 201);
    VEC, 16-byte copies (where the operands' rows and offsets are whole 4s). */
-#ifndef TF32
-#define TF32 1                  /* prelude.h's operand(): TF32 rounding */
+#ifndef OPERAND_BITS
+#define OPERAND_BITS 10         /* prelude.h's operand(): TF32 rounding */
 #endif
 #include "prelude.h"
 

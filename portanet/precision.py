@@ -3,16 +3,20 @@
     fp32   float32 storage and arithmetic (the default)
     tf32   float32 storage; every matrix product with each input rounded to TF32 (10 stored
            bits of mantissa, float32's exponent), products summed in float32
-    bf16   16-bit activations and GEMM inputs (7 stored bits of mantissa), float32 sums,
-           master weights and optimizer state: not built yet
-    fp16   the same in IEEE half (10 stored bits, exponent to 2^15), with dynamic loss
-           scaling: not built yet
+    bf16   the same with each input rounded to bfloat16 (7 stored bits, float32's
+           exponent): tensor cores at twice TF32's rate
+    fp16   the same in IEEE half (10 stored bits, and half's range: inf from 65520 up,
+           subnormal below 2^-14)
     fp64   float64 networks (dtype="float64"): their one precision
 
+Storage stays float32 in every precision so far: activations, gradients, the weights and
+the optimizer's state. Only the matrix products' inputs round (16-bit copies of them where
+a vendor GEMM reads 16-bit types); 16-bit activations are the next step
+(docs/ARCHITECTURE.md, "Precisions").
+
 A backend is made per device, dtype and precision (backends.device), and says which
-precisions it computes (`Backend.precisions`); the NumPy reference emulates them by
-rounding where the kernels round (`round_to`; tf32 so far), so that tests compare like
-with like. `round_to` knows bf16 and fp16 already.
+precisions it computes (`Backend.precisions`); the NumPy reference emulates each by
+rounding where the kernels round (`round_to`), so that tests compare like with like.
 """
 from collections import namedtuple
 
@@ -40,7 +44,7 @@ def resolve(precision, dtype):
     name = str(precision).strip().lower() if isinstance(precision, str) else precision
     if name not in PRECISIONS:
         raise InputError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}: "
-                         f"use fp32 (the default) or tf32 (bf16 and fp16 are not built yet)")
+                         f"use fp32 (the default), tf32, bf16 or fp16")
     if (name == "fp64") != (dtype == np.float64):
         fix = ("give dtype='float64' for fp64" if name == "fp64" else
                "float64 networks compute in fp64 only: give dtype='float32' to use " + name)
@@ -66,8 +70,9 @@ def round_to(x, precision):
         return x
     if np.asarray(x).dtype != np.float32:   # a float64 input would be rounded twice
         raise InputError(f"round_to takes float32 arrays, not {np.asarray(x).dtype}")
-    if precision == "fp16":
-        return x.astype(np.float16).astype(np.float32)
+    if precision == "fp16":                 # from 65520 up: inf, as the kernels round
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16).astype(np.float32)
     drop = 23 - PRECISIONS[precision].mantissa          # low bits of float32's mantissa
     bits = np.ascontiguousarray(x, np.float32).view(np.uint32)
     half = np.uint32(1 << (drop - 1))

@@ -42,8 +42,8 @@ def test_cuda_kernels_compile(family, real, tmp_path):
                 ["-DSPLIT_K=2", "-DCONV=1", "-DCONV_K=3", "-DCONV_S=1", "-DCONV_P=1",
                  "-DBIAS_ACT=1", "-DVW=4"]] \
         if family == "gemm" else [[]]
-    if real == "float":                 # a tf32 backend's build: every family, inputs rounded
-        variants.append(["-DTF32=1"])
+    if real == "float":                 # tf32, bf16, fp16 backends' builds: inputs rounded
+        variants += [gpu.operand_options(p) for p in ("tf32", "bf16", "fp16")]
     if family == "mma":                 # TF32: float only
         if real == "double":
             pytest.skip("mma.cu computes float32 products in TF32")

@@ -1,14 +1,17 @@
 """Precisions (portanet/precision.py): the rounding the reference emulates, the backends
-each precision gets, and every device's products in tf32 against the emulating reference.
+each precision gets, and every device's products in tf32, bf16 and fp16 against the
+emulating reference.
 
 Tolerances per precision (normwise, against a float64 product of the same inputs):
 - fp32: F32 (conftest).
-- tf32: F32 against the product of the inputs rounded to TF32. Every product of ours on a
-  tf32 backend rounds its inputs as the reference does (to nearest, ties to even): mma.cu,
-  our FFMA kernels and conv_direct through prelude.h's OPERAND. cuBLAS's TF32 rounds so
-  too (measured: bench/README.md), but computes degenerate products (K = 1) in float32:
-  its paths may match either product, and nothing in between. TF32 (four units of TF32
-  rounding) bounds how far the rounded product is from float32's.
+- tf32, bf16, fp16: F32 against the product of the inputs rounded to the precision (its
+  products are exact in float32 and its sums run in float32). Every product of ours rounds
+  its inputs as the reference does (to nearest, ties to even; fp16 to half's range too):
+  mma.cu, our FFMA kernels and conv_direct through prelude.h's OPERAND, the 16-bit inputs
+  of cuBLAS's bf16 and fp16 GEMMs through its half_bits. cuBLAS's TF32 rounds so too
+  (measured: bench/README.md), but computes degenerate products (K = 1) in float32: its
+  paths may match either product, and nothing in between. Four units of the precision's
+  rounding bound how far the rounded product is from float32's.
 """
 import math
 
@@ -22,14 +25,20 @@ from portanet.precision import UNIT_ROUNDOFF, round_to
 
 from conftest import F32, gemm_scale, get_backend, rel_err
 
-TF32 = 4 * UNIT_ROUNDOFF["tf32"]
+LOWER = ("tf32", "bf16", "fp16")        # the precisions below float32
 
 
-def tf32_backend(spec):
-    """The tf32 backend of the device `spec`, or a skip naming what it computes."""
+@pytest.fixture(params=LOWER)
+def lower(request):
+    return request.param
+
+
+def lower_backend(spec, name):
+    """The backend of the device `spec` in precision `name`, or a skip naming what it
+    computes."""
     get_backend(spec)
     try:
-        return pn.device(spec, precision="tf32")
+        return pn.device(spec, precision=name)
     except PrecisionError as e:
         pytest.skip(str(e))
 
@@ -92,16 +101,15 @@ def test_a_precision_that_is_not_one_is_refused(precision_name, dtype, said):
 
 
 def test_a_device_without_the_precision_says_what_it_has():
-    with pytest.raises(PrecisionError, match=r"does not compute in bf16: it has fp32, tf32"):
-        pn.device("cpu", precision="bf16")
     for spec in ("opencl:pocl", "opencl:intel"):
         try:
             pn.device(spec)
         except pn.DeviceError:
             continue
-        with pytest.raises(PrecisionError, match=r"OpenCL\) does not compute in tf32: it "
-                                                 r"has fp32; tf32 runs on CUDA devices"):
-            pn.device(spec, precision="tf32")
+        for name in LOWER:
+            with pytest.raises(PrecisionError, match=rf"OpenCL\) does not compute in {name}: "
+                                                     rf"it has fp32; {name} runs on CUDA devices"):
+                pn.device(spec, precision=name)
 
 
 def test_float64_networks_are_fp64_whatever_the_variable_says(monkeypatch, tmp_path):
@@ -130,7 +138,7 @@ def test_networks_take_the_precision_or_the_variable(monkeypatch):
 def test_devices_list_their_precisions():
     found, _ = backends.list_devices()
     assert all("precisions fp32" in description for _, description in found)
-    assert "tf32 (emulated)" in dict(found)["cpu"]
+    assert "precisions fp32, tf32, bf16, fp16 (emulated)" in dict(found)["cpu"]
 
 
 def test_a_saved_network_loads_in_another_precision(tmp_path, rng):
@@ -144,47 +152,86 @@ def test_a_saved_network_loads_in_another_precision(tmp_path, rng):
 
 # -- the reference's emulation ----------------------------------------------------------------
 
-def test_the_reference_rounds_each_products_inputs(rng):
-    """cpu tf32: a product of the inputs rounded to TF32, summed in float32; not float32's."""
+def test_the_reference_rounds_each_products_inputs(rng, lower):
+    """cpu in a lower precision: a product of the inputs rounded to it, summed in float32;
+    not float32's."""
     m, n, k = 40, 30, 500
     a, b = (rng.standard_normal(s).astype(np.float32) for s in ((m, k), (k, n)))
     exact = a.astype(np.float64) @ b
-    rounded = round_to(a, "tf32").astype(np.float64) @ round_to(b, "tf32")
+    rounded = round_to(a, lower).astype(np.float64) @ round_to(b, lower)
+    unit = UNIT_ROUNDOFF[lower]
     for trans_a, trans_b in ((False, False), (True, True)):
-        bk = pn.device("cpu", precision="tf32")
+        bk = pn.device("cpu", precision=lower)
         c = bk.zeros((m, n))
         bk.gemm(1.0, a.T.copy() if trans_a else a, b.T.copy() if trans_b else b, 0.0, c,
                 trans_a, trans_b)
         assert rel_err(c, rounded) < F32
-        assert 1e-4 < rel_err(c, exact) < TF32          # TF32's error, not float32's
+        assert unit / 10 < rel_err(c, exact) < 4 * unit    # the precision's error
 
 
-# -- the devices' tf32 products -----------------------------------------------------------------
+# -- the kernels' rounding -------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["bf16", "fp16"])
+def test_the_kernels_16_bit_inputs_are_the_references_bits(device_name, rng, name):
+    """prelude.h's half_bits (through operand(), our kernels' rounding), on any device that
+    builds our kernels in whatever precision it computes: the bits of round_to's value as
+    bfloat16 or IEEE half, for random bit patterns, numbers of every size, ties, half's
+    subnormals and its overflow to inf; NaN stays NaN."""
+    bk = get_backend(device_name)
+    if bk.kind == "cpu" or bk.dtype != np.float32:
+        pytest.skip("the reference has no kernels")
+    from portanet.backends.gpu import operand_options
+    special = np.array([0.0, 1.0, 65504, 65519.99, 65520, 65536, 1e30, 3.4028235e38, np.inf,
+                        np.nan, 2 ** -14, 2 ** -14 * (1 - 2 ** -12), 2 ** -24, 2 ** -25,
+                        2 ** -25 * 1.0001, 3 * 2 ** -25, 1 + 2 ** -8, 1 + 3 * 2 ** -8,
+                        1 + 2 ** -11, 1 + 3 * 2 ** -11, 1.4e-45], np.float32)
+    bits = rng.integers(0, 2 ** 32, 20000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    sizes = rng.standard_normal(20000) * 10.0 ** rng.uniform(-9, 6, 20000)
+    x = np.concatenate([special, -special, bits, sizes.astype(np.float32)])
+    kernel = bk._build("elementwise", "half_operands", operand_options(name))
+    out = bk.empty((x.size,), np.uint16)
+    bk._run(kernel, (x.size,), out, bk.upload(x), x.size)
+    got = bk.download(out)
+    if name == "fp16":
+        value = got.view(np.float16).astype(np.float32)
+        want = round_to(x, "fp16").astype(np.float16).view(np.uint16)
+    else:
+        value = (got.astype(np.uint32) << 16).view(np.float32)
+        want = (round_to(x, "bf16").view(np.uint32) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    assert np.isnan(value[nan]).all()
+    assert np.array_equal(got[~nan], want[~nan])
+
+
+# -- the devices' products in each precision ----------------------------------------------------
 
 GEMM_SHAPES = [(1, 1, 1), (7, 129, 1000), (129, 7, 1), (33, 65, 17), (130, 257, 129),
                (300, 260, 4500)]
 
 
 def gemm_paths(bk):
-    """Each of the backend's tf32 GEMM paths (own: on CUDA our tensor-core kernel; auto may
-    take our FFMA tilings, which round their inputs too), and whether it may compute a
-    product in float32 instead: cuBLAS's TF32 does for degenerate shapes (K = 1, measured
-    on an H100), and auto may route to it."""
+    """Each of the backend's GEMM paths in its precision (own: on CUDA in tf32 our
+    tensor-core kernel; auto may take our FFMA tilings, which round their inputs too), and
+    whether it may compute a product in float32 instead: cuBLAS's TF32 does for degenerate
+    shapes (K = 1, measured on an H100), and auto may route to it; its bf16 and fp16
+    GEMMs take inputs we rounded."""
     if bk.kind == "cpu":
         return [("reference", False)]
-    return [("own", False)] + ([("vendor", True), ("auto", True)] if bk.vendor_gemm else [])
+    tf32 = bk.precision == "tf32"
+    return [("own", False)] + ([("vendor", tf32), ("auto", tf32)] if bk.vendor_gemm else [])
 
 
 @pytest.mark.parametrize("m,n,k", GEMM_SHAPES)
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False),
                                              (True, True)])
-def test_gemm_in_tf32(device_name, rng, m, n, k, trans_a, trans_b, monkeypatch):
-    bk = tf32_backend(device_name)
+def test_gemm_in_lower_precisions(device_name, rng, lower, m, n, k, trans_a, trans_b,
+                                  monkeypatch):
+    bk = lower_backend(device_name, lower)
     a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
     c = rng.standard_normal((m, n)).astype(np.float32)
     op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
-    rounded = round_to(op_a, "tf32").astype(np.float64) @ round_to(op_b, "tf32")
+    rounded = round_to(op_a, lower).astype(np.float64) @ round_to(op_b, lower)
     exact = op_a.astype(np.float64) @ op_b
     for alpha, beta in ((1.0, 0.0), (-0.7, 0.3)):
         scale = gemm_scale(alpha, op_a, op_b, beta, c)
@@ -205,15 +252,16 @@ def test_gemm_in_tf32(device_name, rng, m, n, k, trans_a, trans_b, monkeypatch):
 
 @pytest.mark.parametrize("m,n,k,offsets", [(37, 41, 53, (3, 5001, 2999)),
                                             (36, 44, 52, (4, 5004, 3000))])   # 16-byte copies
-def test_gemm_in_tf32_on_views(device_name, rng, m, n, k, offsets, monkeypatch):
+def test_gemm_in_lower_precisions_on_views(device_name, rng, lower, m, n, k, offsets,
+                                          monkeypatch):
     """Operands at offsets inside one buffer, c between them: nothing else written."""
-    bk = tf32_backend(device_name)
+    bk = lower_backend(device_name, lower)
     host = rng.standard_normal(10000).astype(np.float32)
     big = bk.upload(host)
     (oa, ob, oc) = offsets
     a, b, c = bk.view(big, (m, k), oa), bk.view(big, (k, n), ob), bk.view(big, (m, n), oc)
-    ref = (round_to(host[oa:oa + m * k], "tf32").astype(np.float64).reshape(m, k)
-           @ round_to(host[ob:ob + k * n], "tf32").reshape(k, n))
+    ref = (round_to(host[oa:oa + m * k], lower).astype(np.float64).reshape(m, k)
+           @ round_to(host[ob:ob + k * n], lower).reshape(k, n))
     for path, _ in gemm_paths(bk):
         if bk.kind != "cpu":
             monkeypatch.setattr(bk, "gemm_path", path)
@@ -226,16 +274,19 @@ def test_gemm_in_tf32_on_views(device_name, rng, m, n, k, offsets, monkeypatch):
 
 
 @pytest.mark.parametrize("trans_a", [False, True])
-def test_every_tf32_path_rounds_ties_to_even(device_name, rng, trans_a, monkeypatch):
-    """a times the identity is a rounded to TF32, exactly: values half a unit and a little
-    more or less above TF32's grid (ties go to the even neighbour), on every path."""
-    bk = tf32_backend(device_name)
+def test_every_path_rounds_ties_to_even(device_name, rng, lower, trans_a, monkeypatch):
+    """a times the identity is a rounded to the precision, exactly: values half a unit and a
+    little more or less above its grid (ties go to the even neighbour), on every path; in
+    fp16 half's subnormals too (a multiple of 2^-24, from 2^-14 down)."""
+    bk = lower_backend(device_name, lower)
     n = 256
-    units = 1024 + rng.integers(0, 1024, (n, n))          # TF32's grid: 11 significant bits
+    grid = 2 ** precision.PRECISIONS[lower].mantissa
+    units = grid + rng.integers(0, grid, (n, n))          # the grid: mantissa + 1 bits
     nudge = rng.choice([0.5, 0.5, 0.25, 0.75, 0.5 + 2 ** -12, 0.5 - 2 ** -12], (n, n))
-    scale = 2.0 ** rng.integers(-18, -2, (n, n)) * rng.choice([-1, 1], (n, n))
-    a = ((units + nudge) * scale).astype(np.float32)      # exact: 23 significant bits
-    want = round_to(a, "tf32")
+    low = -36 if lower == "fp16" else -18                 # fp16: 2^-36 * 2^11 is subnormal
+    scale = 2.0 ** rng.integers(low, -2, (n, n)) * rng.choice([-1, 1], (n, n))
+    a = ((units + nudge) * scale).astype(np.float32)      # exact: at most 24 significant bits
+    want = round_to(a, lower)
     eye = np.eye(n, dtype=np.float32)
     for path, _ in gemm_paths(bk):
         if bk.kind != "cpu":
@@ -247,8 +298,8 @@ def test_every_tf32_path_rounds_ties_to_even(device_name, rng, trans_a, monkeypa
 
 
 @pytest.mark.parametrize("kind", ["relu", "sigmoid", "softmax"])
-def test_dense_in_tf32(device_name, rng, kind, monkeypatch):
-    bk, ref_bk = tf32_backend(device_name), pn.device("cpu", precision="tf32")
+def test_dense_in_lower_precisions(device_name, rng, lower, kind, monkeypatch):
+    bk, ref_bk = lower_backend(device_name, lower), pn.device("cpu", precision=lower)
     m, n, k = 70, 300, 1100
     w, x = (rng.standard_normal(s).astype(np.float32) / math.sqrt(k) for s in ((m, k), (k, n)))
     b = rng.standard_normal(m).astype(np.float32)
@@ -265,9 +316,9 @@ def test_dense_in_tf32(device_name, rng, kind, monkeypatch):
 
 
 @pytest.mark.parametrize("path", ["implicit", "direct", "im2col"])
-def test_convolution_in_tf32(device_name, rng, path, monkeypatch):
+def test_convolution_in_lower_precisions(device_name, rng, lower, path, monkeypatch):
     """A convolution's three products on each of its paths, against the reference's."""
-    bk, ref_bk = tf32_backend(device_name), pn.device("cpu", precision="tf32")
+    bk, ref_bk = lower_backend(device_name, lower), pn.device("cpu", precision=lower)
     C, H, W, N, F, k = 3, 11, 9, 6, 10, 3
     x = rng.standard_normal((C, H, W, N)).astype(np.float32)
     w = rng.standard_normal((F, C * k * k)).astype(np.float32)
@@ -290,9 +341,9 @@ def test_convolution_in_tf32(device_name, rng, path, monkeypatch):
         assert rel_err(bk.download(got[name]), r) < 2 * F32, (path, name)
 
 
-def test_training_in_tf32_follows_fp32_closely(device_name, rng):
-    """Same seed, same batches: tf32's losses stay near fp32's, and are not fp32's."""
-    bk = tf32_backend(device_name)
+def test_training_in_lower_precisions_follows_fp32_closely(device_name, rng, lower):
+    """Same seed, same batches: the losses stay near fp32's, and are not fp32's."""
+    bk = lower_backend(device_name, lower)
     x = rng.standard_normal((512, 30)).astype(np.float32)
     y = (x[:, :10] @ rng.standard_normal((10, 4))).argmax(1)
     histories = {}
@@ -300,9 +351,9 @@ def test_training_in_tf32_follows_fp32_closely(device_name, rng):
         net = pn.mlp((30,), 4, hidden=(64, 32), device=where)
         histories[where.precision] = net.fit(x, y, epochs=3, batch_size=64,
                                              optimizer=pn.SGD(0.05, 0.9))["loss"]
-    fp32, tf32 = np.array(histories["fp32"]), np.array(histories["tf32"])
-    assert np.all(np.abs(tf32 - fp32) < 1e-2 * fp32)
-    assert not np.array_equal(tf32, fp32)           # every product rounds, whatever its path
+    fp32, low = np.array(histories["fp32"]), np.array(histories[lower])
+    assert np.all(np.abs(low - fp32) < 20 * UNIT_ROUNDOFF[lower] * fp32)
+    assert not np.array_equal(low, fp32)            # every product rounds, whatever its path
 
 
 # -- the command line and the bench ---------------------------------------------------------
@@ -319,8 +370,8 @@ def test_train_and_plan_on_the_command_line(tmp_path):
     assert result.exit_code == 0, result.output
     assert '"precision": "tf32"' in result.output.splitlines()[-1]
     result = CliRunner().invoke(main, ["train", "--dataset", "coordinates", "--device", "cpu",
-                                       "--precision", "bf16"])
-    assert result.exit_code != 0 and "does not compute in bf16" in result.output
+                                       "--precision", "fp8"])
+    assert result.exit_code != 0 and "precision 'fp8' is not one of" in result.output
 
 
 def test_bench_rows_say_their_precision():

@@ -97,8 +97,6 @@ class Backend:
 
     def precision_hint(self):
         """Why the device lacks its precision (self.precision), and where to find it."""
-        if self.precision in ("bf16", "fp16"):
-            return f"; {self.precision} is not built yet on any device"
         return ""
 
     # -- accounting, shared by every backend ---------------------------------------------

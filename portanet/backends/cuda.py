@@ -18,7 +18,7 @@ from .. import config, dlpack, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
 from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, copy_split, default_local,
-                  gemm_params)
+                  gemm_params, operand_options)
 
 try:
     import pycuda.driver as drv
@@ -79,11 +79,21 @@ def enumerate_devices():
 
 
 def device_precisions(device, dtype=np.float32):
-    """What a CUDA device computes in (portanet/precision.py): fp32, and tf32 on tensor
-    cores from compute capability 8.0 (Ampere) on; fp64 for float64 networks."""
+    """What a CUDA device computes in (portanet/precision.py): fp32; tf32 and bf16 on tensor
+    cores from compute capability 8.0 (Ampere) on, fp16 from 7.0 (Volta); fp64 for float64
+    networks."""
     if np.dtype(dtype) == np.float64:
         return ("fp64",)
-    return ("fp32",) + (("tf32",) if device.compute_capability() >= (8, 0) else ())
+    cc = device.compute_capability()
+    return ("fp32",) + (("tf32", "bf16") if cc >= (8, 0) else ()) + (
+        ("fp16",) if cc >= (7, 0) else ())
+
+
+# the 16-bit GEMM inputs of a precision: their type here (prelude.h's half_bits writes
+# bf16's bits as unsigned 16-bit integers) and cuBLAS's (cudaDataType)
+CUDA_R_32F, CUDA_R_16F, CUDA_R_16BF = 0, 2, 14
+HALF_TYPES = {"bf16": (np.uint16, CUDA_R_16BF), "fp16": (np.float16, CUDA_R_16F)}
+GEMM_DEFAULT_ALGO = -1          # CUBLAS_GEMM_DEFAULT
 
 
 class _CopyLane:
@@ -140,8 +150,8 @@ class CudaBackend(KernelBackend):
         self.arch = f"sm_{cc[0]}{cc[1]}"
         real = "double" if self.dtype == np.float64 else "float"
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
-        if self.precision == "tf32":        # every product's inputs rounded (prelude.h's OPERAND)
-            self.options.append("-DTF32=1")
+        # every product's inputs rounded (prelude.h's OPERAND)
+        self.options += operand_options(self.precision)
         attrs = self.device.get_attributes()
         self.compute_units = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self.finish_options = []            # __threadfence orders split K's parts (gemm.cu)
@@ -160,6 +170,10 @@ class CudaBackend(KernelBackend):
             cublas.set_stream(self._cublas, self.stream.handle)
             if self.precision == "tf32":    # sgemm on tensor cores, inputs rounded to TF32
                 cublas.set_math_mode(self._cublas, cublas.Math.TF32_TENSOR_OP_MATH)
+            # bf16, fp16: gemm_ex on 16-bit copies of the inputs, float32 sums and output
+            # (cuBLAS's FAST_16BF on float32 inputs neither rounds them nor runs faster
+            # than TF32: bench/README.md, issue 18 session 2)
+            self.half_operands = HALF_TYPES.get(self.precision, (None,))[0]
             self._scalars = np.zeros(2, self.dtype)        # alpha, beta (host pointer mode)
         tuning.apply(self)              # `portanet tune`'s parameters for this device
 
@@ -172,8 +186,10 @@ class CudaBackend(KernelBackend):
         return f"{self.device.name()}, compute capability {cc[0]}.{cc[1]}"
 
     def precision_hint(self):
-        if self.precision == "tf32":
-            return "; TF32 needs compute capability 8.0 (Ampere) or newer"
+        if self.precision in ("tf32", "bf16"):
+            return f"; {self.precision} needs compute capability 8.0 (Ampere) or newer"
+        if self.precision == "fp16":
+            return "; fp16 needs compute capability 7.0 (Volta) or newer"
         return super().precision_hint()
 
     @property
@@ -336,6 +352,13 @@ class CudaBackend(KernelBackend):
         self._scalars[:] = alpha, beta
         ptr = self._scalars.ctypes.data
         size = self._scalars.itemsize
+        if a.dtype != c.dtype:          # 16-bit inputs (half_operands): float32 sums and c
+            kind = HALF_TYPES[self.precision][1]
+            cublas.gemm_ex(self._cublas, int(trans_b), int(trans_a), n, m, k, ptr,
+                           self._address(b), kind, b.shape[1], self._address(a), kind,
+                           a.shape[1], ptr + size, self._address(c), CUDA_R_32F, ldc,
+                           cublas.ComputeType.COMPUTE_32F, GEMM_DEFAULT_ALGO)
+            return
         gemm = cublas.dgemm if self.dtype == np.float64 else cublas.sgemm
         gemm(self._cublas, int(trans_b), int(trans_a), n, m, k, ptr,
              self._address(b), b.shape[1], self._address(a), a.shape[1], ptr + size,

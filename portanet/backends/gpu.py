@@ -139,6 +139,8 @@ class KernelBackend(Backend):
     tensor_gemm = False         # a tensor-core GEMM of ours computes this backend's products in
     #                             its precision (CUDA's mma.cu, tf32): `_gemm_tensor_pieces`,
     #                             "tensor" among routing's paths, and PORTANET_GEMM=own's GEMM
+    half_operands = None        # the vendor GEMM's 16-bit input type where it takes one (CUDA's
+    #                             bf16 and fp16: the operands rounded into a workspace first)
     finish_options = None       # build options of gemm's SPLIT_K 2 (a split K added up by its
     #                             last part) where the device orders memory for it, or None
 
@@ -342,6 +344,8 @@ class KernelBackend(Backend):
         K = 150000, uniform inputs). `portanet tune` measures how long a K the vendor keeps
         within bounds on a device; untuned, vendor_k is ACC_K. ldc: c's leading dimension
         where c is columns of a wider matrix (default n)."""
+        if self.half_operands is not None:
+            a, b = self._operands16(a, b)
         pieces = _pieces(a, b, trans_a, trans_b, k, self.vendor_k)
         for i, (a_p, b_p, kp) in enumerate(pieces):
             beta_p = beta if i == 0 else 1.0
@@ -354,6 +358,27 @@ class KernelBackend(Backend):
                     + _piece_text(i, len(pieces)),
                     lambda: self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b,
                                               m, n, kp, ldc or n))
+
+    def _operands16(self, a, b):
+        """a and b as the vendor's 16-bit GEMM takes them (half_operands): each rounded as our
+        own kernels round a product's inputs (prelude.h's half_bits), laid out as it was,
+        in the operand workspace, which grows to the largest product's pair."""
+        ws = getattr(self, "_half_ws", None)
+        if ws is None or ws.size < a.size + b.size:
+            if ws is not None:
+                self.free(ws)
+                self.generation += 1            # recorded steps that used it are stale
+            ws = self._half_ws = self.empty((a.size + b.size,), self.half_operands,
+                                            label="16-bit operand workspace")
+        kernel = self._kernels.get("half_operands")
+        if kernel is None:
+            kernel = self._kernels["half_operands"] = self._build("elementwise", "half_operands")
+        out = []
+        for x, start in ((a, 0), (b, a.size)):
+            y = DeviceArray(ws.buf, ws.offset + start, x.shape, ws.dtype, base=ws)
+            self._run(kernel, (x.size,), y, x, x.size, label=f"{self.precision} operands")
+            out.append(y)
+        return out
 
     def _gemm_tensor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """Our tensor-core GEMM (`tensor_gemm`), in launches of at most ACC_K terms each,
@@ -1195,6 +1220,13 @@ def _k_pieces(k, longest=ACC_K):
     step = -(-k // count)
     step = min(longest, -(-step // 16) * 16) if count > 1 else k
     return [(k0, min(step, k - k0)) for k0 in range(0, max(k, 1), max(step, 1))]
+
+
+def operand_options(precision):
+    """Build options that round every product's inputs as `precision` multiplies them
+    (prelude.h's OPERAND); none for fp32 and fp64, whose kernels are the plain ones."""
+    return {"tf32": ["-DOPERAND_BITS=10"], "bf16": ["-DOPERAND_BITS=7"],
+            "fp16": ["-DOPERAND_BITS=10", "-DOPERAND_HALF=1"]}.get(precision, [])
 
 
 def _pieces(a, b, trans_a, trans_b, k, longest=ACC_K):

@@ -23,7 +23,7 @@ def _quiet(method):
     return quiet
 
 
-EMULATED = ("tf32",)        # the precisions below float32 that the reference emulates
+EMULATED = ("tf32", "bf16", "fp16")     # the precisions below float32 it emulates
 
 
 class NumpyBackend(Backend):

@@ -417,9 +417,12 @@ class OpenCLBackend(KernelBackend):
         return f"{self.device.name.strip()}, OpenCL"
 
     def precision_hint(self):
-        if self.precision == "tf32":
-            return ("; tf32 runs on CUDA devices of compute capability 8.0 or newer (cuda:N), "
-                    "and emulated on cpu")
+        if self.precision in ("tf32", "bf16"):
+            return (f"; {self.precision} runs on CUDA devices of compute capability 8.0 or "
+                    f"newer (cuda:N), and emulated on cpu")
+        if self.precision == "fp16":
+            return ("; fp16 runs on CUDA devices of compute capability 7.0 or newer (cuda:N), "
+                    "and emulated on cpu; on OpenCL devices it is not built yet")
         return super().precision_hint()
 
     @functools.cached_property
