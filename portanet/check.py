@@ -9,7 +9,7 @@ Per device, three checks, each on fresh random inputs from a fixed seed:
             element written, c not read)
     step    one LeNet training step from the cpu's initial weights on the same batch;
             every parameter afterwards against the cpu's; then the step's time
-    precisions  the gemm check again in each other precision the device lists (tf32),
+    precisions  the gemm check again in each other precision the device lists (tf32, bf16, fp16),
             against the product of the inputs rounded as that precision rounds them
 
 and on a simulator (Oclgrind) whatever it reported meanwhile (out-of-bounds accesses, data
@@ -71,7 +71,7 @@ class Result:
     gemm_error: float = None    # relative, see GEMM_TOLERANCE
     step_error: float = None    # relative, see STEP_TOLERANCE
     step_ms: float = None
-    precision_errors: dict = dataclasses.field(default_factory=dict)  # tf32: gemm's error
+    precision_errors: dict = dataclasses.field(default_factory=dict)  # gemm's error in each
     failures: list = dataclasses.field(default_factory=list)   # "check: what, by how much"
 
     @property
@@ -168,7 +168,7 @@ def check_gemm(bk, rng, shape=GEMM_SHAPE):
     """The larger relative error of two GEMMs of `shape` (m, n, k) with both operands
     transposed: alpha a^T b^T + beta c, then 1.3 a^T b^T into a c filled with NaN (beta = 0:
     c must not be read, and every element must be written). NaN where a result has one.
-    The reference's inputs are rounded as the backend's precision rounds them (tf32)."""
+    The reference's inputs are rounded as the backend's precision rounds them."""
     m, n, k = shape
     a = rng.standard_normal((k, m)).astype(bk.dtype)        # op(a) = a^T is m x k
     b = rng.standard_normal((n, k)).astype(bk.dtype)        # op(b) = b^T is k x n

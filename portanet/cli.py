@@ -105,7 +105,7 @@ def _check_devices(specs):
 @click.option("--device", default=None, help="cpu, opencl, opencl:P, opencl:P:D, cuda, cuda:N "
               "(default: $PORTANET_DEVICE, else cpu)")
 @click.option("--precision", default=None,
-              help="fp32 or tf32: what the matrix products round to (default: "
+              help="fp32, tf32, bf16 or fp16: what the matrix products round to (default: "
                    "$PORTANET_PRECISION, else fp32); `portanet devices` lists each device's")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(1), default=None,
@@ -267,8 +267,9 @@ class Progress:
               help="draw time per workload per device to this PNG (needs matplotlib)")
 @click.option("--no-torch", is_flag=True, help="skip the PyTorch peer column")
 @click.option("--precision", "precisions", multiple=True,
-              help="fp32 or tf32; repeat for several (default: $PORTANET_PRECISION, else "
-                   "fp32). PyTorch's peer rows compute alike (TF32 allowed)")
+              help="fp32, tf32, bf16 or fp16; repeat for several (default: "
+                   "$PORTANET_PRECISION, else fp32). PyTorch's peer rows compute alike (TF32 "
+                   "allowed, or autocast to bf16 or fp16)")
 @click.option("--distributed", "dist", is_flag=True,
               help="under mpiexec: each rank times the training steps on its device alone "
                    "and averaged over the ranks (throughput, scaling efficiency); rank 0 "
@@ -311,7 +312,7 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
               "(default: $PORTANET_DEVICE)")
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True)
 @click.option("--precision", default=None,
-              help="fp32 or tf32 (default: $PORTANET_PRECISION, else fp32)")
+              help="fp32, tf32, bf16 or fp16 (default: $PORTANET_PRECISION, else fp32)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the profile to this file")
 def profile(workload, device, batch_size, precision, json_path):

@@ -17,8 +17,7 @@ PORTANET_CONV    convolution path on GPU backends: auto (the default: each shape
                  (short patches only) or im2col (patch matrices and the vendor's GEMM, where
                  it has one); a path that does not apply to a layer leaves it to auto
 PORTANET_PRECISION  the precision networks and benchmarks compute in where none is given:
-                 fp32 (the default) or tf32 (portanet/precision.py; bf16 and fp16 are
-                 named, not built yet)
+                 fp32 (the default), tf32, bf16 or fp16 (portanet/precision.py)
 PORTANET_GRAPHS  on (default) or off: record a training step once (a CUDA graph; on OpenCL
                  its bound launches) and replay it
 PORTANET_TUNING  on (default) or off: use the GEMM tilings `portanet tune` measured for
