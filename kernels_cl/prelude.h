@@ -57,7 +57,7 @@ typedef float4 real4;
    inf, below 2^-14 a multiple of 2^-24. Else OPERAND(x) is the input itself. */
 #if OPERAND_BITS
 #define OPERAND_DROP (23 - OPERAND_BITS)     /* float32 mantissa bits that go */
-DEVICE real operand(const real x) {
+DEVICE inline real operand(const real x) {
     const unsigned int u = AS_BITS(x);
     if ((u & 0x7F800000u) == 0x7F800000u) return x;
 #if OPERAND_HALF
@@ -80,7 +80,7 @@ DEVICE real operand(const real x) {
    operand(x), which the 16-bit type holds exactly; NaN stays NaN */
 #define HALF_OPERANDS (OPERAND_BITS == 7 || OPERAND_HALF)
 #if HALF_OPERANDS
-DEVICE unsigned short half_bits(const real x) {
+DEVICE inline unsigned short half_bits(const real x) {
     const unsigned int u = AS_BITS(operand(x));
     const unsigned int sign = (u >> 16) & 0x8000u, mag = u & 0x7FFFFFFFu;
 #if OPERAND_HALF
