@@ -46,6 +46,7 @@ typedef float4 real4;
 #define AS_FLOAT(u) as_float(u)
 #define RESTRICT restrict
 #define DEVICE static            /* a helper function called by kernels */
+#define MAYBE_UNUSED                  /* (CUDA: a helper a kernel may not call) */
 /* the work-group a kernel is always launched with, so the compiler can plan registers
    (CUDA: and how many of them must fit on a multiprocessor at once) */
 #define GROUP_SIZE(x, y, z, groups) __attribute__((reqd_work_group_size(x, y, z)))
@@ -57,7 +58,7 @@ typedef float4 real4;
    inf, below 2^-14 a multiple of 2^-24. Else OPERAND(x) is the input itself. */
 #if OPERAND_BITS
 #define OPERAND_DROP (23 - OPERAND_BITS)     /* float32 mantissa bits that go */
-DEVICE inline real operand(const real x) {
+DEVICE MAYBE_UNUSED real operand(const real x) {
     const unsigned int u = AS_BITS(x);
     if ((u & 0x7F800000u) == 0x7F800000u) return x;
 #if OPERAND_HALF
@@ -80,7 +81,7 @@ DEVICE inline real operand(const real x) {
    operand(x), which the 16-bit type holds exactly; NaN stays NaN */
 #define HALF_OPERANDS (OPERAND_BITS == 7 || OPERAND_HALF)
 #if HALF_OPERANDS
-DEVICE inline unsigned short half_bits(const real x) {
+DEVICE MAYBE_UNUSED unsigned short half_bits(const real x) {
     const unsigned int u = AS_BITS(operand(x));
     const unsigned int sign = (u >> 16) & 0x8000u, mag = u & 0x7FFFFFFFu;
 #if OPERAND_HALF
