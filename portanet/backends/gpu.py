@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import config, tuning
 from ..errors import ShapeError
+from ..precision import PRECISIONS
 from . import sources
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    check_conv, check_gather, check_gemm, check_norm_kind, check_pool,
@@ -375,7 +376,7 @@ class KernelBackend(Backend):
             kernel = self._kernels["half_operands"] = self._build("elementwise", "half_operands")
         out = []
         for x, start in ((a, 0), (b, a.size)):
-            y = DeviceArray(ws.buf, ws.offset + start, x.shape, ws.dtype, base=ws)
+            y = self.view(ws, x.shape, start)
             self._run(kernel, (x.size,), y, x, x.size, label=f"{self.precision} operands")
             out.append(y)
         return out
@@ -1224,9 +1225,12 @@ def _k_pieces(k, longest=ACC_K):
 
 def operand_options(precision):
     """Build options that round every product's inputs as `precision` multiplies them
-    (prelude.h's OPERAND); none for fp32 and fp64, whose kernels are the plain ones."""
-    return {"tf32": ["-DOPERAND_BITS=10"], "bf16": ["-DOPERAND_BITS=7"],
-            "fp16": ["-DOPERAND_BITS=10", "-DOPERAND_HALF=1"]}.get(precision, [])
+    (prelude.h's OPERAND: its stored mantissa bits, and IEEE half's range for fp16); none
+    for fp32 and fp64, whose kernels are the plain ones."""
+    bits = PRECISIONS[precision].mantissa
+    if bits >= PRECISIONS["fp32"].mantissa:
+        return []
+    return [f"-DOPERAND_BITS={bits}"] + (["-DOPERAND_HALF=1"] if precision == "fp16" else [])
 
 
 def _pieces(a, b, trans_a, trans_b, k, longest=ACC_K):
