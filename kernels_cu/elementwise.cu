@@ -111,6 +111,11 @@ KERNEL void activation_grad(GLOBAL real* z, const int z_off, const GLOBAL real* 
    formed in double by the host, as PyTorch forms them: 1 - 0.999 in float32 is 1.3e-5
    off. */
 
+/* A loss-scaled step (portanet/optim.py, LossScale) runs its updates only where its
+   gradients were all finite: each update kernel takes skip, a device int the step's
+   unscale_check set to -1 where they were not, and then changes nothing. Unscaled steps
+   pass one that stays 0. */
+
 /* SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
    v <- v - decay w (weights; decay = lr weight_decay); w <- w + v, for element i */
 DEVICE void momentum_step(GLOBAL real* w, GLOBAL real* v, const int i, const real decay,
@@ -125,7 +130,7 @@ DEVICE void momentum_step(GLOBAL real* w, GLOBAL real* v, const int i, const rea
    NVIDIA's OpenCL 6-8 us of host time): layer p's w_p and v_p of n_p elements, the first
    d_p of them decayed; work-item i takes the element of the layer it falls in, counting
    from layer 0. A layer not given has n_p = 0. */
-KERNEL void momentum_updates(const real decay,
+KERNEL void momentum_updates(const GLOBAL int* skip, const int skip_off, const real decay,
                              GLOBAL real* w0, const int w0_off, GLOBAL real* v0, const int v0_off,
                              const int n0, const int d0,
                              GLOBAL real* w1, const int w1_off, GLOBAL real* v1, const int v1_off,
@@ -135,6 +140,7 @@ KERNEL void momentum_updates(const real decay,
                              GLOBAL real* w3, const int w3_off, GLOBAL real* v3, const int v3_off,
                              const int n3, const int d3) {
     int i = GLOBAL_ID(0);
+    if (skip[skip_off]) return;
     if (i < n0) { momentum_step(w0 + w0_off, v0 + v0_off, i, decay, d0); return; }
     i -= n0;
     if (i < n1) { momentum_step(w1 + w1_off, v1 + v1_off, i, decay, d1); return; }
@@ -144,20 +150,22 @@ KERNEL void momentum_updates(const real decay,
     if (i < n3) momentum_step(w3 + w3_off, v3 + v3_off, i, decay, d3);
 }
 
-/* SGD with Nesterov momentum (v = -lr times PyTorch's buffer): d = g + weight_decay w
-   (weights), v <- momentum v - lr d; w <- w + momentum v - lr d with the new v */
-KERNEL void nesterov_update(GLOBAL real* w, const int w_off, GLOBAL real* v, const int v_off,
-                            const GLOBAL real* g, const int g_off, const real lr,
-                            const real momentum, const real weight_decay, const int n_decay,
-                            const int n) {
+/* SGD with the gradient g given (momentum > 0; v = -lr times PyTorch's buffer):
+   d = g + weight_decay w (weights), v <- momentum v - lr d; then with Nesterov momentum
+   w <- w + momentum v - lr d with the new v, else w <- w + v */
+KERNEL void sgd_update(const GLOBAL int* skip, const int skip_off, GLOBAL real* w,
+                       const int w_off, GLOBAL real* v, const int v_off, const GLOBAL real* g,
+                       const int g_off, const real lr, const real momentum,
+                       const real weight_decay, const int nesterov, const int n_decay,
+                       const int n) {
     const int i = GLOBAL_ID(0);
-    if (i >= n) return;
+    if (i >= n || skip[skip_off]) return;
     const real wi = w[w_off + i];
     const real d = i < n_decay && weight_decay != 0 ? g[g_off + i] + weight_decay * wi
                                                     : g[g_off + i];
     const real vi = momentum * v[v_off + i] - lr * d;
     v[v_off + i] = vi;
-    w[w_off + i] = wi + (momentum * vi - lr * d);
+    w[w_off + i] = wi + (nesterov ? momentum * vi - lr * d : vi);
 }
 
 /* Adam and AdamW: on weights d = g + l2 w (Adam's L2) and w <- keep w (AdamW's decoupled
@@ -165,13 +173,13 @@ KERNEL void nesterov_update(GLOBAL real* w, const int w_off, GLOBAL real* v, con
    v <- beta2 v + (1 - beta2) d^2; w <- w - s[0] m / (sqrt(v) / s[1] + eps), where the host
    writes s = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] on the device each step t (a recorded
    step reads them there); rest1 = 1 - beta1, rest2 = 1 - beta2 */
-KERNEL void adam_update(GLOBAL real* w, const int w_off, GLOBAL real* m, const int m_off,
-                        GLOBAL real* v, const int v_off, const GLOBAL real* g, const int g_off,
+KERNEL void adam_update(const GLOBAL int* skip, const int skip_off, GLOBAL real* w,
+                        const int w_off, GLOBAL real* m, const int m_off, GLOBAL real* v, const int v_off, const GLOBAL real* g, const int g_off,
                         const GLOBAL real* s, const int s_off, const real beta1,
                         const real rest1, const real beta2, const real rest2, const real eps,
                         const real l2, const real keep, const int n_decay, const int n) {
     const int i = GLOBAL_ID(0);
-    if (i >= n) return;
+    if (i >= n || skip[skip_off]) return;
     real wi = w[w_off + i], d = g[g_off + i];
     if (i < n_decay) {
         if (l2 != 0) d += l2 * wi;
@@ -188,14 +196,14 @@ KERNEL void adam_update(GLOBAL real* w, const int w_off, GLOBAL real* m, const i
    gavg + (1 - alpha) d, den = sqrt(v - gavg^2) + eps, else den = sqrt(v) + eps; with
    momentum: buf <- momentum buf + d / den, w <- w - lr buf, else w <- w - lr d / den.
    rest = 1 - alpha. buf and gavg are read only where their flags say they exist. */
-KERNEL void rmsprop_update(GLOBAL real* w, const int w_off, GLOBAL real* v, const int v_off,
-                           GLOBAL real* buf, const int buf_off, GLOBAL real* gavg,
+KERNEL void rmsprop_update(const GLOBAL int* skip, const int skip_off, GLOBAL real* w,
+                           const int w_off, GLOBAL real* v, const int v_off, GLOBAL real* buf, const int buf_off, GLOBAL real* gavg,
                            const int gavg_off, const GLOBAL real* g, const int g_off,
                            const real lr, const real alpha, const real rest, const real eps,
                            const real l2, const real momentum, const int has_buf,
                            const int centered, const int n_decay, const int n) {
     const int i = GLOBAL_ID(0);
-    if (i >= n) return;
+    if (i >= n || skip[skip_off]) return;
     const real wi = w[w_off + i];
     const real d = i < n_decay && l2 != 0 ? g[g_off + i] + l2 * wi : g[g_off + i];
     const real vi = alpha * v[v_off + i] + rest * (d * d);
@@ -214,5 +222,57 @@ KERNEL void rmsprop_update(GLOBAL real* w, const int w_off, GLOBAL real* v, cons
         w[w_off + i] = wi - lr * bi;
     } else {
         w[w_off + i] = wi - lr * (d / den);
+    }
+}
+
+/* Dynamic loss scaling (portanet/optim.py, LossScale). The device keeps the scale:
+   s = [scale, 1 / scale, clean steps in a row, steps skipped], powers of two and counts,
+   so a recorded step reads it there and the host never waits for it. */
+
+/* x <- s[0] x: the loss's delta times the scale */
+KERNEL void scale_by(GLOBAL real* x, const int x_off, const GLOBAL real* s, const int s_off,
+                     const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) x[x_off + i] *= s[s_off];
+}
+
+/* g <- g / s[0] (times the power of two 1 / s[0]: exact), and found[0] <- -1 where a
+   result is inf or NaN (ATOMIC_MIN: atomic writes, no race; only a step that overflows
+   makes them) */
+KERNEL void unscale_check(GLOBAL real* g, const int g_off, const GLOBAL real* s,
+                          const int s_off, GLOBAL int* found, const int found_off,
+                          const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i >= n) return;
+    const real gi = g[g_off + i] * s[s_off + 1];
+    g[g_off + i] = gi;
+    if (!isfinite(gi)) ATOMIC_MIN(found + found_off, -1);
+}
+
+/* after a step's updates, one work-item: a step that found inf or NaN halves the scale
+   (not below low) and counts as skipped; growth_interval clean steps in a row double it
+   (not above high). found goes back to 0 for the next step. */
+KERNEL void update_loss_scale(GLOBAL real* s, const int s_off, GLOBAL int* found,
+                              const int found_off, const int growth_interval, const real low,
+                              const real high) {
+    if (GLOBAL_ID(0) != 0) return;
+    GLOBAL real* t = s + s_off;
+    if (found[found_off] != 0) {
+        found[found_off] = 0;
+        t[2] = 0;
+        t[3] += 1;
+        if (t[0] > low) {
+            t[0] *= (real)0.5;
+            t[1] *= 2;
+        }
+    } else {
+        t[2] += 1;
+        if (t[2] >= growth_interval) {
+            t[2] = 0;
+            if (t[0] < high) {
+                t[0] *= 2;
+                t[1] *= (real)0.5;
+            }
+        }
     }
 }

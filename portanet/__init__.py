@@ -7,7 +7,7 @@ from .layers import (AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Flatten, Glob
                      MaxPool2D, Residual)
 from .models import lenet, mlp, resnet, from_description
 from .network import Sequential
-from .optim import SGD, Adam, AdamW, RMSprop
+from .optim import SGD, Adam, AdamW, LossScale, RMSprop
 from .saving import load
 from .onnx_io import from_onnx
 from .torch_state import load_torch_state
@@ -17,7 +17,7 @@ from . import callbacks, distributed, schedules
 __version__ = "0.1.0"
 
 __all__ = ["device", "list_devices", "load_dataset", "Sequential", "load", "SGD", "Adam",
-           "AdamW", "RMSprop", "Dense", "Flatten", "Conv2D", "MaxPool2D", "Dropout",
+           "AdamW", "RMSprop", "LossScale", "Dense", "Flatten", "Conv2D", "MaxPool2D", "Dropout",
            "AvgPool2D", "GlobalAvgPool2D", "BatchNorm", "Residual", "mlp", "lenet", "resnet",
            "from_description", "callbacks", "from_onnx", "load_torch_state",
            "to_dlpack", "distributed",

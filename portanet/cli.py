@@ -180,9 +180,11 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
             bar.clear()
             val = "".join(f"  {k} {logs[k]:.4f}" for k in ("val_loss", "val_accuracy")
                           if k in logs)
+            scaled = (f"  loss scale {logs['loss_scale']:g} ({logs['skipped_steps']} steps "
+                      f"skipped)" if "loss_scale" in logs else "")
             echo(f"epoch {epoch + 1}/{epochs}  loss {logs['loss']:.4f}  "
                        f"accuracy {logs['accuracy']:.4f}{val}  lr {logs['lr']:.3g}  "
-                       f"{logs['seconds']:.2f} s")
+                       f"{logs['seconds']:.2f} s{scaled}")
             bar.epoch = epoch + 1
 
         history = net.fit(x, y, epochs=epochs, batch_size=batch_size, optimizer=opt,
@@ -212,7 +214,8 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
                 "test_loss": test_loss, "final_loss": history["loss"][-1],
                 "epoch_seconds": history["seconds"],
                 **({"distributed": group.describe()} if group else {}),
-                **{k: history[k] for k in ("val_loss", "val_accuracy") if k in history}}))
+                **{k: history[k] for k in ("val_loss", "val_accuracy", "loss_scale",
+                                           "skipped_steps") if k in history}}))
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
 

@@ -141,12 +141,12 @@ def _value(text):
 
 
 def from_description(description, input_shape, loss=None, device=None, dtype="float32", seed=0,
-                     precision=None):
+                     precision=None, loss_scale="auto"):
     """A Sequential network built from a description (see the module's docstring)."""
     layers = parse(description)
     if loss is None:
         loss = LOSS_FOR.get(getattr(layers[-1], "activation", None), "mse")
-    return Sequential(layers, input_shape, loss, device, dtype, seed, precision)
+    return Sequential(layers, input_shape, loss, device, dtype, seed, precision, loss_scale)
 
 
 def _output(classes):
@@ -154,31 +154,31 @@ def _output(classes):
 
 
 def mlp(input_shape=(784,), classes=10, hidden=(512, 256), activation="relu",
-        device=None, dtype="float32", seed=0, precision=None):
+        device=None, dtype="float32", seed=0, precision=None, loss_scale="auto"):
     """Multi-layer perceptron: Dense hidden layers, then softmax (or one sigmoid output for
     two-class problems, classes=1) with its fused cross-entropy."""
     text = " ".join(f"dense({n}, {activation})" for n in hidden)
     text += f" dense({classes}, {_output(classes)})"
     return from_description(text, input_shape, device=device, dtype=dtype, seed=seed,
-                            precision=precision)
+                            precision=precision, loss_scale=loss_scale)
 
 
 def lenet(input_shape=(1, 28, 28), classes=10, device=None, dtype="float32", seed=0,
-          precision=None):
+          precision=None, loss_scale="auto"):
     """The seed's CNN: conv 16 3x3 relu, conv 32 3x3 relu, maxpool 2x2, flatten, dense."""
     return from_description(LENET.format(classes=classes, output=_output(classes)),
                             input_shape, device=device, dtype=dtype, seed=seed,
-                            precision=precision)
+                            precision=precision, loss_scale=loss_scale)
 
 
 def resnet(input_shape=(1, 28, 28), classes=10, device=None, dtype="float32", seed=0,
-           precision=None):
+           precision=None, loss_scale="auto"):
     """A small ResNet for 28 x 28 images (RESNET): 0.7 M parameters, three stages of two
     residual blocks of 32, 64 and 128 channels with batch normalization; train it with
     Adam."""
     return from_description(RESNET.format(classes=classes, output=_output(classes)),
                             input_shape, device=device, dtype=dtype, seed=seed,
-                            precision=precision)
+                            precision=precision, loss_scale=loss_scale)
 
 
 MODELS = {"mlp": mlp, "lenet": lenet, "resnet": resnet}

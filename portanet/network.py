@@ -11,8 +11,8 @@ training allocates nothing.
 import numpy as np
 
 from . import precision as precisions
-from . import (backends, config, distributed, dlpack, layers as layer_module, losses, saving,
-               training)
+from . import (backends, config, distributed, dlpack, layers as layer_module, losses, optim,
+               saving, training)
 from .errors import InputError, OutOfMemoryError, ShapeError, check_count
 from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refuse,
                      size_text as _size)
@@ -58,7 +58,7 @@ class Sequential:
     """
 
     def __init__(self, layers, input_shape, loss="softmax_cross_entropy", device=None,
-                 dtype="float32", seed=0, precision=None):
+                 dtype="float32", seed=0, precision=None, loss_scale="auto"):
         self.layers = list(layers) if isinstance(layers, (list, tuple)) else None
         if not self.layers:
             raise ShapeError(f"Sequential needs a non-empty list of layers, got {layers!r}")
@@ -74,6 +74,8 @@ class Sequential:
         if not isinstance(device, backends.Backend):
             precision = precisions.default(precision, dtype)
         self.backend = backends.device(device, dtype, precision)
+        # loss_scale: "auto" (dynamic in fp16), None, or an optim.LossScale
+        self.loss_scaling = optim.loss_scale(loss_scale, self.backend.precision)
         shape = self.input_shape
         for layer in self.layers:
             shape = layer.configure(self.backend, shape)
@@ -371,6 +373,12 @@ class Sequential:
         self.backend.bias_softmax_xent(last.z, last.b, last.a, self.loss_sum, self.hit_sum,
                                        self.y)
 
+    def _output_delta(self):
+        """Where the loss kernel wrote the delta backward starts from: the last layer's z
+        for a loss fused with its activation, else its a."""
+        last = self.layers[-1]
+        return last.z if self.loss.fused else last.a
+
     def _loss(self):
         """Loss kernel: the delta into the last layer; each sample's loss and hit added to
         the epoch's sums (per batch position: the first m of the capacity)."""
@@ -599,10 +607,12 @@ class Sequential:
         kinds = ", ".join(f"{kind} {_size(nbytes)}" for kind, nbytes in plan.by_kind().items())
         lines.append(f"  {total:,d} parameters; {_size(plan.total)} on the device "
                      f"({kinds}{'' if self.capacity else '; batch buffers come with the first batch'})")
-        lines.append(f"  training with {repr(optimizer)}: "
-                     f"{optimizer.bytes_per_parameter(self.backend.dtype.itemsize)} bytes per "
-                     f"parameter" + (" and a gradient workspace as large as the largest layer"
-                                     if optimizer.uses_workspace else ""))
+        itemsize, scaling = self.backend.dtype.itemsize, self.loss_scaling
+        per = optimizer.bytes_per_parameter(itemsize) + (itemsize if scaling else 0)
+        lines.append(f"  training with {repr(optimizer)}: {per} bytes per parameter" +
+                     (f" (with its gradient: loss scaling, {scaling})" if scaling else
+                      " and a gradient workspace as large as the largest layer"
+                      if optimizer.uses_workspace else ""))
         return "\n".join(lines)
 
     def get_weights(self):

@@ -18,6 +18,15 @@ torch.optim's (SGD keeps -lr times torch's buffer, which is the same at a consta
 Each optimizer declares its state: `slots` are buffers like the parameters (SGD with
 momentum: v; Adam: m and v), `uses_workspace` whether it needs the gradient workspace,
 and `bytes_per_parameter` what that costs beside the parameters themselves.
+
+A loss-scaled step (`LossScale`, fp16's default) multiplies the loss's delta by a scale S,
+so that small gradients survive half precision's products, and must not update anything
+when a gradient overflowed. So every layer's gradient goes into its own part of a workspace
+as large as the network (`target(scaled=True)`: SGD's velocity can no longer be gemm's
+beta, since a step that is then skipped would have spoilt it), the step divides them by S
+and looks for inf and NaN in one launch, and the updates (`skip`) change nothing where it
+found any; S halves after such a step and doubles after `growth_interval` clean ones, all
+on the device (training.OptimizerState).
 """
 import math
 import numbers
@@ -47,10 +56,10 @@ class Optimizer:
         workspace is shared by the network, sized for its largest layer)."""
         return (1 + len(self.slots())) * itemsize
 
-    def target(self):
+    def target(self, scaled=False):
         """(slot, scale, beta): the layer writes scale/m (its dL/dparams summed over a
         batch of m) + beta target into the state buffer `slot`, or into the gradient
-        workspace where slot is None."""
+        workspace where slot is None (always, when the step is loss-scaled)."""
         return None, 1.0, 0.0
 
     def step_scalars(self, t):
@@ -58,16 +67,17 @@ class Optimizer:
         recorded step stays valid), or None."""
         return None
 
-    def update(self, bk, flat, grad, state, n_decay, scalars):
-        """Apply the rule to one layer's flat parameters: one kernel launch."""
+    def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
+        """Apply the rule to one layer's flat parameters, where its target() put the
+        gradient (`grad`): one kernel launch, which changes nothing where the device flag
+        `skip` is set."""
         raise NotImplementedError
 
-    def update_layers(self, bk, layers, scalars):
-        """update on each (flat, grad, state, n_decay) of `layers`, where their gradients
-        are in their own state (not the shared workspace): in as few launches as the
-        backend takes them."""
+    def update_layers(self, bk, layers, scalars, skip, scaled=False):
+        """update on each (flat, grad, state, n_decay) of `layers`, in as few launches as
+        the backend takes them."""
         for flat, grad, state, n_decay in layers:
-            self.update(bk, flat, grad, state, n_decay, scalars)
+            self.update(bk, flat, grad, state, n_decay, scalars, skip, scaled)
 
     def describe(self):
         return f"{self.name} ({self.bytes_per_parameter(4)} bytes per float32 parameter)"
@@ -97,26 +107,26 @@ class SGD(Optimizer):
     def uses_workspace(self):
         return self.nesterov or not self.momentum
 
-    def target(self):
-        if self.nesterov:
+    def target(self, scaled=False):
+        if self.nesterov or (self.momentum and scaled):
             return None, 1.0, 0.0
         if self.momentum:                    # momentum is gemm's beta: v <- mu v - eta/m g
             return "v", -self.lr, self.momentum
         return None, -self.lr, 0.0
 
-    def update(self, bk, flat, grad, state, n_decay, scalars):
-        if self.nesterov:
-            bk.nesterov_update(flat, grad, state["v"], self.lr, self.momentum,
-                               self.weight_decay, n_decay)
+    def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
+        if self.nesterov or (self.momentum and scaled):
+            bk.sgd_update(flat, grad, state["v"], self.lr, self.momentum, self.weight_decay,
+                          n_decay, self.nesterov, skip)
         else:                                # v -= eta lambda w; w += v
-            bk.momentum_update(flat, grad, self.lr * self.weight_decay, n_decay)
+            bk.momentum_update(flat, grad, self.lr * self.weight_decay, n_decay, skip)
 
-    def update_layers(self, bk, layers, scalars):
-        if self.nesterov:
-            super().update_layers(bk, layers, scalars)
+    def update_layers(self, bk, layers, scalars, skip, scaled=False):
+        if self.nesterov or (self.momentum and scaled):
+            super().update_layers(bk, layers, scalars, skip, scaled)
         else:
             bk.momentum_updates([(flat, grad, n_decay) for flat, grad, _, n_decay in layers],
-                                self.lr * self.weight_decay)
+                                self.lr * self.weight_decay, skip)
 
 
 @dataclass(frozen=True)
@@ -148,10 +158,10 @@ class Adam(Optimizer):
         b1, b2 = self.betas
         return np.array([self.lr / (1 - b1 ** t), math.sqrt(1 - b2 ** t)])
 
-    def update(self, bk, flat, grad, state, n_decay, scalars):
+    def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
         l2, shrink = (0.0, self.lr * self.weight_decay) if self.decoupled else (self.weight_decay, 0.0)
         bk.adam_update(flat, grad, state["m"], state["v"], scalars, self.betas[0],
-                       self.betas[1], self.eps, l2, shrink, n_decay)
+                       self.betas[1], self.eps, l2, shrink, n_decay, skip)
 
 
 @dataclass(frozen=True)
@@ -184,12 +194,58 @@ class RMSprop(Optimizer):
     def slots(self):
         return ("v",) + (("buf",) if self.momentum else ()) + (("gavg",) if self.centered else ())
 
-    def update(self, bk, flat, grad, state, n_decay, scalars):
+    def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
         bk.rmsprop_update(flat, grad, state["v"], state.get("buf"), state.get("gavg"), self.lr,
-                          self.alpha, self.eps, self.weight_decay, self.momentum, n_decay)
+                          self.alpha, self.eps, self.weight_decay, self.momentum, n_decay,
+                          skip)
 
 
 OPTIMIZERS = {"sgd": SGD, "adam": Adam, "adamw": AdamW, "rmsprop": RMSprop}
+
+
+@dataclass(frozen=True)
+class LossScale:
+    """Dynamic loss scaling, as torch.amp.GradScaler and Keras's LossScaleOptimizer do it:
+    the loss's gradient is multiplied by the scale before backward and every parameter's
+    divided by it before the update; a step whose gradients are then not all finite is
+    skipped (parameters and optimizer state untouched) and halves the scale, and
+    `growth_interval` clean steps in a row double it. fp16 networks scale by default
+    (Sequential's loss_scale="auto"); the history's skipped_steps and loss_scale say what
+    it did. The scale stays a power of two, so scaling and unscaling are exact: where
+    nothing under- or overflows, a scaled step computes what an unscaled one does."""
+    initial: float = 2.0 ** 16      # torch's init_scale; Keras starts at 2^15
+    growth_interval: int = 2000     # clean steps in a row that double the scale
+
+    LOW, HIGH = 2.0 ** -24, 2.0 ** 24       # the scale stays within them
+
+    def __post_init__(self):
+        x = self.initial
+        real = isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+        if not real or x <= 0 or math.frexp(x)[0] != 0.5 or not self.LOW <= x <= self.HIGH:
+            raise InputError(f"LossScale: initial must be a power of two in [2**-24, 2**24] "
+                             f"(scaling by it is then exact), e.g. 2.0**16, got {x!r}")
+        object.__setattr__(self, "initial", float(x))
+        n = self.growth_interval
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InputError(f"LossScale: growth_interval must be a whole number of steps "
+                             f">= 1, e.g. 2000, got {n!r}")
+
+    def config(self):
+        return {"initial": self.initial, "growth_interval": self.growth_interval}
+
+
+def loss_scale(setting, precision):
+    """The LossScale a network of `precision` trains with for Sequential's `loss_scale`:
+    "auto" is a dynamic one in fp16 (half's products lose gradients below 2^-24), none
+    elsewhere; None or False none; a LossScale itself."""
+    if isinstance(setting, LossScale):
+        return setting
+    if setting is None or setting is False:
+        return None
+    if isinstance(setting, str) and setting == "auto":
+        return LossScale() if precision == "fp16" else None
+    raise InputError(f"loss_scale must be 'auto' (dynamic in fp16), None (off) or a "
+                     f"pn.LossScale(initial=..., growth_interval=...), got {setting!r}")
 
 
 def get(optimizer):

@@ -44,31 +44,40 @@ class OptimizerState:
     def __init__(self, net, optimizer, planned):
         self.backend = net.backend
         self._layers = trainable(net)
-        self.kind = state_kind(optimizer)
+        self.scaling = net.loss_scaling     # an optim.LossScale, or None
+        self.kind = state_kind(optimizer, self.scaling)
         self.optimizer = optimizer          # the one of this epoch (its lr follows the schedule)
         self.t = 0
         self.share = 1.0                    # this rank's part of the global batch (update)
         self._pending = []                  # layers whose update waits for finish()
         self._arrays = net._allocate(planned)
-        self.workspace = self.scalars = None
+        self.workspace = self.scalars = self.loss_scale = None
         bk = self.backend
         for owner, buf, x in self._arrays:
-            bk.fill(x, 0.0)
+            if buf.dtype == np.int32:
+                bk.write(x, np.zeros(x.size, np.int32))
+            else:
+                bk.fill(x, 0.0)
             if owner is None:               # the network's (see state_buffers)
                 setattr(self, buf.name, x)
             else:
                 owner.state[buf.name] = x
+        if self.scaling is not None:
+            bk.write(self.loss_scale, [self.scaling.initial, 1 / self.scaling.initial, 0, 0])
+        start = 0
         for _, layer in self._layers:
             views = {slot: _named_views(bk, layer, flat) for slot, flat in layer.state.items()}
-            if self.workspace is not None:
-                views[None] = _named_views(bk, layer, self.workspace)
+            if self.workspace is not None:  # scaled: each layer its own part of it
+                views[None] = _named_views(bk, layer, bk.view(self.workspace,
+                                                              (flat_size(layer),), start))
+                start += flat_size(layer) if self.scaling is not None else 0
             layer.grad_views = views
             layer.grad_flat = {slot: views[slot]["flat"] for slot in views}
 
     def use(self, optimizer):
         """Train with `optimizer` (the same kind, this epoch's rate) from now on."""
         self.optimizer = optimizer
-        self._slot, self._scale, self._beta = optimizer.target()
+        self._slot, self._scale, self._beta = optimizer.target(self.scaling is not None)
 
     def begin_step(self):
         """Count the step; give the update the numbers of step t (Adam's bias correction)."""
@@ -94,17 +103,39 @@ class OptimizerState:
         group = distributed.current()
         if group is not None:
             group.average(self.backend, target, self.share)
-        if self._slot is None:
+        if self._slot is None and self.scaling is None:
             self.optimizer.update(self.backend, layer.flat, target, layer.state,
-                                  layer.n_decay, self.scalars)
+                                  layer.n_decay, self.scalars, self.found)
         else:
             self._pending.append((layer.flat, target, layer.state, layer.n_decay))
 
+    def scale_delta(self, delta):
+        """A scaled step's delta of the loss times the loss scale (before backward)."""
+        if self.scaling is not None:
+            self.backend.scale_by(delta, self.loss_scale)
+
     def finish(self):
-        """The updates that `update` left for the end of backward."""
+        """The updates that `update` left for the end of backward. A scaled step first
+        divides the network's gradients by the scale and looks for inf and NaN in them
+        (one launch over the whole workspace), which the updates then obey; then the
+        scale moves for the next step."""
+        bk, scaling = self.backend, self.scaling
+        if scaling is not None:
+            bk.unscale_check(self.workspace, self.loss_scale, self.found)
         if self._pending:
-            self.optimizer.update_layers(self.backend, self._pending, self.scalars)
+            self.optimizer.update_layers(bk, self._pending, self.scalars, self.found,
+                                         scaling is not None)
             self._pending = []
+        if scaling is not None:
+            bk.update_loss_scale(self.loss_scale, self.found, scaling.growth_interval,
+                                 scaling.LOW, scaling.HIGH)
+
+    def scale_now(self):
+        """(the loss scale, steps skipped so far) read from the device, or None unscaled."""
+        if self.scaling is None:
+            return None
+        scale, _, _, skipped = self.backend.download(self.loss_scale)
+        return float(scale), int(skipped)
 
     def others_update(self):
         """The update of a distributed step this rank had no samples for (its empty share
@@ -120,8 +151,11 @@ class OptimizerState:
 
     def tensors(self):
         """{name in a checkpoint: device array} of every state buffer."""
-        return {f"optimizer.{path}.{slot}": x for path, layer in self._layers
-                for slot, x in layer.state.items()}
+        tensors = {f"optimizer.{path}.{slot}": x for path, layer in self._layers
+                   for slot, x in layer.state.items()}
+        if self.scaling is not None:
+            tensors["optimizer.loss_scale"] = self.loss_scale
+        return tensors
 
     def free(self):
         for owner, buf, x in self._arrays:
@@ -131,9 +165,9 @@ class OptimizerState:
         self._arrays = []
 
 
-def state_kind(optimizer):
+def state_kind(optimizer, scaling):
     """What decides an optimizer's buffers: equal kinds share them (and their values)."""
-    return type(optimizer), optimizer.slots(), optimizer.uses_workspace
+    return type(optimizer), optimizer.slots(), optimizer.uses_workspace, scaling
 
 
 def trainable(net):
@@ -143,18 +177,26 @@ def trainable(net):
 
 def state_buffers(net, optimizer):
     """[(owner, Buffer)] of an optimizer's state for this network; owner None for the
-    network-wide ones (kept by the OptimizerState)."""
+    network-wide ones (kept by the OptimizerState): the gradient workspace (as large as
+    the largest layer, or with loss scaling the whole network), Adam's step numbers, the
+    loss scale, and `found`, the updates' skip flag (set by a scaled step that overflowed;
+    an unscaled one keeps it 0)."""
     real = net.backend.dtype
-    out, largest = [], 0
+    out, largest, total = [], 0, 0
     for path, layer in trainable(net):
         n = flat_size(layer)
-        largest = max(largest, n)
+        largest, total = max(largest, n), total + n
         out += [(layer, Buffer(repr(layer), slot, "optimizer state", (n,), real))
                 for slot in optimizer.slots()]
-    if optimizer.uses_workspace:
-        out.append((None, Buffer("network", "workspace", "workspace", (max(largest, 1),), real)))
+    scaled = net.loss_scaling is not None
+    if optimizer.uses_workspace or scaled:
+        out.append((None, Buffer("network", "workspace", "workspace",
+                                 (max(total if scaled else largest, 1),), real)))
     if optimizer.step_scalars(1) is not None:
         out.append((None, Buffer("network", "scalars", "optimizer state", (2,), real)))
+    if scaled:
+        out.append((None, Buffer("network", "loss_scale", "optimizer state", (4,), real)))
+    out.append((None, Buffer("network", "found", "optimizer state", (1,), np.dtype(np.int32))))
     return out
 
 
@@ -173,7 +215,7 @@ def prepare(net, optimizer):
     does not fit is refused before anything is freed or allocated."""
     optimizer = optim.get(optimizer)
     state = net.optimizer_state
-    if state is None or state.kind != state_kind(optimizer):
+    if state is None or state.kind != state_kind(optimizer, net.loss_scaling):
         plan = net.memory_plan(net.capacity, optimizer)
         if not plan.fits:
             raise refuse(plan, f"training with {optimizer.describe()}")
@@ -193,6 +235,7 @@ def prepare(net, optimizer):
 def step(net, opt):
     """Forward, loss, backward and update on the batch already on the device."""
     net._forward_loss(training=True)
+    net.optimizer_state.scale_delta(net._output_delta())
     net._backward(net.optimizer_state)
 
 
@@ -370,7 +413,8 @@ def _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_dat
     seed = net.seed if seed is None else check_count("seed", seed, 0)
     settings = {"batch_size": batch_size, "optimizer": optimizer_config(optimizer),
                 "schedule": repr(schedule), "seed": seed, "shuffle": bool(shuffle),
-                "samples": n}
+                "samples": n,
+                "loss_scale": net.loss_scaling and net.loss_scaling.config()}
     rng = np.random.default_rng(seed)
     run = Run(0, {}, rng.bit_generator.state, settings)
     prepare(net, optimizer)                 # refused here, before any step, if too big
@@ -413,7 +457,9 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
     batch_size = sum(shares)
     batches = -(-n // batch_size)
     net.stop_training = False
+    state = net.optimizer_state
     metrics = ["loss", "accuracy", "lr", "seconds"] + \
+        (["loss_scale", "skipped_steps"] if state.scaling is not None else []) + \
         (["val_loss", "val_accuracy"] if validation_data is not None else [])
     for c in callbacks:
         c.on_train_begin(net, {"epochs": epochs, "metrics": metrics})
@@ -426,6 +472,7 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
         order = rng.permutation(n) if shuffle else np.arange(n)
         net._bind(min(max(shares), n))
         net._reset_sums()
+        scaled_before = state.scale_now()
         trained = 0                             # this rank's samples of the epoch
         for i in range(batches):
             idx = order[i * batch_size:(i + 1) * batch_size]
@@ -448,6 +495,9 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
         loss, acc = _epoch_sums(net, n, group, trained)    # the one host read of the epoch
         logs = {"loss": loss, "accuracy": acc, "lr": lr,
                 "seconds": time.perf_counter() - start}
+        if scaled_before is not None:           # what loss scaling did in the epoch
+            scale, skipped = state.scale_now()
+            logs.update(loss_scale=scale, skipped_steps=skipped - scaled_before[1])
         if not math.isfinite(loss):
             raise DivergedError(
                 f"training diverged in epoch {epoch + 1}: the loss is {loss} at learning "

@@ -938,9 +938,11 @@ def test_momentum_updates_of_several_layers(bk, rng, layers):
         assert rel_err(bk.download(got), want) < TOL[bk.dtype]
 
 
+@pytest.mark.parametrize("nesterov", [False, True])
 @pytest.mark.parametrize("weight_decay", [0.0, 1e-2])
-def test_nesterov_update(bk, rng, weight_decay):
-    _check_steps(bk, rng, lambda b, x, _: b.nesterov_update(*x, 0.1, 0.9, weight_decay, N_DECAY),
+def test_sgd_update(bk, rng, weight_decay, nesterov):
+    _check_steps(bk, rng, lambda b, x, _: b.sgd_update(*x, 0.1, 0.9, weight_decay, N_DECAY,
+                                                       nesterov),
                  _state(bk, rng, 1.0, 1.0, 0.1))
 
 
@@ -965,6 +967,93 @@ def test_rmsprop_update(bk, rng, centered, momentum):
         b.rmsprop_update(x[0], x[1], x[2], x[3] if momentum else None,
                          x[-1] if centered else None, 1e-2, 0.99, 1e-8, 1e-2, momentum, N_DECAY)
     _check_steps(bk, rng, call, [w, g, v] + [buf] * (momentum > 0) + [gavg] * centered)
+
+
+def _flag(bk, value):
+    """A device int32 flag (an update's skip, loss scaling's found)."""
+    return bk.upload(np.array([value], np.int32))
+
+
+def _updates():
+    """Each update kernel, as (name, call(backend, [w, g, v, second moment], scalars,
+    skip))."""
+    return [("momentum_updates", lambda b, x, _, k: b.momentum_updates(
+                [(x[0], x[2], N_DECAY)], 3e-3, k)),
+            ("sgd_update", lambda b, x, _, k: b.sgd_update(x[0], x[1], x[2], 0.1, 0.9, 1e-2,
+                                                           N_DECAY, False, k)),
+            ("nesterov", lambda b, x, _, k: b.sgd_update(x[0], x[1], x[2], 0.1, 0.9, 1e-2,
+                                                         N_DECAY, True, k)),
+            ("adam_update", lambda b, x, sc, k: b.adam_update(x[0], x[1], x[2], x[3], sc, 0.9,
+                                                              0.999, 1e-8, 1e-2, 0, N_DECAY, k)),
+            ("rmsprop_update", lambda b, x, _, k: b.rmsprop_update(
+                x[0], x[1], x[3], x[2], None, 1e-2, 0.99, 1e-8, 1e-2, 0.9, N_DECAY, k))]
+
+
+@pytest.mark.parametrize("skip", [0, -1])
+def test_updates_obey_their_skip_flag(bk, rng, skip):
+    """Every update kernel changes nothing where its skip flag is set (a loss-scaled step
+    that overflowed), and updates as the reference does where it is 0."""
+    host = _state(bk, rng, 1.0, 1.0, 0.1, -0.01)
+    scalars = real(bk, adam_scalars(1e-3, 0.9, 0.999, 1))
+    for name, call in _updates():
+        views, _, _ = packed(bk, *host)
+        want = [x.copy() for x in host]
+        if not skip:
+            call(REF, want, scalars, None)
+        call(bk, views, bk.upload(scalars), _flag(bk, skip))
+        for i, (got, ref) in enumerate(zip(views, want)):
+            if skip:
+                assert np.array_equal(bk.download(got), ref), (name, i)
+            else:
+                assert rel_err(bk.download(got), ref) < TOL[bk.dtype], (name, i)
+
+
+def loss_scale_state(bk, scale, clean=0, skipped=0):
+    """Loss scaling's device numbers, [scale, 1 / scale, clean steps, skipped steps]."""
+    return real(bk, [scale, 1 / scale, clean, skipped])
+
+
+@pytest.mark.parametrize("bad", [None, "inf", "nan", "overflow"])
+def test_unscale_check_divides_exactly_and_finds_inf_and_nan(bk, rng, bad):
+    """g / scale bit for bit (the scale is a power of two), and the found flag -1 where an
+    element is or becomes inf or NaN; scale_by's product exact likewise."""
+    scale = 2.0 ** -24 if bad == "overflow" else 2.0 ** 11
+    g = real(bk, rng.standard_normal(N_PARAMS) * 2.0 ** 9)
+    where = rng.integers(N_PARAMS, size=3)
+    g[where] = {None: g[where], "inf": [np.inf, -np.inf, 1.0], "nan": np.nan,
+                "overflow": np.finfo(bk.dtype).max / 4}[bad]
+    s = loss_scale_state(bk, scale)
+    views, _, _ = packed(bk, g, s)
+    found = _flag(bk, 0)
+    bk.unscale_check(views[0], views[1], found)
+    want, want_found = g.astype(bk.dtype), np.zeros(1, np.int32)    # overflows in its type
+    REF.unscale_check(want, s.astype(bk.dtype), want_found)
+    assert np.array_equal(bk.download(views[0]), want, equal_nan=True)
+    assert bk.download(found)[0] == want_found[0] == (0 if bad is None else -1)
+    if bad is None:
+        bk.scale_by(views[0], views[1])
+        assert np.array_equal(bk.download(views[0]), g.astype(bk.dtype))
+
+
+def test_update_loss_scale_halves_on_overflow_and_grows_after_clean_steps(bk, rng):
+    """The device's scale over a run of steps, found or clean, as the reference moves it:
+    halved (and counted) on each overflow, doubled after growth_interval clean steps in a
+    row, within its bounds; found back to 0 after each."""
+    low, high, interval = 2.0 ** -3, 2.0 ** 4, 3
+    s = loss_scale_state(bk, 2.0 ** 2)
+    views, _, _ = packed(bk, s)
+    found = _flag(bk, 0)
+    want = s.copy()
+    steps = [0, 0, 0, -1, 0, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0] + [0] * 12
+    for step, overflowed in enumerate(steps):
+        bk.write(found, np.array([overflowed], np.int32))
+        want_found = np.array([overflowed], np.int32)
+        bk.update_loss_scale(views[0], found, interval, low, high)
+        REF.update_loss_scale(want, want_found, interval, low, high)
+        assert np.array_equal(bk.download(views[0]), want.astype(bk.dtype)), step
+        assert bk.download(found)[0] == want_found[0] == 0
+    assert want[0] == high and want[3] == 7     # it met both bounds, skipped 7 steps
+    assert min(2.0 ** 2 / 2 ** k for k in range(8)) < low
 
 
 def test_updates_refuse_mismatched_sizes(backend):
@@ -1041,14 +1130,17 @@ def test_reference_sgd_is_torch(rng, nesterov, wd):
     grads = [rng.standard_normal(N_PARAMS) for _ in range(TORCH_STEPS)]
     w, v = w0.copy(), np.zeros(N_PARAMS)
     steps = torch_groups(torch_sgd, w0, grads, wd, lr=lr, momentum=mu, nesterov=nesterov)
+    w2, v2 = w0.copy(), np.zeros(N_PARAMS)        # the gradient given (a scaled step's)
     for g, (w_torch, buf) in zip(grads, steps):
         if nesterov:
-            REF.nesterov_update(w, g, v, lr, mu, wd, N_DECAY)
+            REF.sgd_update(w, g, v, lr, mu, wd, N_DECAY, nesterov=True)
         else:
             v[...] = mu * v - lr * g                # what the layer's gemm writes into v
             REF.momentum_update(w, v, lr * wd, N_DECAY)
-        assert rel_err(w, w_torch) < F64
-        assert rel_err(v, -lr * buf) < F64
+        REF.sgd_update(w2, g, v2, lr, mu, wd, N_DECAY, nesterov)
+        for got, got_v in ((w, v), (w2, v2)):
+            assert rel_err(got, w_torch) < F64
+            assert rel_err(got_v, -lr * buf) < F64
 
 
 @pytest.mark.parametrize("decoupled", [False, True])

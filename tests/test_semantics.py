@@ -349,7 +349,9 @@ def test_optimizer_updates(backend, rng):
     runs = {
         "momentum": (lambda b, x: b.momentum_update(x["w"], x["v"], lr * wd, n_decay),
                      ("w", "v")),
-        "nesterov": (lambda b, x: b.nesterov_update(x["w"], x["g"], x["v"], lr, mu, wd, n_decay),
+        "sgd": (lambda b, x: b.sgd_update(x["w"], x["g"], x["v"], lr, mu, wd, n_decay, False),
+                ("w", "v")),
+        "nesterov": (lambda b, x: b.sgd_update(x["w"], x["g"], x["v"], lr, mu, wd, n_decay, True),
                      ("w", "v")),
         "adam": (lambda b, x: b.adam_update(x["w"], x["g"], x["m"], x["v"], x["scalars"], beta1,
                                             beta2, eps, wd, 0.0, n_decay), ("w", "m", "v")),

@@ -286,25 +286,30 @@ class Backend:
         samples-first, or out (m,) <- x[idx] for int32 labels x (N,). idx: int32 (m,)."""
         raise NotImplementedError
 
-    def momentum_update(self, w, v, decay, n_decay):
+    # The updates take `skip`: a device int32 (1,) that a loss-scaled step's unscale_check
+    # sets where its gradients overflowed; the update then changes nothing (no host wait,
+    # so a recorded step stays valid). None: never skipped.
+
+    def momentum_update(self, w, v, decay, n_decay, skip=None):
         """SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
         v[i] <- v[i] - decay w[i] for i < n_decay (decay = lr weight_decay); then
         w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
         raise NotImplementedError
 
-    def momentum_updates(self, layers, decay):
+    def momentum_updates(self, layers, decay, skip=None):
         """momentum_update on each (w, v, n_decay) of `layers` (several layers' flat
         vectors), in as few launches as the backend takes them."""
         for w, v, n_decay in layers:
-            self.momentum_update(w, v, decay, n_decay)
+            self.momentum_update(w, v, decay, n_decay, skip)
 
-    def nesterov_update(self, w, g, v, lr, momentum, weight_decay, n_decay):
-        """SGD with Nesterov momentum: d = g + weight_decay w (i < n_decay, else d = g);
-        v <- momentum v - lr d; w <- w + momentum v - lr d, with the new v.
-        v is -lr times torch.optim.SGD(nesterov=True)'s momentum buffer."""
+    def sgd_update(self, w, g, v, lr, momentum, weight_decay, n_decay, nesterov, skip=None):
+        """SGD with momentum from the gradient g: d = g + weight_decay w (i < n_decay, else
+        d = g); v <- momentum v - lr d; then w <- w + momentum v - lr d with the new v
+        (Nesterov), else w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
         raise NotImplementedError
 
-    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay):
+    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
+                    skip=None):
         """Adam and AdamW (torch.optim.Adam, AdamW): for i < n_decay, w <- w (1 - shrink)
         (AdamW's decoupled decay, shrink = lr wd) and d = g + l2 w_old (Adam's L2, l2 = wd;
         at most one of shrink, l2 is nonzero); else d = g. Then m <- beta1 m + (1 - beta1) d;
@@ -314,12 +319,32 @@ class Backend:
         stays valid as t moves on."""
         raise NotImplementedError
 
-    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay):
+    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay,
+                       skip=None):
         """RMSprop (torch.optim.RMSprop): d = g + l2 w (i < n_decay, else d = g);
         v <- alpha v + (1 - alpha) d^2; centered (gavg not None): gavg <- alpha gavg +
         (1 - alpha) d and den = sqrt(v - gavg^2) + eps, else den = sqrt(v) + eps; with
         momentum (buf not None): buf <- momentum buf + d / den, w <- w - lr buf, else
         w <- w - lr d / den. buf and gavg may each be None."""
+        raise NotImplementedError
+
+    # -- dynamic loss scaling (optim.LossScale): s = [scale, 1 / scale, clean steps in a
+    # row, steps skipped] on the device, found an int32 (1,) ------------------------------
+
+    def scale_by(self, x, s):
+        """x <- s[0] x (the loss's delta times the loss scale)."""
+        raise NotImplementedError
+
+    def unscale_check(self, g, s, found):
+        """g <- g s[1] (divided by the scale, exactly: it is a power of two); found[0] <- -1
+        where any element of the result is inf or NaN, else left as it is."""
+        raise NotImplementedError
+
+    def update_loss_scale(self, s, found, growth_interval, low, high):
+        """After a scaled step: where found[0] is not 0, s[0] halves (not below low, s[1]
+        doubles with it), s[2] <- 0 and s[3] (steps skipped) grows by one; else s[2] grows
+        by one and at growth_interval goes back to 0, doubling s[0] (not above high).
+        found[0] <- 0."""
         raise NotImplementedError
 
     # -- fused neural-network kernels ----------------------------------------------------
@@ -594,6 +619,22 @@ def check_update(op, n_decay, w, *state):
         shapes = ", ".join("None" if x is None else str(x.shape) for x in state)
         raise ShapeError(f"{op}: w {w.shape} with {shapes} and n_decay {n_decay}: the "
                          f"gradient and state must have w's size, n_decay at most that")
+
+
+def check_skip(op, skip):
+    """An update's skip flag: None or an int32 device array of one element."""
+    if skip is not None and (skip.size != 1 or np.dtype(skip.dtype) != np.int32):
+        raise ShapeError(f"{op}: skip must be an int32 device array of one element, got "
+                         f"{skip.dtype} {tuple(skip.shape)}")
+
+
+def check_loss_scale(op, s, found):
+    """Loss scaling's device state: s four reals, found one int32."""
+    if s.size != 4:
+        raise ShapeError(f"{op}: s {tuple(s.shape)} must hold 4 numbers, [scale, 1 / scale, "
+                         f"clean steps, skipped steps]")
+    if found is not None:
+        check_skip(op, found)
 
 
 def check_adam(scalars, n_decay, w, *state):

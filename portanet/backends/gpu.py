@@ -14,8 +14,8 @@ from ..errors import ShapeError
 from ..precision import PRECISIONS
 from . import sources
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
-                   check_conv, check_gather, check_gemm, check_norm_kind, check_pool,
-                   check_rows, check_update, conv_out)
+                   check_conv, check_gather, check_gemm, check_loss_scale, check_norm_kind,
+                   check_pool, check_rows, check_skip, check_update, conv_out)
 
 log = logging.getLogger("portanet")
 
@@ -69,8 +69,8 @@ def copy_split(dst, src):
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "activation_grad", "add_activation",
                             "gather_columns", "gather_labels", "features_first",
-                            "momentum_updates",
-                            "nesterov_update", "adam_update", "rmsprop_update"),
+                            "momentum_updates", "sgd_update", "adam_update", "rmsprop_update",
+                            "scale_by", "unscale_check", "update_loss_scale"),
             "loss": ("bias_softmax", "softmax_xent", "bias_softmax_xent", "sigmoid_bce", "mse",
                      "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum", "activation_bias_grad"),
@@ -142,6 +142,7 @@ class KernelBackend(Backend):
     #                             "tensor" among routing's paths, and PORTANET_GEMM=own's GEMM
     half_operands = None        # the vendor GEMM's 16-bit input type where it takes one (CUDA's
     #                             bf16 and fp16: the operands rounded into a workspace first)
+    _never = None               # the skip flag of updates given none (_skip), made once
     finish_options = None       # build options of gemm's SPLIT_K 2 (a split K added up by its
     #                             last part) where the device orders memory for it, or None
 
@@ -824,41 +825,69 @@ class KernelBackend(Backend):
     def scal(self, alpha, x):
         self._run("scal", (x.size,), x, float(alpha), x.size)
 
-    def momentum_update(self, w, v, decay, n_decay):
-        self.momentum_updates([(w, v, n_decay)], decay)
+    def _skip(self, op, skip):
+        """An update's skip flag; None: one of the backend's own that stays 0, made at the
+        first update that needs it (training always gives its own: see OptimizerState)."""
+        check_skip(op, skip)
+        if skip is None:
+            if self._never is None:
+                self._never = self.empty((1,), np.int32, "never skip")
+                self.write(self._never, np.zeros(1, np.int32))
+            skip = self._never
+        return skip
 
-    def momentum_updates(self, layers, decay):
+    def momentum_update(self, w, v, decay, n_decay, skip=None):
+        self.momentum_updates([(w, v, n_decay)], decay, skip)
+
+    def momentum_updates(self, layers, decay, skip=None):
         """momentum_updates' kernel on UPDATE_LAYERS layers a launch."""
         for w, v, n_decay in layers:
             check_update("momentum_update", n_decay, w, v)
+        skip = self._skip("momentum_update", skip)
         for first in range(0, len(layers), UPDATE_LAYERS):
             group = layers[first:first + UPDATE_LAYERS]
             args = [a for w, v, n_decay in group for a in (w, v, w.size, n_decay)]
             w, v = group[0][:2]             # stand-ins for the layers not given (n_p = 0)
             args += [w, v, 0, 0] * (UPDATE_LAYERS - len(group))
-            self._run("momentum_updates", (sum(w.size for w, _, _ in group),), float(decay),
-                      *args)
+            self._run("momentum_updates", (sum(w.size for w, _, _ in group),), skip,
+                      float(decay), *args)
 
-    def nesterov_update(self, w, g, v, lr, momentum, weight_decay, n_decay):
-        check_update("nesterov_update", n_decay, w, g, v)
-        self._run("nesterov_update", (w.size,), w, v, g, float(lr), float(momentum),
-                  float(weight_decay), n_decay, w.size)
+    def sgd_update(self, w, g, v, lr, momentum, weight_decay, n_decay, nesterov, skip=None):
+        check_update("sgd_update", n_decay, w, g, v)
+        self._run("sgd_update", (w.size,), self._skip("sgd_update", skip), w, v, g,
+                  float(lr), float(momentum), float(weight_decay), bool(nesterov), n_decay,
+                  w.size)
 
-    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay):
+    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
+                    skip=None):
         check_adam(scalars, n_decay, w, g, m, v)
         # 1 - beta and 1 - shrink in double, as PyTorch and the reference form them
         beta1, beta2, shrink = float(beta1), float(beta2), float(shrink)
-        self._run("adam_update", (w.size,), w, m, v, g, scalars, beta1, 1.0 - beta1, beta2,
-                  1.0 - beta2, float(eps), float(l2), 1.0 - shrink, n_decay, w.size)
+        self._run("adam_update", (w.size,), self._skip("adam_update", skip), w, m, v, g,
+                  scalars, beta1, 1.0 - beta1, beta2, 1.0 - beta2, float(eps), float(l2),
+                  1.0 - shrink, n_decay, w.size)
 
-    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay):
+    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay,
+                       skip=None):
         check_update("rmsprop_update", n_decay, w, g, v, buf, gavg)
         # an absent buf or gavg is w, never touched: its flag is off
         alpha = float(alpha)
-        self._run("rmsprop_update", (w.size,), w, v, w if buf is None else buf,
-                  w if gavg is None else gavg, g, float(lr), alpha, 1.0 - alpha, float(eps),
-                  float(l2), float(momentum), buf is not None, gavg is not None, n_decay,
-                  w.size)
+        self._run("rmsprop_update", (w.size,), self._skip("rmsprop_update", skip), w, v,
+                  w if buf is None else buf, w if gavg is None else gavg, g, float(lr), alpha,
+                  1.0 - alpha, float(eps), float(l2), float(momentum), buf is not None,
+                  gavg is not None, n_decay, w.size)
+
+    def scale_by(self, x, s):
+        self._run("scale_by", (x.size,), x, s, x.size)
+
+    def unscale_check(self, g, s, found):
+        check_loss_scale("unscale_check", s, found)
+        self._run("unscale_check", (g.size,), g, s, found, g.size)
+
+    def update_loss_scale(self, s, found, growth_interval, low, high):
+        check_loss_scale("update_loss_scale", s, found)
+        self._run("update_loss_scale", (1,), s, found, int(growth_interval), float(low),
+                  float(high))
 
     def write_samples(self, dst, host, staging=None, bad=None, first=0):
         """The batch in parts of whole samples. Each (of LANE_BYTES or more: a smaller one

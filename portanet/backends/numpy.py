@@ -9,8 +9,14 @@ from ..precision import round_to
 from ..rng import dropout_mask
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    CONV_WORKSPACE_BYTES, check_conv, check_gather, check_gemm,
-                   check_norm_kind, check_pool, check_rows, check_update, conv_out,
-                   features_first)
+                   check_loss_scale, check_norm_kind, check_pool, check_rows, check_skip,
+                   check_update, conv_out, features_first)
+
+
+def _skipped(skip):
+    """Whether an update's skip flag says to change nothing (a loss-scaled step whose
+    gradients overflowed)."""
+    return skip is not None and skip[0] != 0
 
 
 def _quiet(method):
@@ -117,22 +123,32 @@ class NumpyBackend(Backend):
         out[...] = x[idx].T
 
     @_quiet
-    def momentum_update(self, w, v, decay, n_decay):
+    def momentum_update(self, w, v, decay, n_decay, skip=None):
         check_update("momentum_update", n_decay, w, v)
+        check_skip("momentum_update", skip)
+        if _skipped(skip):
+            return
         if decay != 0:
             v[:n_decay] -= decay * w[:n_decay]
         w += v
 
     @_quiet
-    def nesterov_update(self, w, g, v, lr, momentum, weight_decay, n_decay):
-        check_update("nesterov_update", n_decay, w, g, v)
+    def sgd_update(self, w, g, v, lr, momentum, weight_decay, n_decay, nesterov, skip=None):
+        check_update("sgd_update", n_decay, w, g, v)
+        check_skip("sgd_update", skip)
+        if _skipped(skip):
+            return
         d = _decayed(g, weight_decay, w, n_decay)
         v[...] = momentum * v - lr * d
-        w += momentum * v - lr * d
+        w += momentum * v - lr * d if nesterov else v
 
     @_quiet
-    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay):
+    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
+                    skip=None):
         check_adam(scalars, n_decay, w, g, m, v)
+        check_skip("adam_update", skip)
+        if _skipped(skip):
+            return
         d = _decayed(g, l2, w, n_decay)
         beta1, beta2 = float(beta1), float(beta2)
         w[:n_decay] *= 1 - float(shrink)
@@ -141,8 +157,12 @@ class NumpyBackend(Backend):
         w -= scalars[0] * (m / (np.sqrt(v) / scalars[1] + eps))
 
     @_quiet
-    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay):
+    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay,
+                       skip=None):
         check_update("rmsprop_update", n_decay, w, g, v, buf, gavg)
+        check_skip("rmsprop_update", skip)
+        if _skipped(skip):
+            return
         d = _decayed(g, l2, w, n_decay)
         alpha = float(alpha)
         v[...] = alpha * v + (1 - alpha) * (d * d)
@@ -156,6 +176,35 @@ class NumpyBackend(Backend):
         else:
             buf[...] = momentum * buf + d / den
             w -= lr * buf
+
+    # -- dynamic loss scaling -----------------------------------------------------------
+
+    def scale_by(self, x, s):
+        x *= s[0]
+
+    @_quiet
+    def unscale_check(self, g, s, found):
+        check_loss_scale("unscale_check", s, found)
+        g *= s[1]
+        if not np.isfinite(g).all():
+            found[0] = -1
+
+    def update_loss_scale(self, s, found, growth_interval, low, high):
+        check_loss_scale("update_loss_scale", s, found)
+        if found[0] != 0:
+            found[0] = 0
+            s[2] = 0
+            s[3] += 1
+            if s[0] > low:
+                s[0] *= 0.5
+                s[1] *= 2
+        else:
+            s[2] += 1
+            if s[2] >= growth_interval:
+                s[2] = 0
+                if s[0] < high:
+                    s[0] *= 2
+                    s[1] *= 0.5
 
     # -- NN ------------------------------------------------------------------------------
 
