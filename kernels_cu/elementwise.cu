@@ -64,11 +64,17 @@ KERNEL void copy(GLOBAL real* y, const int y_off, const GLOBAL real* x, const in
 
 #if HALF_OPERANDS
 /* y <- x as a bf16 or fp16 backend's vendor GEMM takes its inputs: 16 bits each
-   (prelude.h's half_bits, which rounds as our own kernels' OPERAND rounds) */
+   (prelude.h's half_bits, which rounds as our own kernels' OPERAND rounds). Work-item i
+   writes elements 2i and 2i + 1 as one 32-bit word (the first the low half: little-endian
+   devices), so y_off is even; for an odd n the last word's high half, past y, is 0 (the
+   caller leaves room for it). */
 KERNEL void half_operands(GLOBAL unsigned short* y, const int y_off, const GLOBAL real* x,
                           const int x_off, const int n) {
-    const int i = GLOBAL_ID(0);
-    if (i < n) y[y_off + i] = half_bits(x[x_off + i]);
+    const int i = GLOBAL_ID(0), j = 2 * i;
+    if (j >= n) return;
+    const unsigned int low = half_bits(x[x_off + j]);
+    const unsigned int high = j + 1 < n ? half_bits(x[x_off + j + 1]) : 0u;
+    ((GLOBAL unsigned int*)(y + y_off))[i] = low | (high << 16);
 }
 #endif
 

@@ -364,21 +364,26 @@ class KernelBackend(Backend):
     def _operands16(self, a, b):
         """a and b as the vendor's 16-bit GEMM takes them (half_operands): each rounded as our
         own kernels round a product's inputs (prelude.h's half_bits), laid out as it was,
-        in the operand workspace, which grows to the largest product's pair."""
+        in the operand workspace, which grows to the largest product's pair. The kernel
+        writes two elements a word: each copy starts at an even element and has room for
+        an odd one's last word."""
+        even = lambda n: n + n % 2
+        size = even(a.size) + even(b.size)
         ws = getattr(self, "_half_ws", None)
-        if ws is None or ws.size < a.size + b.size:
+        if ws is None or ws.size < size:
             if ws is not None:
                 self.free(ws)
                 self.generation += 1            # recorded steps that used it are stale
-            ws = self._half_ws = self.empty((a.size + b.size,), self.half_operands,
+            ws = self._half_ws = self.empty((size,), self.half_operands,
                                             label="16-bit operand workspace")
         kernel = self._kernels.get("half_operands")
         if kernel is None:
             kernel = self._kernels["half_operands"] = self._build("elementwise", "half_operands")
         out = []
-        for x, start in ((a, 0), (b, a.size)):
+        for x, start in ((a, 0), (b, even(a.size))):
             y = self.view(ws, x.shape, start)
-            self._run(kernel, (x.size,), y, x, x.size, label=f"{self.precision} operands")
+            self._run(kernel, ((x.size + 1) // 2,), y, x, x.size,
+                      label=f"{self.precision} operands")
             out.append(y)
         return out
 
