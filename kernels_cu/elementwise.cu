@@ -180,7 +180,8 @@ KERNEL void sgd_update(const GLOBAL int* skip, const int skip_off, GLOBAL real* 
    writes s = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] on the device each step t (a recorded
    step reads them there); rest1 = 1 - beta1, rest2 = 1 - beta2 */
 KERNEL void adam_update(const GLOBAL int* skip, const int skip_off, GLOBAL real* w,
-                        const int w_off, GLOBAL real* m, const int m_off, GLOBAL real* v, const int v_off, const GLOBAL real* g, const int g_off,
+                        const int w_off, GLOBAL real* m, const int m_off, GLOBAL real* v,
+                        const int v_off, const GLOBAL real* g, const int g_off,
                         const GLOBAL real* s, const int s_off, const real beta1,
                         const real rest1, const real beta2, const real rest2, const real eps,
                         const real l2, const real keep, const int n_decay, const int n) {
@@ -203,7 +204,8 @@ KERNEL void adam_update(const GLOBAL int* skip, const int skip_off, GLOBAL real*
    momentum: buf <- momentum buf + d / den, w <- w - lr buf, else w <- w - lr d / den.
    rest = 1 - alpha. buf and gavg are read only where their flags say they exist. */
 KERNEL void rmsprop_update(const GLOBAL int* skip, const int skip_off, GLOBAL real* w,
-                           const int w_off, GLOBAL real* v, const int v_off, GLOBAL real* buf, const int buf_off, GLOBAL real* gavg,
+                           const int w_off, GLOBAL real* v, const int v_off, GLOBAL real* buf,
+                           const int buf_off, GLOBAL real* gavg,
                            const int gavg_off, const GLOBAL real* g, const int g_off,
                            const real lr, const real alpha, const real rest, const real eps,
                            const real l2, const real momentum, const int has_buf,

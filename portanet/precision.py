@@ -6,7 +6,7 @@
     bf16   the same with each input rounded to bfloat16 (7 stored bits, float32's
            exponent): tensor cores at twice TF32's rate
     fp16   the same in IEEE half (10 stored bits, and half's range: inf from 65520 up,
-           subnormal below 2^-14)
+           subnormal below 2^-14); its networks scale their loss (optim.LossScale)
     fp64   float64 networks (dtype="float64"): their one precision
 
 Storage stays float32 in every precision so far: activations, gradients, the weights and
