@@ -66,6 +66,12 @@ class Layer:
         for a batch of m: the ones vector of bias gradients, the conv workspace."""
         return 0, 0
 
+    def products(self, m):
+        """[(elements of a, elements of b)] of the matrix products a vendor GEMM may make
+        for this layer in a training step of m samples (at most): what a backend that
+        copies their inputs (16-bit) needs room for (Backend.operand_bytes)."""
+        return []
+
     def sublayers(self):
         """[(name, layer)] of the layers inside this one (Residual's), in order."""
         return []
@@ -195,6 +201,10 @@ class Dense(Layer):
     def shared_sizes(self, m):
         return m, 0
 
+    def products(self, m):
+        w, x, dz = self.units * self.n_in, self.n_in * m, self.units * m
+        return [(w, x), (dz, x), (w, dz)]         # z = w x, dw = dz x^T, dx = w^T dz
+
     def bind(self, a_prev, m, shared):
         super().bind(self.backend.view(a_prev, (self.n_in, m)), m, shared)
         self.z = self.backend.view(self._z, (self.units, m))
@@ -272,6 +282,14 @@ class Conv2D(Dense):
         positions = self.out_shape[1] * self.out_shape[2] * m
         cap = CONV_WORKSPACE_BYTES // self.backend.dtype.itemsize
         return positions, min(self.n_in * positions, cap)
+
+    def products(self, m):
+        """The patch-matrix path's: a chunk of the patch matrix (as many positions as the
+        workspace holds) with w or with that chunk of dz."""
+        positions, workspace = self.shared_sizes(m)
+        chunk = min(positions, max(1, workspace // self.n_in))
+        w, cols, dz = self.units * self.n_in, self.n_in * chunk, self.units * chunk
+        return [(w, cols), (dz, cols), (w, dz)]
 
     def bind(self, a_prev, m, shared):
         Layer.bind(self, self.backend.view(a_prev, (*self.in_shape, m)), m, shared)

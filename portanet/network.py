@@ -191,10 +191,17 @@ class Sequential:
         buffers = [b for _, b in self._parameter_buffers()]
         if optimizer is not None:
             buffers += [b for _, b in training.state_buffers(self, optimizer)]
+        held = 0
         if m:
             buffers += [b for _, b in self._batch_buffers(m)]
+            # the backend's own: CUDA's bf16 and fp16 copy the inputs of a vendor GEMM
+            needed, held = self.backend.operand_bytes(
+                [p for _, layer in self.walk() for p in layer.products(m)])
+            if needed:
+                buffers.append(Buffer("backend", "16-bit operands", "workspace",
+                                      (needed // 2,), np.dtype(np.uint16)))
         free, _ = self.backend.memory_info()
-        held = sum(b.nbytes for _, b, _ in self._params + self._batch)
+        held += sum(b.nbytes for _, b, _ in self._params + self._batch)
         if self.optimizer_state:
             held += sum(b.nbytes for _, b, _ in self.optimizer_state._arrays)
         return MemoryPlan(buffers, m, self.backend.name, free + held,

@@ -356,6 +356,27 @@ def test_training_in_lower_precisions_follows_fp32_closely(device_name, rng, low
     assert not np.array_equal(low, fp32)            # every product rounds, whatever its path
 
 
+def test_the_memory_plan_counts_the_16_bit_copies(device_name, rng, lower, monkeypatch):
+    """Where a vendor GEMM takes 16-bit copies of its inputs (CUDA's bf16 and fp16), the
+    plan has room for the largest pair of a training step's products (here dense 1's
+    forward: w and the batch), and the copies a step makes fit in it; where nothing is
+    copied, there is nothing to plan."""
+    bk = lower_backend(device_name, lower)
+    net = pn.mlp((300,), 10, hidden=(200,), device=bk)
+    plan = {(b.owner, b.name): b for b in net.memory_plan(96).buffers}
+    copies = plan.get(("backend", "16-bit operands"))
+    if getattr(bk, "half_operands", None) is None:
+        assert copies is None
+        return
+    assert copies.nbytes == (200 * 300 + 300 * 96) * 2
+    monkeypatch.setattr(bk, "gemm_path", "vendor")        # every product copied
+    monkeypatch.setattr(bk, "_half_ws", None, raising=False)   # grown anew
+    x, y = rng.standard_normal((96, 300)).astype(np.float32), rng.integers(0, 10, 96)
+    net.fit(x, y, epochs=1, batch_size=96)
+    needed, held = bk.operand_bytes([p for _, layer in net.walk() for p in layer.products(96)])
+    assert needed == copies.nbytes and 0 < held <= needed
+
+
 # -- the command line and the bench ---------------------------------------------------------
 
 def test_train_and_plan_on_the_command_line(tmp_path):

@@ -259,6 +259,14 @@ class Backend:
         largest single buffer where the device limits it (OpenCL), else None."""
         raise NotImplementedError
 
+    def operand_bytes(self, products):
+        """Bytes of the workspace this backend's matrix products [(elements of a, of b)]
+        need beside their operands (0: none; CUDA's bf16 and fp16 copy a vendor GEMM's
+        inputs to 16 bits first), and of what it holds of it now: (needed, held). A
+        network's memory plan counts it; the backend grows it at the first product that
+        needs more."""
+        return 0, 0
+
     # -- BLAS-like, in place -------------------------------------------------------------
 
     def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):

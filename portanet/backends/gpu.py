@@ -361,6 +361,15 @@ class KernelBackend(Backend):
                     lambda: self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b,
                                               m, n, kp, ldc or n))
 
+    def operand_bytes(self, products):
+        if self.half_operands is None:
+            return 0, 0
+        even = lambda n: n + n % 2
+        needed = max((even(a) + even(b) for a, b in products), default=0)
+        ws = getattr(self, "_half_ws", None)
+        itemsize = np.dtype(self.half_operands).itemsize
+        return needed * itemsize, 0 if ws is None else ws.nbytes
+
     def _operands16(self, a, b):
         """a and b as the vendor's 16-bit GEMM takes them (half_operands): each rounded as our
         own kernels round a product's inputs (prelude.h's half_bits), laid out as it was,
