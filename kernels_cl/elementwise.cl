@@ -257,6 +257,21 @@ KERNEL void unscale_check(GLOBAL real* g, const int g_off, const GLOBAL real* s,
     if (!isfinite(gi)) ATOMIC_MIN(found + found_off, -1);
 }
 
+/* Adam's numbers of a loss-scaled step, which the device counts (a skipped step is not a
+   step, as in PyTorch): where found[0] is 0, t[0] <- t[0] + 1 and s <- [lr / (1 -
+   beta1^t), sqrt(1 - beta2^t)], each 1 - beta^t as -expm1(t log beta) (log_beta1,
+   log_beta2 come from the host in double: no cancellation); else nothing. One work-item,
+   before the updates. */
+KERNEL void adam_scalars(GLOBAL real* s, const int s_off, GLOBAL real* t, const int t_off,
+                         const GLOBAL int* found, const int found_off, const real lr,
+                         const real log_beta1, const real log_beta2) {
+    if (GLOBAL_ID(0) != 0 || found[found_off] != 0) return;
+    const real step = t[t_off] + 1;
+    t[t_off] = step;
+    s[s_off] = lr / -expm1(step * log_beta1);
+    s[s_off + 1] = sqrt(-expm1(step * log_beta2));
+}
+
 /* after a step's updates, one work-item: a step that found inf or NaN halves the scale
    (not below low) and counts as skipped; growth_interval clean steps in a row double it
    (not above high). found goes back to 0 for the next step. */

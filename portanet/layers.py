@@ -285,10 +285,11 @@ class Conv2D(Dense):
 
     def products(self, m):
         """The patch-matrix path's: a chunk of the patch matrix (as many positions as the
-        workspace holds) with w or with that chunk of dz."""
+        workspace holds) with w, or with dz, whose copy is whole whatever the chunk (the
+        chunk's columns are a view of it)."""
         positions, workspace = self.shared_sizes(m)
         chunk = min(positions, max(1, workspace // self.n_in))
-        w, cols, dz = self.units * self.n_in, self.n_in * chunk, self.units * chunk
+        w, cols, dz = self.units * self.n_in, self.n_in * chunk, self.units * positions
         return [(w, cols), (dz, cols), (w, dz)]
 
     def bind(self, a_prev, m, shared):

@@ -197,6 +197,7 @@ class Sequential:
             # the backend's own: CUDA's bf16 and fp16 copy the inputs of a vendor GEMM
             needed, held = self.backend.operand_bytes(
                 [p for _, layer in self.walk() for p in layer.products(m)])
+            held = min(held, needed)        # what it holds beyond is not room for ours
             if needed:
                 buffers.append(Buffer("backend", "16-bit operands", "workspace",
                                       (needed // 2,), np.dtype(np.uint16)))
@@ -615,11 +616,15 @@ class Sequential:
         lines.append(f"  {total:,d} parameters; {_size(plan.total)} on the device "
                      f"({kinds}{'' if self.capacity else '; batch buffers come with the first batch'})")
         itemsize, scaling = self.backend.dtype.itemsize, self.loss_scaling
-        per = optimizer.bytes_per_parameter(itemsize) + (itemsize if scaling else 0)
-        lines.append(f"  training with {repr(optimizer)}: {per} bytes per parameter" +
-                     (f" (with its gradient: loss scaling, {scaling})" if scaling else
-                      " and a gradient workspace as large as the largest layer"
-                      if optimizer.uses_workspace else ""))
+        per = optimizer.bytes_per_parameter(itemsize)
+        if scaling is not None:
+            per += itemsize
+            how = f" (its gradient kept whole for loss scaling, {scaling})"
+        elif optimizer.uses_workspace:
+            how = " and a gradient workspace as large as the largest layer"
+        else:
+            how = ""
+        lines.append(f"  training with {repr(optimizer)}: {per} bytes per parameter{how}")
         return "\n".join(lines)
 
     def get_weights(self):

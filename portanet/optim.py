@@ -67,6 +67,10 @@ class Optimizer:
         recorded step stays valid), or None."""
         return None
 
+    def count_step(self, bk, scalars, steps, found):
+        """A loss-scaled step's step_scalars, formed on the device, which counts its steps
+        in `steps` where `found` says the step was not skipped (the host cannot know)."""
+
     def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
         """Apply the rule to one layer's flat parameters, where its target() put the
         gradient (`grad`): one kernel launch, which changes nothing where the device flag
@@ -158,6 +162,9 @@ class Adam(Optimizer):
         b1, b2 = self.betas
         return np.array([self.lr / (1 - b1 ** t), math.sqrt(1 - b2 ** t)])
 
+    def count_step(self, bk, scalars, steps, found):
+        bk.adam_scalars(scalars, steps, found, self.lr, *self.betas)
+
     def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
         l2, shrink = (0.0, self.lr * self.weight_decay) if self.decoupled else (self.weight_decay, 0.0)
         bk.adam_update(flat, grad, state["m"], state["v"], scalars, self.betas[0],
@@ -212,7 +219,9 @@ class LossScale:
     `growth_interval` clean steps in a row double it. fp16 networks scale by default
     (Sequential's loss_scale="auto"); the history's skipped_steps and loss_scale say what
     it did. The scale stays a power of two, so scaling and unscaling are exact: where
-    nothing under- or overflows, a scaled step computes what an unscaled one does."""
+    nothing under- or overflows, a scaled step computes what an unscaled one does. A skipped
+    step is no step (Adam's count does not move), but BatchNorm's running statistics, which
+    its forward pass updated, keep what it saw, as in PyTorch."""
     initial: float = 2.0 ** 16      # torch's init_scale; Keras starts at 2^15
     growth_interval: int = 2000     # clean steps in a row that double the scale
 
@@ -226,9 +235,10 @@ class LossScale:
                              f"(scaling by it is then exact), e.g. 2.0**16, got {x!r}")
         object.__setattr__(self, "initial", float(x))
         n = self.growth_interval
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 2 ** 24:
             raise InputError(f"LossScale: growth_interval must be a whole number of steps "
-                             f">= 1, e.g. 2000, got {n!r}")
+                             f"in [1, 2**24] (the device counts them in float32), e.g. "
+                             f"2000, got {n!r}")
 
     def config(self):
         return {"initial": self.initial, "growth_interval": self.growth_interval}

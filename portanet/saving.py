@@ -48,8 +48,11 @@ def resume(net, path, settings, epochs):
         differ = [f"{k}: {run.settings.get(k)!r} in the file, {v!r} now"
                   for k, v in settings.items() if run.settings.get(k) != v]
         if differ:
+            where = ("; the loss scale is the network's: make it with the same loss_scale "
+                     "(Sequential, the models, load)"
+                     if run.settings.get("loss_scale") != settings.get("loss_scale") else "")
             raise InputError(f"cannot resume from {path} with other settings ("
-                             f"{'; '.join(differ)}); give fit the same ones")
+                             f"{'; '.join(differ)}); give fit the same ones{where}")
         if run.epoch >= epochs:
             raise InputError(f"{path} holds {run.epoch} epochs already, fit asks for "
                              f"{epochs}: give epochs > {run.epoch} to train on")
@@ -77,11 +80,11 @@ def _check_same(net, f, path):
                              f"portanet.load({str(path)!r}) to rebuild it")
 
 
-def load(path, device=None, dtype="float32", precision=None):
+def load(path, device=None, dtype="float32", precision=None, loss_scale="auto"):
     """A network rebuilt from a file written by Sequential.save, on any device, in any
     precision it computes (None: a Backend's own, else PORTANET_PRECISION, else fp32): the
     file holds float32 weights whatever the precision they were trained in, as PyTorch's
-    state dicts do."""
+    state dicts do. loss_scale as Sequential's."""
     from .network import Sequential
     from .backends import Backend, device as get_device
     if not isinstance(device, Backend):
@@ -91,7 +94,8 @@ def load(path, device=None, dtype="float32", precision=None):
         arch = _architecture(f.architecture, path)
         try:
             layers = [layer_module.from_config(name, cfg) for name, cfg in arch["layers"]]
-            net = Sequential(layers, arch["input_shape"], arch["loss"], backend, dtype)
+            net = Sequential(layers, arch["input_shape"], arch["loss"], backend, dtype,
+                             loss_scale=loss_scale)
         except (InputError, ShapeError) as e:
             raise ModelFileError(f"{path}: the architecture in the file is not valid: {e}") from e
         _write_parameters(net, f, path)

@@ -5,7 +5,8 @@ what training adds to it:
 
 - `OptimizerState`: the optimizer's buffers for every trainable layer (its `slots`, each a
   flat vector like the layer's parameters), the network's one gradient workspace (sized
-  for the largest layer), the device scalars of Adam's bias correction, and the step count.
+  for the largest layer, or with loss scaling for the whole network), the device scalars of
+  Adam's bias correction, the step count, and the loss scale.
   It is planned with the network's memory and allocated once, when fit first sees an
   optimizer of its kind; layers ask it where their gradient goes (`gradient`) and for the
   optimizer's kernel (`update`).
@@ -51,7 +52,7 @@ class OptimizerState:
         self.share = 1.0                    # this rank's part of the global batch (update)
         self._pending = []                  # layers whose update waits for finish()
         self._arrays = net._allocate(planned)
-        self.workspace = self.scalars = self.loss_scale = None
+        self.workspace = self.scalars = self.loss_scale = self.steps = None
         bk = self.backend
         for owner, buf, x in self._arrays:
             if buf.dtype == np.int32:
@@ -80,10 +81,12 @@ class OptimizerState:
         self._slot, self._scale, self._beta = optimizer.target(self.scaling is not None)
 
     def begin_step(self):
-        """Count the step; give the update the numbers of step t (Adam's bias correction)."""
+        """Count the step; give the update the numbers of step t (Adam's bias correction),
+        which a loss-scaled step forms on the device instead (`finish`: a step it skips is
+        not counted there)."""
         self.t += 1
         scalars = self.optimizer.step_scalars(self.t)
-        if scalars is not None:
+        if scalars is not None and self.scaling is None:
             self.backend.write(self.scalars, scalars)
 
     def gradient(self, layer):
@@ -122,6 +125,8 @@ class OptimizerState:
         bk, scaling = self.backend, self.scaling
         if scaling is not None:
             bk.unscale_check(self.workspace, self.loss_scale, self.found)
+            if self.steps is not None:
+                self.optimizer.count_step(bk, self.scalars, self.steps, self.found)
         if self._pending:
             self.optimizer.update_layers(bk, self._pending, self.scalars, self.found,
                                          scaling is not None)
@@ -155,6 +160,8 @@ class OptimizerState:
                    for slot, x in layer.state.items()}
         if self.scaling is not None:
             tensors["optimizer.loss_scale"] = self.loss_scale
+        if self.steps is not None:
+            tensors["optimizer.steps"] = self.steps
         return tensors
 
     def free(self):
@@ -194,6 +201,8 @@ def state_buffers(net, optimizer):
                                  (max(total if scaled else largest, 1),), real)))
     if optimizer.step_scalars(1) is not None:
         out.append((None, Buffer("network", "scalars", "optimizer state", (2,), real)))
+        if scaled:                          # its steps, counted on the device
+            out.append((None, Buffer("network", "steps", "optimizer state", (1,), real)))
     if scaled:
         out.append((None, Buffer("network", "loss_scale", "optimizer state", (4,), real)))
     out.append((None, Buffer("network", "found", "optimizer state", (1,), np.dtype(np.int32))))
@@ -413,8 +422,9 @@ def _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_dat
     seed = net.seed if seed is None else check_count("seed", seed, 0)
     settings = {"batch_size": batch_size, "optimizer": optimizer_config(optimizer),
                 "schedule": repr(schedule), "seed": seed, "shuffle": bool(shuffle),
-                "samples": n,
-                "loss_scale": net.loss_scaling and net.loss_scaling.config()}
+                "samples": n, "loss_scale": None}
+    if net.loss_scaling is not None:
+        settings["loss_scale"] = net.loss_scaling.config()
     rng = np.random.default_rng(seed)
     run = Run(0, {}, rng.bit_generator.state, settings)
     prepare(net, optimizer)                 # refused here, before any step, if too big

@@ -10,6 +10,7 @@ from portanet.backends.base import conv_out
 from portanet.backends.gpu import ACT, FINISH_PARTS
 from portanet.backends.numpy import NumpyBackend, activate, activate_grad
 from portanet.errors import InputError, ShapeError
+from portanet.optim import Adam
 from conftest import F32, F64_GRAD, gemm_scale, get_backend, rel_err, simulated
 
 REF = NumpyBackend("cpu", np.float64)
@@ -1044,7 +1045,7 @@ def test_update_loss_scale_halves_on_overflow_and_grows_after_clean_steps(bk, rn
     views, _, _ = packed(bk, s)
     found = _flag(bk, 0)
     want = s.copy()
-    steps = [0, 0, 0, -1, 0, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0, 0] + [0] * 12
+    steps = [0, 0, 0, -1, 0, -1, -1, -1, -1, -1, -1] + [0] * 27
     for step, overflowed in enumerate(steps):
         bk.write(found, np.array([overflowed], np.int32))
         want_found = np.array([overflowed], np.int32)
@@ -1053,7 +1054,24 @@ def test_update_loss_scale_halves_on_overflow_and_grows_after_clean_steps(bk, rn
         assert np.array_equal(bk.download(views[0]), want.astype(bk.dtype)), step
         assert bk.download(found)[0] == want_found[0] == 0
     assert want[0] == high and want[3] == 7     # it met both bounds, skipped 7 steps
-    assert min(2.0 ** 2 / 2 ** k for k in range(8)) < low
+
+
+@pytest.mark.parametrize("found", [0, -1])
+def test_adam_scalars_count_only_the_steps_taken(bk, found):
+    """A loss-scaled Adam's step numbers, formed on the device from its own count: moved
+    on where the step is taken, as the host forms them (adam_scalars of the reference and
+    Adam.step_scalars in double), left as they were where it is skipped."""
+    lr, beta1, beta2 = 1e-3, 0.9, 0.999
+    s, t = real(bk, [7.0, 7.0]), real(bk, [41.0])
+    views, _, _ = packed(bk, s, t)
+    bk.adam_scalars(views[0], views[1], _flag(bk, found), lr, beta1, beta2)
+    if found:
+        assert np.array_equal(bk.download(views[0]), s.astype(bk.dtype))
+        assert bk.download(views[1])[0] == 41
+        return
+    assert bk.download(views[1])[0] == 42
+    want = Adam(lr, (beta1, beta2)).step_scalars(42)
+    assert rel_err(bk.download(views[0]), want) < TOL[bk.dtype]
 
 
 def test_updates_refuse_mismatched_sizes(backend):

@@ -348,6 +348,12 @@ class Backend:
         where any element of the result is inf or NaN, else left as it is."""
         raise NotImplementedError
 
+    def adam_scalars(self, s, t, found, lr, beta1, beta2):
+        """Adam's step numbers counted on the device (a loss-scaled step: a skipped one is no
+        step): where found[0] is 0, t[0] <- t[0] + 1 and s <- [lr / (1 - beta1^t),
+        sqrt(1 - beta2^t)] (adam_update's scalars), else nothing."""
+        raise NotImplementedError
+
     def update_loss_scale(self, s, found, growth_interval, low, high):
         """After a scaled step: where found[0] is not 0, s[0] halves (not below low, s[1]
         doubles with it), s[2] <- 0 and s[3] (steps skipped) grows by one; else s[2] grows
@@ -636,13 +642,26 @@ def check_skip(op, skip):
                          f"{skip.dtype} {tuple(skip.shape)}")
 
 
-def check_loss_scale(op, s, found):
-    """Loss scaling's device state: s four reals, found one int32."""
+def check_loss_scale(op, s, found=None):
+    """Loss scaling's device state: s four reals, found (where given) one int32."""
     if s.size != 4:
         raise ShapeError(f"{op}: s {tuple(s.shape)} must hold 4 numbers, [scale, 1 / scale, "
                          f"clean steps, skipped steps]")
     if found is not None:
         check_skip(op, found)
+
+
+def check_found(op, found):
+    """The flag a loss-scaled step's check sets: an int32 device array of one element."""
+    if found is None:
+        raise ShapeError(f"{op}: found must be an int32 device array of one element, "
+                         f"not None")
+    check_skip(op, found)
+
+
+def log_beta(beta):
+    """log(beta) for adam_scalars' 1 - beta^t = -expm1(t log beta), in double; -inf for 0."""
+    return math.log(beta) if beta > 0 else -math.inf
 
 
 def check_adam(scalars, n_decay, w, *state):

@@ -14,8 +14,9 @@ from ..errors import ShapeError
 from ..precision import PRECISIONS
 from . import sources
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
-                   check_conv, check_gather, check_gemm, check_loss_scale, check_norm_kind,
-                   check_pool, check_rows, check_skip, check_update, conv_out)
+                   check_conv, check_found, check_gather, check_gemm, check_loss_scale,
+                   check_norm_kind, check_pool, check_rows, check_skip, check_update, conv_out,
+                   log_beta)
 
 log = logging.getLogger("portanet")
 
@@ -70,7 +71,7 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "activation_grad", "add_activation",
                             "gather_columns", "gather_labels", "features_first",
                             "momentum_updates", "sgd_update", "adam_update", "rmsprop_update",
-                            "scale_by", "unscale_check", "update_loss_scale"),
+                            "scale_by", "unscale_check", "adam_scalars", "update_loss_scale"),
             "loss": ("bias_softmax", "softmax_xent", "bias_softmax_xent", "sigmoid_bce", "mse",
                      "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum", "activation_bias_grad"),
@@ -364,8 +365,7 @@ class KernelBackend(Backend):
     def operand_bytes(self, products):
         if self.half_operands is None:
             return 0, 0
-        even = lambda n: n + n % 2
-        needed = max((even(a) + even(b) for a, b in products), default=0)
+        needed = max((_even(a) + _even(b) for a, b in products), default=0)
         ws = getattr(self, "_half_ws", None)
         itemsize = np.dtype(self.half_operands).itemsize
         return needed * itemsize, 0 if ws is None else ws.nbytes
@@ -376,8 +376,7 @@ class KernelBackend(Backend):
         in the operand workspace, which grows to the largest product's pair. The kernel
         writes two elements a word: each copy starts at an even element and has room for
         an odd one's last word."""
-        even = lambda n: n + n % 2
-        size = even(a.size) + even(b.size)
+        size = _even(a.size) + _even(b.size)
         ws = getattr(self, "_half_ws", None)
         if ws is None or ws.size < size:
             if ws is not None:
@@ -389,7 +388,7 @@ class KernelBackend(Backend):
         if kernel is None:
             kernel = self._kernels["half_operands"] = self._build("elementwise", "half_operands")
         out = []
-        for x, start in ((a, 0), (b, even(a.size))):
+        for x, start in ((a, 0), (b, _even(a.size))):
             y = self.view(ws, x.shape, start)
             self._run(kernel, ((x.size + 1) // 2,), y, x, x.size,
                       label=f"{self.precision} operands")
@@ -892,14 +891,22 @@ class KernelBackend(Backend):
                   gavg is not None, n_decay, w.size)
 
     def scale_by(self, x, s):
+        check_loss_scale("scale_by", s)
         self._run("scale_by", (x.size,), x, s, x.size)
 
     def unscale_check(self, g, s, found):
-        check_loss_scale("unscale_check", s, found)
+        check_loss_scale("unscale_check", s)
+        check_found("unscale_check", found)
         self._run("unscale_check", (g.size,), g, s, found, g.size)
 
+    def adam_scalars(self, s, t, found, lr, beta1, beta2):
+        check_found("adam_scalars", found)
+        self._run("adam_scalars", (1,), s, t, found, float(lr), log_beta(float(beta1)),
+                  log_beta(float(beta2)))
+
     def update_loss_scale(self, s, found, growth_interval, low, high):
-        check_loss_scale("update_loss_scale", s, found)
+        check_loss_scale("update_loss_scale", s)
+        check_found("update_loss_scale", found)
         self._run("update_loss_scale", (1,), s, found, int(growth_interval), float(low),
                   float(high))
 
@@ -1204,6 +1211,11 @@ FINISH_PARTS = 16           # the most parts gemm.cl's last part adds up itself 
 SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, where lanes allow
 ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
 ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round
+def _even(n):
+    """n, or n + 1 where n is odd (the 16-bit copies start at even elements)."""
+    return n + n % 2
+
+
 UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
 SEARCH_PARTS = (1, 2, 4, 8, 16)     # the K splits routing tries with each tiling (GPUs)
 SEARCH_WORKSPACE = 2**22   # split-K workspace (reals) routing may grow to for a candidate

@@ -9,8 +9,8 @@ from ..precision import round_to
 from ..rng import dropout_mask
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    CONV_WORKSPACE_BYTES, check_conv, check_gather, check_gemm,
-                   check_loss_scale, check_norm_kind, check_pool, check_rows, check_skip,
-                   check_update, conv_out, features_first)
+                   check_found, check_loss_scale, check_norm_kind, check_pool, check_rows,
+                   check_skip, check_update, conv_out, features_first, log_beta)
 
 
 def _skipped(skip):
@@ -179,18 +179,32 @@ class NumpyBackend(Backend):
 
     # -- dynamic loss scaling -----------------------------------------------------------
 
+    @_quiet
     def scale_by(self, x, s):
+        check_loss_scale("scale_by", s)
         x *= s[0]
 
     @_quiet
     def unscale_check(self, g, s, found):
-        check_loss_scale("unscale_check", s, found)
+        check_loss_scale("unscale_check", s)
+        check_found("unscale_check", found)
         g *= s[1]
         if not np.isfinite(g).all():
             found[0] = -1
 
+    @_quiet
+    def adam_scalars(self, s, t, found, lr, beta1, beta2):
+        check_found("adam_scalars", found)
+        if found[0] != 0:
+            return
+        real = s.dtype.type
+        t[0] += 1
+        s[0] = real(lr) / -np.expm1(t[0] * real(log_beta(beta1)))
+        s[1] = np.sqrt(-np.expm1(t[0] * real(log_beta(beta2))))
+
     def update_loss_scale(self, s, found, growth_interval, low, high):
-        check_loss_scale("update_loss_scale", s, found)
+        check_loss_scale("update_loss_scale", s)
+        check_found("update_loss_scale", found)
         if found[0] != 0:
             found[0] = 0
             s[2] = 0
