@@ -111,22 +111,28 @@ class SGD(Optimizer):
     def uses_workspace(self):
         return self.nesterov or not self.momentum
 
+    def _from_gradient(self, scaled):
+        """Whether the velocity is updated from the gradient in the workspace (sgd_update):
+        with Nesterov momentum, and with any momentum when the step is loss-scaled; else
+        it is gemm's beta (or there is none)."""
+        return self.nesterov or bool(self.momentum and scaled)
+
     def target(self, scaled=False):
-        if self.nesterov or (self.momentum and scaled):
+        if self._from_gradient(scaled):
             return None, 1.0, 0.0
         if self.momentum:                    # momentum is gemm's beta: v <- mu v - eta/m g
             return "v", -self.lr, self.momentum
         return None, -self.lr, 0.0
 
     def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
-        if self.nesterov or (self.momentum and scaled):
+        if self._from_gradient(scaled):
             bk.sgd_update(flat, grad, state["v"], self.lr, self.momentum, self.weight_decay,
                           n_decay, self.nesterov, skip)
         else:                                # v -= eta lambda w; w += v
             bk.momentum_update(flat, grad, self.lr * self.weight_decay, n_decay, skip)
 
     def update_layers(self, bk, layers, scalars, skip, scaled=False):
-        if self.nesterov or (self.momentum and scaled):
+        if self._from_gradient(scaled):
             super().update_layers(bk, layers, scalars, skip, scaled)
         else:
             bk.momentum_updates([(flat, grad, n_decay) for flat, grad, _, n_decay in layers],

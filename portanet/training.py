@@ -474,6 +474,7 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
     for c in callbacks:
         c.on_train_begin(net, {"epochs": epochs, "metrics": metrics})
     logs = {}
+    scaled = state.scale_now()                  # (scale, steps skipped), read once an epoch
     for epoch in range(run.epoch, epochs):
         start = time.perf_counter()
         lr = schedule(epoch, optimizer.lr)
@@ -482,7 +483,6 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
         order = rng.permutation(n) if shuffle else np.arange(n)
         net._bind(min(max(shares), n))
         net._reset_sums()
-        scaled_before = state.scale_now()
         trained = 0                             # this rank's samples of the epoch
         for i in range(batches):
             idx = order[i * batch_size:(i + 1) * batch_size]
@@ -505,9 +505,9 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
         loss, acc = _epoch_sums(net, n, group, trained)    # the one host read of the epoch
         logs = {"loss": loss, "accuracy": acc, "lr": lr,
                 "seconds": time.perf_counter() - start}
-        if scaled_before is not None:           # what loss scaling did in the epoch
-            scale, skipped = state.scale_now()
-            logs.update(loss_scale=scale, skipped_steps=skipped - scaled_before[1])
+        if scaled is not None:                  # what loss scaling did in the epoch
+            skipped_before, scaled = scaled[1], state.scale_now()
+            logs.update(loss_scale=scaled[0], skipped_steps=scaled[1] - skipped_before)
         if not math.isfinite(loss):
             raise DivergedError(
                 f"training diverged in epoch {epoch + 1}: the loss is {loss} at learning "

@@ -642,13 +642,11 @@ def check_skip(op, skip):
                          f"{skip.dtype} {tuple(skip.shape)}")
 
 
-def check_loss_scale(op, s, found=None):
-    """Loss scaling's device state: s four reals, found (where given) one int32."""
+def check_loss_scale(op, s):
+    """Loss scaling's device state: four reals."""
     if s.size != 4:
         raise ShapeError(f"{op}: s {tuple(s.shape)} must hold 4 numbers, [scale, 1 / scale, "
                          f"clean steps, skipped steps]")
-    if found is not None:
-        check_skip(op, found)
 
 
 def check_found(op, found):

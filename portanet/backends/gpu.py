@@ -1211,11 +1211,6 @@ FINISH_PARTS = 16           # the most parts gemm.cl's last part adds up itself 
 SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, where lanes allow
 ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
 ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round
-def _even(n):
-    """n, or n + 1 where n is odd (the 16-bit copies start at even elements)."""
-    return n + n % 2
-
-
 UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
 SEARCH_PARTS = (1, 2, 4, 8, 16)     # the K splits routing tries with each tiling (GPUs)
 SEARCH_WORKSPACE = 2**22   # split-K workspace (reals) routing may grow to for a candidate
@@ -1276,6 +1271,11 @@ def _k_pieces(k, longest=ACC_K):
     step = -(-k // count)
     step = min(longest, -(-step // 16) * 16) if count > 1 else k
     return [(k0, min(step, k - k0)) for k0 in range(0, max(k, 1), max(step, 1))]
+
+
+def _even(n):
+    """n, or n + 1 where n is odd (the 16-bit copies start at even elements)."""
+    return n + n % 2
 
 
 def operand_options(precision):

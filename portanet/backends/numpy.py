@@ -13,9 +13,10 @@ from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activ
                    check_skip, check_update, conv_out, features_first, log_beta)
 
 
-def _skipped(skip):
-    """Whether an update's skip flag says to change nothing (a loss-scaled step whose
-    gradients overflowed)."""
+def _skipped(op, skip):
+    """Whether an update's skip flag (checked) says to change nothing (a loss-scaled step
+    whose gradients overflowed)."""
+    check_skip(op, skip)
     return skip is not None and skip[0] != 0
 
 
@@ -125,8 +126,7 @@ class NumpyBackend(Backend):
     @_quiet
     def momentum_update(self, w, v, decay, n_decay, skip=None):
         check_update("momentum_update", n_decay, w, v)
-        check_skip("momentum_update", skip)
-        if _skipped(skip):
+        if _skipped("momentum_update", skip):
             return
         if decay != 0:
             v[:n_decay] -= decay * w[:n_decay]
@@ -135,8 +135,7 @@ class NumpyBackend(Backend):
     @_quiet
     def sgd_update(self, w, g, v, lr, momentum, weight_decay, n_decay, nesterov, skip=None):
         check_update("sgd_update", n_decay, w, g, v)
-        check_skip("sgd_update", skip)
-        if _skipped(skip):
+        if _skipped("sgd_update", skip):
             return
         d = _decayed(g, weight_decay, w, n_decay)
         v[...] = momentum * v - lr * d
@@ -146,8 +145,7 @@ class NumpyBackend(Backend):
     def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
                     skip=None):
         check_adam(scalars, n_decay, w, g, m, v)
-        check_skip("adam_update", skip)
-        if _skipped(skip):
+        if _skipped("adam_update", skip):
             return
         d = _decayed(g, l2, w, n_decay)
         beta1, beta2 = float(beta1), float(beta2)
@@ -160,8 +158,7 @@ class NumpyBackend(Backend):
     def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay,
                        skip=None):
         check_update("rmsprop_update", n_decay, w, g, v, buf, gavg)
-        check_skip("rmsprop_update", skip)
-        if _skipped(skip):
+        if _skipped("rmsprop_update", skip):
             return
         d = _decayed(g, l2, w, n_decay)
         alpha = float(alpha)
