@@ -34,6 +34,7 @@ from .memory import Buffer, MemoryPlan, allocate, elements, refuse
 
 MAX_GRAPHS = 16         # recorded steps kept per network (see train_step)
 DATA_SHARE = 0.5        # fit keeps the training set on a GPU if all fits in this share
+AUTO_EPOCHS = 2         # ... and runs this many epochs or more (data_on_device="auto")
 DEFAULT_OPTIMIZER = optim.SGD(0.01, 0.9)
 
 
@@ -341,14 +342,18 @@ def train_batch(net, x, y, optimizer):
         step(net, optimizer)
 
 
-def data_on_device(net, x, t, mode):
+def data_on_device(net, x, t, mode, epochs):
     """(x (N, features), targets (N,) or (N, outputs)) on the device, or None (see fit's
-    data_on_device). DeviceSamples x are there already: the batches are gathered from its
-    memory, whatever the mode, and only the targets go up."""
+    data_on_device; epochs: how many this call runs). DeviceSamples x are there already:
+    the batches are gathered from its memory, whatever the mode, and only the targets go
+    up. "auto" keeps the set on a GPU for two epochs or more: the upload, and recording the
+    steps that gather from it, are paid once a call (bench/README.md, "Issue 11, session
+    9")."""
     if mode not in ("auto", True, False):
         raise InputError(f"data_on_device must be 'auto', True or False, got {mode!r}")
     in_place = isinstance(x, dlpack.DeviceSamples)
-    if not in_place and (mode is False or (mode == "auto" and not net.backend.is_gpu)):
+    if not in_place and (mode is False or mode == "auto" and (
+            not net.backend.is_gpu or epochs < AUTO_EPOCHS)):
         return None
     targets = t if t.ndim == 1 else np.ascontiguousarray(t.T)
     need = [Buffer("fit", "training targets", "dataset", targets.shape, targets.dtype)]
@@ -441,7 +446,7 @@ def _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_dat
             group.agree(dict(settings, epochs=epochs, validation=validation_data is not None,
                              resume=resume is not None, network=net._describe()))
             group.broadcast_state(net)
-    data = data_on_device(net, x, t, data_mode)
+    data = data_on_device(net, x, t, data_mode, epochs - run.epoch)
     try:
         with distributed.collective():
             return _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng,

@@ -132,6 +132,36 @@ def test_training_set_on_the_device_gives_the_same_run(device_name, description)
     assert all(np.array_equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
 
 
+@pytest.mark.parametrize("gpu, epochs, resumed, kept", [
+    (True, 2, 0, True), (True, 1, 0, False), (True, 3, 2, False), (False, 4, 0, False)])
+def test_auto_keeps_the_set_on_a_gpu_for_two_epochs_or_more(tmp_path, gpu, epochs, resumed,
+                                                            kept):
+    """fit's default, data_on_device="auto": the set goes up where the device is a GPU and
+    the call runs two epochs or more (a resumed run counts the epochs left), else the
+    batches go from the host; the run is the same either way."""
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((60, 20)).astype(np.float32)
+    y = rng.integers(0, 5, 60)
+    runs = []
+    for as_gpu in (gpu, False):
+        net = pn.from_description(DESCRIPTIONS[0], (20,), device="cpu", seed=4)
+        bk = net.backend
+        bk.is_gpu = as_gpu                      # the instance's own: other tests' see False
+        checkpoint = tmp_path / f"run{as_gpu}.npz"
+        if resumed:
+            net.fit(x, y, epochs=resumed, batch_size=16, checkpoint=checkpoint,
+                    data_on_device=False)
+        freed = []
+        free = bk.free
+        bk.free = lambda array: (freed.append(tuple(array.shape)), free(array))
+        h = net.fit(x, y, epochs=epochs, batch_size=16,
+                    resume=checkpoint if resumed else None)
+        del bk.free
+        assert ((60, 20) in freed) == (kept and as_gpu)
+        runs.append((h["loss"], bk.download(net.layers[0].w)))
+    assert runs[0][0] == runs[1][0] and np.array_equal(runs[0][1], runs[1][1])
+
+
 def test_real_targets_are_gathered_too(device_name):
     net = pn.from_description("dense(6, tanh) dense(3, linear)", (4,), loss="mse",
                               device=device_name)
