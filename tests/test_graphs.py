@@ -57,23 +57,30 @@ def test_batches_too_large_to_stage_give_the_same_run(device_name, monkeypatch):
     assert not any(key[3] for key in whole._graphs if len(key) == 4)
 
 
-def test_dropout_networks_are_recorded_and_draw_a_new_mask_each_replay(device_name,
+@pytest.mark.parametrize("on_device", [False, True])
+def test_dropout_networks_are_recorded_and_draw_a_new_mask_each_replay(device_name, on_device,
                                                                        monkeypatch):
     """Dropout's key is written to the device before each step, where the kernel reads it:
-    its networks are recorded too, and their replays are the eager steps bit for bit."""
-    results = []
+    its networks are recorded too, batches sent or gathered on the device, and their
+    replays are the eager steps bit for bit."""
+    results, recorded = [], []
     for graphs in (True, False):
         monkeypatch.setenv("PORTANET_GRAPHS", "on" if graphs else "off")
         net = pn.from_description("dense(16, relu) dropout(0.3) dense(3, softmax)", (8,),
                                   device=device_name)
+        if graphs:                              # the steps it records (the device's backend)
+            capture = net.backend.capture
+            monkeypatch.setattr(net.backend, "capture",
+                                lambda work: recorded.append(capture(work)) or recorded[-1])
         rng = np.random.default_rng(1)
         history = net.fit(rng.standard_normal((64, 8)).astype(np.float32),
-                          rng.integers(0, 3, 64), epochs=2, batch_size=16)
+                          rng.integers(0, 3, 64), epochs=2, batch_size=16,
+                          data_on_device=on_device)
         results.append((net, history["loss"], net.get_weights()))
-    (recorded, loss1, w1), (_, loss2, w2) = results
+    (net, loss1, w1), (_, loss2, w2) = results
     assert loss1 == loss2 and all(np.array_equal(w1[k], w2[k]) for k in w1)
-    assert any(recorded._graphs.values()) == (recorded.backend.kind in ("cuda", "opencl"))
-    assert recorded.layers[1].step == 8                       # a key per step, replays too
+    assert any(recorded) == (net.backend.kind in ("cuda", "opencl"))
+    assert net.layers[1].step == 8                            # a key per step, replays too
 
 
 def test_the_switch_is_checked(monkeypatch):
