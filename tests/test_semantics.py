@@ -390,9 +390,9 @@ def _update_terms(name, host, want, decayed, lr, mu, wd, beta1, alpha, scalars):
     if name == "momentum":
         v = x["v"] + np.where(decayed, lr * wd * x["w"], 0)
         return {"v": v, "w": x["w"] + v}
-    if name == "nesterov":
+    if name in ("sgd", "nesterov"):
         v = mu * x["v"] + lr * d_terms
-        return {"v": v, "w": x["w"] + mu * v + lr * d_terms}
+        return {"v": v, "w": x["w"] + (mu * v + lr * d_terms if name == "nesterov" else v)}
     if name.startswith("adam"):
         d = d_terms if name == "adam" else x["g"]
         m = beta1 * x["m"] + (1 - beta1) * d
