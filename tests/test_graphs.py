@@ -2,6 +2,8 @@
 replays give bit for bit what the eager steps give, through new batches, a partial last
 batch, a rate that changes every epoch and Dropout's new mask at every step. The
 reference records nothing and the same code runs eagerly."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -9,6 +11,18 @@ import portanet as pn
 
 DESCRIPTIONS = ["dense(24, relu) dense(9, tanh) dense(5, softmax)",
                 "conv(4, 3, relu) maxpool(2) flatten dense(5, softmax)"]
+
+
+@contextlib.contextmanager
+def freed_shapes(bk):
+    """The shapes of the arrays bk frees inside the block (bk.free spied on, then put
+    back: backends are shared)."""
+    freed, free = [], bk.free
+    bk.free = lambda array: (freed.append(tuple(array.shape)), free(array))
+    try:
+        yield freed
+    finally:
+        del bk.free
 
 
 def train(description, device, monkeypatch, graphs):
@@ -124,14 +138,9 @@ def test_training_set_on_the_device_gives_the_same_run(device_name, description)
     for on_device in (True, False):
         net = pn.from_description(description, shape, device=device_name, seed=4)
         bk = net.backend
-        freed = []
-        free = bk.free
-        bk.free = lambda array: (freed.append(tuple(array.shape)), free(array))
-        try:
+        with freed_shapes(bk) as freed:
             h = net.fit(x, y, epochs=3, batch_size=32, optimizer=pn.SGD(0.05, 0.9),
                         schedule="exponential(0.7)", data_on_device=on_device)
-        finally:
-            del bk.free
         runs.append((h["loss"], [bk.download(l.w) for l in net.layers if l.trainable]))
         # the set is given back when fit returns
         assert ((150, int(np.prod(shape))) in freed and (150,) in freed) == on_device
@@ -141,8 +150,8 @@ def test_training_set_on_the_device_gives_the_same_run(device_name, description)
 
 @pytest.mark.parametrize("gpu, epochs, resumed, kept", [
     (True, 2, 0, True), (True, 1, 0, False), (True, 3, 2, False), (False, 4, 0, False)])
-def test_auto_keeps_the_set_on_a_gpu_for_two_epochs_or_more(tmp_path, gpu, epochs, resumed,
-                                                            kept):
+def test_auto_keeps_the_set_on_a_gpu_for_two_epochs_or_more(tmp_path, monkeypatch, gpu,
+                                                            epochs, resumed, kept):
     """fit's default, data_on_device="auto": the set goes up where the device is a GPU and
     the call runs two epochs or more (a resumed run counts the epochs left), else the
     batches go from the host; the run is the same either way."""
@@ -153,17 +162,14 @@ def test_auto_keeps_the_set_on_a_gpu_for_two_epochs_or_more(tmp_path, gpu, epoch
     for as_gpu in (gpu, False):
         net = pn.from_description(DESCRIPTIONS[0], (20,), device="cpu", seed=4)
         bk = net.backend
-        bk.is_gpu = as_gpu                      # the instance's own: other tests' see False
+        monkeypatch.setattr(bk, "is_gpu", as_gpu)   # the shared cpu backend's, put back after
         checkpoint = tmp_path / f"run{as_gpu}.npz"
         if resumed:
             net.fit(x, y, epochs=resumed, batch_size=16, checkpoint=checkpoint,
                     data_on_device=False)
-        freed = []
-        free = bk.free
-        bk.free = lambda array: (freed.append(tuple(array.shape)), free(array))
-        h = net.fit(x, y, epochs=epochs, batch_size=16,
-                    resume=checkpoint if resumed else None)
-        del bk.free
+        with freed_shapes(bk) as freed:
+            h = net.fit(x, y, epochs=epochs, batch_size=16,
+                        resume=checkpoint if resumed else None)
         assert ((60, 20) in freed) == (kept and as_gpu)
         runs.append((h["loss"], bk.download(net.layers[0].w)))
     assert runs[0][0] == runs[1][0] and np.array_equal(runs[0][1], runs[1][1])
