@@ -75,6 +75,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--json", default=None)
     parser.add_argument("--data-on-device", default="auto", choices=["auto", "true", "false"])
+    parser.add_argument("--no-torch", action="store_true", help="skip PyTorch's epochs")
     args = parser.parse_args()
     (x, y), (xt, yt) = pn.load_dataset("fashion-mnist")
     results = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "batch_size": BATCH, "runs": {}}
@@ -86,14 +87,15 @@ def main():
         except Exception as e:
             results["runs"][spec] = {"error": f"{type(e).__name__}: {e}"}
         print(spec, results["runs"][spec], flush=True)
-    try:
-        import torch
-        results["torch_version"] = torch.__version__
-        results["runs"]["torch"] = torch_epochs(x, y, xt, yt, args.epochs)
-    except Exception as e:
-        results["runs"]["torch"] = {"error": f"{type(e).__name__}: {e}"}
-    print("torch", results["runs"]["torch"], flush=True)
-    ref = min(results["runs"]["torch"].get("epoch_seconds", [float("nan")]))
+    if not args.no_torch:
+        try:
+            import torch
+            results["torch_version"] = torch.__version__
+            results["runs"]["torch"] = torch_epochs(x, y, xt, yt, args.epochs)
+        except Exception as e:
+            results["runs"]["torch"] = {"error": f"{type(e).__name__}: {e}"}
+        print("torch", results["runs"]["torch"], flush=True)
+    ref = min(results["runs"].get("torch", {}).get("epoch_seconds", [float("nan")]))
     print(f"\n{'impl':10s} {'best epoch s':>13s} {'vs torch':>9s} {'test acc':>9s}")
     for impl, r in results["runs"].items():
         if "error" in r:

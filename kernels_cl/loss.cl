@@ -76,6 +76,34 @@ KERNEL void bias_softmax_xent(GLOBAL real* loss, const int loss_off, GLOBAL real
                 cols, j);
 }
 
+/* bias_softmax_xent, then the output layer's bias gradient from the delta it left in z,
+   gb <- alpha (z 1) + beta gb, in one work-group of GROUP_THREADS: work-item t takes the
+   samples t, t + GROUP_THREADS, ... and sums each row of its delta over them as gemv's
+   work-item t does, then the group adds up as gemv's does, so gb is gemv's bit for bit.
+   One launch where there were two (6-10 us each on NVIDIA's OpenCL), for the few samples
+   of a training batch; one group gives up the parallelism of many, so routing measures
+   the two ways per shape (GpuBackend.bias_softmax_xent_grad). */
+KERNEL void bias_softmax_xent_grad(GLOBAL real* loss, const int loss_off, GLOBAL real* hit,
+                                   const int hit_off, GLOBAL real* a, const int a_off,
+                                   GLOBAL real* z, const int z_off, const GLOBAL real* b,
+                                   const int b_off, const GLOBAL int* labels,
+                                   const int labels_off, GLOBAL real* gb, const int gb_off,
+                                   const real alpha, const real beta, const int rows,
+                                   const int cols) {
+    LOCAL real partial[GROUP_THREADS];
+    const int t = LOCAL_ID(0);
+    for (int j = t; j < cols; j += GROUP_THREADS) {
+        softmax_column(a, a_off, z, z_off, b, b_off, rows, cols, j);
+        xent_column(z, z_off, loss, loss_off, hit, hit_off, a, a_off, labels, labels_off,
+                    rows, cols, j);
+    }
+    for (int i = 0; i < rows; ++i) {    /* (each work-item reads back its own columns) */
+        real sum = 0;
+        for (int j = t; j < cols; j += GROUP_THREADS) sum += z[z_off + i * cols + j];
+        group_sum_into(partial, sum, gb, gb_off + i, alpha, beta);
+    }
+}
+
 /* delta <- a - y; loss += sum_i -(y log a + (1 - y) log(1 - a)); hit += all (a > 1/2) == y */
 KERNEL void sigmoid_bce(GLOBAL real* delta, const int delta_off, GLOBAL real* loss,
                         const int loss_off, GLOBAL real* hit, const int hit_off,

@@ -1,25 +1,7 @@
 /* blas.cu: BLAS-2 on row-major arrays. */
 #include "prelude.h"
 
-#ifndef GEMV_THREADS                /* work-items of gemv's group, set from the device's limits */
-#define GEMV_THREADS 256
-#endif
-
-/* y[at] <- alpha (the sum of the group's `sum`s) + beta y[at], summed pairwise through
-   local memory and written by work-item 0 (gemv's and activation_bias_grad's row groups). */
-DEVICE void group_sum_into(LOCAL_PTR real* partial, const real sum, GLOBAL real* y,
-                           const int at, const real alpha, const real beta) {
-    const int t = LOCAL_ID(0);
-    partial[t] = sum;
-    BARRIER();
-    for (int stride = GEMV_THREADS / 2; stride > 0; stride /= 2) {
-        if (t < stride) partial[t] += partial[t + stride];
-        BARRIER();
-    }
-    if (t == 0) y[at] = alpha * partial[0] + (beta == (real)0 ? (real)0 : beta * y[at]);
-}
-
-/* y <- alpha a x + beta y, a: rows x cols. One work-group of GEMV_THREADS per row and
+/* y <- alpha a x + beta y, a: rows x cols. One work-group of GROUP_THREADS per row and
    piece of `chunk` columns, so the row is read coalesced (the bias gradient dz . ones reads
    a batch-long row), summed through local memory. Group (i, p) writes row i's sum over its
    p-th piece to y[p rows + i]: with one piece that is y itself; with several, the parts of
@@ -28,10 +10,10 @@ DEVICE void group_sum_into(LOCAL_PTR real* partial, const real sum, GLOBAL real*
 KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const int a_off,
                  const GLOBAL real* x, const int x_off, const real alpha, const real beta,
                  const int rows, const int cols, const int chunk) {
-    LOCAL real partial[GEMV_THREADS];
+    LOCAL real partial[GROUP_THREADS];
     const int i = GROUP_ID(0), end = min(cols, (GROUP_ID(1) + 1) * chunk);
     real sum = 0;
-    for (int k = GROUP_ID(1) * chunk + LOCAL_ID(0); k < end; k += GEMV_THREADS)
+    for (int k = GROUP_ID(1) * chunk + LOCAL_ID(0); k < end; k += GROUP_THREADS)
         sum += a[a_off + i * cols + k] * x[x_off + k];
     group_sum_into(partial, sum, y, y_off + GROUP_ID(1) * rows + i, alpha, beta);
 }
@@ -49,23 +31,23 @@ KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL real* R
                                  const int da_off, const int kind, const real alpha,
                                  const real beta, const int rows, const int cols,
                                  const int chunk) {
-    LOCAL real partial[GEMV_THREADS];
+    LOCAL real partial[GROUP_THREADS];
     const int i = GROUP_ID(0), end = min(cols, (GROUP_ID(1) + 1) * chunk);
     real sum = 0;
-    for (int k = GROUP_ID(1) * chunk + LOCAL_ID(0); k < end; k += DELTA_RUN * GEMV_THREADS) {
+    for (int k = GROUP_ID(1) * chunk + LOCAL_ID(0); k < end; k += DELTA_RUN * GROUP_THREADS) {
         real zs[DELTA_RUN], ds[DELTA_RUN];
 #pragma unroll
         for (int u = 0; u < DELTA_RUN; ++u) {
-            const int at = i * cols + k + u * GEMV_THREADS;
-            const bool in = k + u * GEMV_THREADS < end;
+            const int at = i * cols + k + u * GROUP_THREADS;
+            const bool in = k + u * GROUP_THREADS < end;
             zs[u] = in ? z[z_off + at] : (real)0;
             ds[u] = in ? da[da_off + at] : (real)0;
         }
 #pragma unroll
         for (int u = 0; u < DELTA_RUN; ++u) {
-            if (k + u * GEMV_THREADS < end) {
+            if (k + u * GROUP_THREADS < end) {
                 const real d = activate_grad(kind, zs[u]) * ds[u];
-                z[z_off + i * cols + k + u * GEMV_THREADS] = d;
+                z[z_off + i * cols + k + u * GROUP_THREADS] = d;
                 sum += d;
             }
         }
@@ -102,7 +84,7 @@ KERNEL void ger(GLOBAL real* a, const int a_off, const GLOBAL real* x, const int
 }
 
 /* c <- alpha sum_p parts[p] + beta c, the parts of a split-K gemm (n = M N elements each).
-   A work-group is GEMV_THREADS / lanes outputs (dimension 0: neighbours read neighbouring
+   A work-group is GROUP_THREADS / lanes outputs (dimension 0: neighbours read neighbouring
    addresses) by `lanes` lanes (dimension 1, a power of two). Lane y sums the y-th run of
    ceil(count / lanes) parts in order, and the lanes' sums meet pairwise in local memory, so
    a sum of P parts errs by about P / lanes + log2(lanes) roundings, in an order fixed by
@@ -115,8 +97,8 @@ KERNEL void gemm_split_sum(GLOBAL real* c, const int c_off, const GLOBAL real* p
                            const int count, const int lanes, const GLOBAL real* b,
                            const int b_off, GLOBAL real* act, const int act_off,
                            const int kind, const int cols) {
-    LOCAL real sums[GEMV_THREADS];
-    const int width = GEMV_THREADS / lanes, x = LOCAL_ID(0), y = LOCAL_ID(1);
+    LOCAL real sums[GROUP_THREADS];
+    const int width = GROUP_THREADS / lanes, x = LOCAL_ID(0), y = LOCAL_ID(1);
     const int i = GROUP_ID(0) * width + x, run = (count + lanes - 1) / lanes;
     const int end = min(count, (y + 1) * run);
     real sum = 0;

@@ -49,6 +49,20 @@ KERNEL void gather_labels(GLOBAL int* out, const int out_off, const GLOBAL int* 
     if (j < n) out[out_off + j] = labels[labels_off + idx[idx_off + j]];
 }
 
+/* gather_columns and gather_labels by the same indices in one launch: a training batch's
+   inputs out (rows, cols) and its integer targets out_labels (cols,), the work-items of
+   row 0 taking the labels */
+KERNEL void gather_batch(GLOBAL real* out, const int out_off, const GLOBAL real* x,
+                         const int x_off, GLOBAL int* out_labels, const int out_labels_off,
+                         const GLOBAL int* labels, const int labels_off, const GLOBAL int* idx,
+                         const int idx_off, const int rows, const int cols) {
+    const int j = GLOBAL_ID(0), r = GLOBAL_ID(1);
+    if (j >= cols || r >= rows) return;
+    const int sample = idx[idx_off + j];
+    out[out_off + r * cols + j] = x[x_off + sample * rows + r];
+    if (r == 0) out_labels[out_labels_off + j] = labels[labels_off + sample];
+}
+
 /* x <- alpha x */
 KERNEL void scal(GLOBAL real* x, const int x_off, const real alpha, const int n) {
     const int i = GLOBAL_ID(0);

@@ -5,33 +5,13 @@
    offset in elements. */
 #include "prelude.h"
 
-#ifndef NORM_THREADS                /* work-items of a row's group: a power of two, set from
-                                       the device's limits */
-#define NORM_THREADS 256
-#endif
-
-/* The sum of every work-item's v, returned to all of them: a tree through local memory.
-   The last barrier keeps the next call from writing partial before all have read it. */
-DEVICE real group_sum(LOCAL_PTR real* partial, const real v) {
-    const int t = LOCAL_ID(0);
-    partial[t] = v;
-    BARRIER();
-    for (int stride = NORM_THREADS / 2; stride > 0; stride /= 2) {
-        if (t < stride) partial[t] += partial[t + stride];
-        BARRIER();
-    }
-    const real total = partial[0];
-    BARRIER();
-    return total;
-}
-
 /* Per row r, over its n values:
      mean = sum(x) / n;  var = sum((x - mean)^2) / n   (two passes: E[x^2] - E[x]^2
      cancels catastrophically where the mean is large against the spread)
      inv_std = 1 / sqrt(var + eps);  z <- gamma (x - mean) inv_std + beta;  a <- f(z)
      running_mean <- (1 - momentum) running_mean + momentum mean
      running_var <- (1 - momentum) running_var + momentum var n / (n - 1)   (var if n = 1)
-   One group of NORM_THREADS per row; each work-item reads and writes the same elements in
+   One group of GROUP_THREADS per row; each work-item reads and writes the same elements in
    every pass, so z may be x. */
 KERNEL void batchnorm_train(GLOBAL real* z, const int z_off, GLOBAL real* a, const int a_off,
                             GLOBAL real* mean, const int mean_off, GLOBAL real* inv_std,
@@ -40,13 +20,13 @@ KERNEL void batchnorm_train(GLOBAL real* z, const int z_off, GLOBAL real* a, con
                             const int x_off, const GLOBAL real* gamma, const int gamma_off,
                             const GLOBAL real* beta, const int beta_off, const int kind,
                             const real eps, const real momentum, const int rows, const int n) {
-    LOCAL real partial[NORM_THREADS];
+    LOCAL real partial[GROUP_THREADS];
     const int r = GROUP_ID(0), t = LOCAL_ID(0), row = r * n;
     real sum = 0;
-    for (int k = t; k < n; k += NORM_THREADS) sum += x[x_off + row + k];
+    for (int k = t; k < n; k += GROUP_THREADS) sum += x[x_off + row + k];
     const real m = group_sum(partial, sum) / (real)n;
     real squares = 0;
-    for (int k = t; k < n; k += NORM_THREADS) {
+    for (int k = t; k < n; k += GROUP_THREADS) {
         const real d = x[x_off + row + k] - m;
         squares += d * d;
     }
@@ -61,7 +41,7 @@ KERNEL void batchnorm_train(GLOBAL real* z, const int z_off, GLOBAL real* a, con
                                   + momentum * unbiased;
     }
     const real g = gamma[gamma_off + r] * s, b = beta[beta_off + r];
-    for (int k = t; k < n; k += NORM_THREADS) {
+    for (int k = t; k < n; k += GROUP_THREADS) {
         const real zk = g * (x[x_off + row + k] - m) + b;
         z[z_off + row + k] = zk;
         a[a_off + row + k] = activate(kind, zk);
@@ -90,7 +70,7 @@ KERNEL void batchnorm_infer(GLOBAL real* z, const int z_off, GLOBAL real* a, con
      dbeta <- alpha sum(dz) + beta dbeta;  dgamma <- alpha sum(dz xhat) + beta dgamma
      (beta = 0: the old values are not read) and, where has_dx,
      dx <- gamma inv_std (dz - sum(dz) / n - xhat sum(dz xhat) / n).
-   One group of NORM_THREADS per row. dx may be x or dz (the layer's input overwritten by
+   One group of GROUP_THREADS per row. dx may be x or dz (the layer's input overwritten by
    its gradient): each element of dx is written by the work-item that read it, after its
    last read. Without dx, pass any array as dx and has_dx = 0. */
 KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamma,
@@ -100,11 +80,11 @@ KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamm
                            const GLOBAL real* mean, const int mean_off,
                            const GLOBAL real* inv_std, const int inv_std_off, const real alpha,
                            const real beta, const int has_dx, const int rows, const int n) {
-    LOCAL real partial[NORM_THREADS];
+    LOCAL real partial[GROUP_THREADS];
     const int r = GROUP_ID(0), t = LOCAL_ID(0), row = r * n;
     const real m = mean[mean_off + r], s = inv_std[inv_std_off + r];
     real sum = 0, dot = 0;
-    for (int k = t; k < n; k += NORM_THREADS) {
+    for (int k = t; k < n; k += GROUP_THREADS) {
         const real d = dz[dz_off + row + k];
         sum += d;
         dot += d * ((x[x_off + row + k] - m) * s);
@@ -120,7 +100,7 @@ KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamm
     if (!has_dx) return;
     const real g = gamma[gamma_off + r] * s;
     const real mean_dz = sum_dz / (real)n, mean_dz_xhat = sum_dz_xhat / (real)n;
-    for (int k = t; k < n; k += NORM_THREADS) {
+    for (int k = t; k < n; k += GROUP_THREADS) {
         const real xhat = (x[x_off + row + k] - m) * s;
         dx[dx_off + row + k] = g * (dz[dz_off + row + k] - mean_dz - xhat * mean_dz_xhat);
     }

@@ -18,6 +18,10 @@ from .errors import InputError, ShapeError, check_count
 from .memory import elements
 from .rng import key_array, mix32
 
+# backward's delta_in_z where the loss kernel left the last layer's delta in its z and also
+# formed its bias gradient (Sequential._forward_loss); true, so other layers take it as True
+DELTA_AND_BIAS = "delta and bias"
+
 
 class Layer:
     trainable = False
@@ -115,7 +119,8 @@ class Layer:
         raise NotImplementedError
 
     def backward(self, train, first, delta_in_z=False):
-        """On entry self.a holds dL/da (or self.z the delta, if delta_in_z); on exit
+        """On entry self.a holds dL/da (or self.z the delta, if delta_in_z: True, or
+        DELTA_AND_BIAS where the loss kernel formed the bias gradient as well); on exit
         a_prev holds dL/da_prev (unless first) and the parameters are updated: the layer
         writes its gradient products where train.gradient(self) says, and train.update(self)
         applies the optimizer (training.Step)."""
@@ -235,6 +240,8 @@ class Dense(Layer):
     def delta_and_bias_grad(self, g, alpha, beta, delta_in_z):
         """dz <- f'(z) . da in z (unless the loss left the delta there), and the bias
         gradient gb <- alpha dz 1 + beta gb, in one pass over z where the backend can."""
+        if delta_in_z == DELTA_AND_BIAS:
+            return
         if delta_in_z:
             self.backend.gemv(alpha, self.z, self.ones, beta, g["b"])
         else:

@@ -365,21 +365,29 @@ class Sequential:
         for layer in self.layers:
             layer.forward(training)
 
-    def _forward_loss(self, training=False):
+    def _forward_loss(self, training=False, state=None):
         """Forward, then the loss kernel. A dense softmax output under softmax cross-entropy
         leaves its bias and softmax to the loss, which does them in the same launch
-        (bias_softmax_xent)."""
+        (bias_softmax_xent); given a training step's optimizer state that scales no loss,
+        the loss also forms the layer's bias gradient from its delta (the gemv of its
+        backward: bias_softmax_xent_grad). Returns backward's delta_in_z for the last
+        layer: where the delta is, and whether its bias gradient is formed."""
         *hidden, last = self.layers
         if not (isinstance(last, layer_module.Dense) and last.activation == "softmax" and
                 self.loss.name == "softmax_cross_entropy"):
             self._forward(training)
             self._loss()
-            return
+            return self.loss.fused
         for layer in hidden:
             layer.forward(training)
         last.forward_product()
-        self.backend.bias_softmax_xent(last.z, last.b, last.a, self.loss_sum, self.hit_sum,
-                                       self.y)
+        args = (last.z, last.b, last.a, self.loss_sum, self.hit_sum, self.y)
+        if state is None or state.scaling is not None:   # (a scaled delta: its gemv after)
+            self.backend.bias_softmax_xent(*args)
+            return True
+        g, alpha, beta = state.gradient(last)
+        self.backend.bias_softmax_xent_grad(*args, alpha, beta, g["b"], last.ones)
+        return layer_module.DELTA_AND_BIAS
 
     def _output_delta(self):
         """Where the loss kernel wrote the delta backward starts from: the last layer's z
@@ -392,10 +400,11 @@ class Sequential:
         the epoch's sums (per batch position: the first m of the capacity)."""
         self.loss(self.backend, self.layers[-1], self.loss_sum, self.hit_sum, self.y)
 
-    def _backward(self, state):
+    def _backward(self, state, delta_in_z):
+        """Each layer's backward, the last one's with delta_in_z as _forward_loss said."""
         for i in reversed(range(len(self.layers))):
             last = i == len(self.layers) - 1
-            self.layers[i].backward(state, self._first[i], delta_in_z=last and self.loss.fused)
+            self.layers[i].backward(state, self._first[i], delta_in_z=last and delta_in_z)
         state.finish()                      # the updates the layers left for the end
 
     # -- the user's API ------------------------------------------------------------------

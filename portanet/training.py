@@ -244,9 +244,10 @@ def prepare(net, optimizer):
 
 def step(net, opt):
     """Forward, loss, backward and update on the batch already on the device."""
-    net._forward_loss(training=True)
-    net.optimizer_state.scale_delta(net._output_delta())
-    net._backward(net.optimizer_state)
+    state = net.optimizer_state
+    delta_in_z = net._forward_loss(training=True, state=state)
+    state.scale_delta(net._output_delta())
+    net._backward(state, delta_in_z)
 
 
 def begin_step(net):
@@ -267,8 +268,7 @@ def null_step(net):
 def gather_step(net, opt, data):
     """The batch whose indices are in net.order, gathered from the training set on the
     device into the input and target buffers; then the step."""
-    net.backend.gather(net.x, data[0], net.order)
-    net.backend.gather(net.y, data[1], net.order)
+    net.backend.gather_batch(net.x, data[0], net.y, data[1], net.order)
     step(net, opt)
 
 

@@ -320,7 +320,7 @@ def test_norm_twins_hold_the_family():
 @pytest.mark.parametrize("real", ["float", "double"])
 def test_norm_cuda_compiles(real, tmp_path):
     path = sources.folder("cu") / "norm.cu"
-    for flags in ([], ["-DNORM_THREADS=64"]):
+    for flags in ([], ["-DGROUP_THREADS=64"]):
         cmd = ["nvcc", "-c", "-o", str(tmp_path / "k.o"), "-arch=sm_80", f"-DREAL={real}",
                f"-DREAL_IS_DOUBLE={int(real == 'double')}", *flags, "-I", str(path.parent),
                str(path)]

@@ -531,6 +531,95 @@ def test_bias_softmax_xent(bk, rng):
     assert np.array_equal(hits, h0 + (a.argmax(0) == labels))
 
 
+@pytest.mark.parametrize("rows,cols", [(10, 257), (3, 1000), (17, 5)])
+def test_bias_softmax_xent_grad(bk, rng, rows, cols, monkeypatch):
+    """A training step's output layer and loss, and then its bias gradient from the delta
+    left in z, gb <- alpha (delta 1) + beta gb: in one launch (one work-group) and apart,
+    each forced by its route, on views at offsets. Both ways give bias_softmax_xent's and
+    gemv's results bit for bit, and those the float64 reference's."""
+    simulated(bk, rows * cols)
+    z, b, gb = (real(bk, s * rng.standard_normal(n)) for s, n in ((3, (rows, cols)),
+                                                                    (1, rows), (1, rows)))
+    labels = rng.integers(0, rows, cols).astype(np.int32)
+    l0, h0 = rng.random(cols), rng.integers(0, 5, cols).astype(float)   # sums so far
+    key = ("bias_softmax_xent_grad", rows, cols)
+    results = []
+    for way in ["reference"] if bk.kind == "cpu" else ["fused", "apart", "calls"]:
+        (Z, B, GB, ONES), _, _ = packed(bk, z, b, gb, np.ones(cols))
+        A = bk.view(poisoned(bk, (rows * cols + 1,)), (rows, cols), 1)
+        L, H, Y = bk.upload(l0), bk.upload(h0), bk.upload(labels)
+        if way == "calls":
+            bk.bias_softmax_xent(Z, B, A, L, H, Y)
+            bk._gemv_rows(-0.3, Z, ONES, 0.9, GB, 1)
+        else:
+            if way != "reference":
+                monkeypatch.setattr(bk, "gemm_path", "auto")
+                monkeypatch.setattr(bk, "_routes", {key: way})
+            bk.bias_softmax_xent_grad(Z, B, A, L, H, Y, -0.3, 0.9, GB, ONES)
+        results.append([bk.download(x) for x in (Z, A, L, H, GB)])
+    for got in results[1:]:
+        for x, first in zip(got, results[0]):
+            assert np.array_equal(x, first)
+    a = activate("softmax", z + b[:, None])
+    delta = a - np.eye(rows)[labels].T
+    got_delta, probs, loss, hits, got_gb = results[0]
+    assert rel_err(probs, a) < TOL[bk.dtype]
+    assert rel_err(got_delta, delta) < TOL[bk.dtype]
+    assert rel_err(loss, l0 - np.log(a[labels, np.arange(cols)])) < TOL[bk.dtype]
+    assert np.array_equal(hits, h0 + (a.argmax(0) == labels))
+    assert rel_err(got_gb, -0.3 * delta.sum(axis=1) + 0.9 * gb,
+                   gemm_scale(-0.3, delta, np.ones(cols), 0.9, gb)) < TOL[bk.dtype]
+
+
+def test_bias_softmax_xent_grad_routes(backend, rng, monkeypatch):
+    """Auto routing times the fused launch against the two apart for a new shape, keeps
+    the outputs as they were between trials, and either way gives the bias gradient."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has one way")
+    rows, cols = 10, 64
+    held_to(monkeypatch, backend, "auto")
+    z, b, gb = (rng.standard_normal(n) for n in ((rows, cols), rows, rows))
+    labels = rng.integers(0, rows, cols).astype(np.int32)
+    Z, B, A, GB = (backend.upload(x) for x in (z, b, z, gb))
+    L, H = backend.upload(np.zeros(cols)), backend.upload(np.zeros(cols))
+    backend.bias_softmax_xent_grad(Z, B, A, L, H, backend.upload(labels), 0.5, 0.0, GB,
+                                   backend.upload(np.ones(cols)))
+    assert backend._routes[("bias_softmax_xent_grad", rows, cols)] in ("fused", "apart")
+    a = activate("softmax", z + b[:, None])
+    delta = a - np.eye(rows)[labels].T
+    assert rel_err(backend.download(Z), delta) < F32
+    assert rel_err(backend.download(L), -np.log(a[labels, np.arange(cols)])) < F32
+    assert rel_err(backend.download(GB), 0.5 * delta.sum(axis=1),
+                   gemm_scale(0.5, delta, np.ones(cols), 0.0, gb)) < F32
+
+
+@pytest.mark.parametrize("rows,m", [(7, 1), (29, 77)])
+@pytest.mark.parametrize("real_targets", [False, True])
+def test_gather_batch(bk, rng, rows, m, real_targets):
+    """A shuffled batch gathered from a set kept on the device, samples-first: inputs
+    (rows, m) <- x[idx].T and targets (labels y[idx], or (outputs, m) <- y[idx].T), by
+    gather alone and by gather_batch (one launch for labels), at odd offsets."""
+    n = 101
+    x = real(bk, rng.standard_normal((n, rows)))
+    y = real(bk, rng.standard_normal((n, 3))) if real_targets else rng.integers(
+        0, 10, n).astype(np.int32)
+    idx = rng.permutation(n)[:m].astype(np.int32)
+    (X,), _, _ = packed(bk, x)
+    Y = bk.upload(y)
+    for call in ("gather", "gather_batch"):
+        XO = bk.view(poisoned(bk, (rows * m + 2,)), (rows, m), 2)
+        YO = bk.view(poisoned(bk, (3 * m + 1,)), (3, m), 1) if real_targets else bk.view(
+            bk.upload(np.full(m + 1, -1, np.int32)), (m,), 1)
+        I = bk.upload(idx)
+        if call == "gather":
+            bk.gather(XO, X, I)
+            bk.gather(YO, Y, I)
+        else:
+            bk.gather_batch(XO, X, YO, Y, I)
+        assert np.array_equal(bk.download(XO), x[idx].T)
+        assert np.array_equal(bk.download(YO), y[idx].T if real_targets else y[idx])
+
+
 def test_sigmoid_bce(backend, rng):
     rows, cols = 3, 101
     a = 1 / (1 + np.exp(-rng.standard_normal((rows, cols))))

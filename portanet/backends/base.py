@@ -294,6 +294,13 @@ class Backend:
         samples-first, or out (m,) <- x[idx] for int32 labels x (N,). idx: int32 (m,)."""
         raise NotImplementedError
 
+    def gather_batch(self, x_out, x, y_out, y, idx):
+        """A training batch's inputs and targets gathered by the same indices: gather(x_out,
+        x, idx) and gather(y_out, y, idx). Here the two calls; kernel backends make them one
+        launch for integer labels."""
+        self.gather(x_out, x, idx)
+        self.gather(y_out, y, idx)
+
     # The updates take `skip`: a device int32 (1,) that a loss-scaled step's unscale_check
     # sets where its gradients overflowed; the update then changes nothing (no host wait,
     # so a recorded step stays valid). None: never skipped.
@@ -403,6 +410,13 @@ class Backend:
         loss and hits added. Here the two calls; kernel backends make them one launch."""
         self.bias_activation("softmax", z, b, a)
         self.softmax_xent(z, loss, hit, a, labels)
+
+    def bias_softmax_xent_grad(self, z, b, a, loss, hit, labels, alpha, beta, gb, ones):
+        """bias_softmax_xent, then the output layer's bias gradient from the delta it left
+        in z, gb <- alpha z ones + beta gb, as activation_bias_grad forms a hidden layer's.
+        Here the two calls; kernel backends make them one launch where that is faster."""
+        self.bias_softmax_xent(z, b, a, loss, hit, labels)
+        self.gemv(alpha, z, ones, beta, gb)
 
     def sigmoid_bce(self, delta, loss, hit, a, y):
         """delta <- a - y; loss[j] += sum_i BCE(a_ij, y_ij); hit[j] += all (a_ij > 1/2) == y_ij."""

@@ -69,11 +69,11 @@ def copy_split(dst, src):
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "activation_grad", "add_activation",
-                            "gather_columns", "gather_labels", "features_first",
+                            "gather_columns", "gather_labels", "gather_batch", "features_first",
                             "momentum_updates", "sgd_update", "adam_update", "rmsprop_update",
                             "scale_by", "unscale_check", "adam_scalars", "update_loss_scale"),
-            "loss": ("bias_softmax", "softmax_xent", "bias_softmax_xent", "sigmoid_bce", "mse",
-                     "argmax"),
+            "loss": ("bias_softmax", "softmax_xent", "bias_softmax_xent",
+                     "bias_softmax_xent_grad", "sigmoid_bce", "mse", "argmax"),
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum", "activation_bias_grad"),
             "conv": ("im2col", "col2im", "conv_direct", "maxpool", "maxpool_grad", "avgpool",
                      "avgpool_grad", "dropout"),
@@ -211,10 +211,8 @@ class KernelBackend(Backend):
                     marker.touch()
                 except OSError:
                     pass                    # a read-only cache: the note comes each time
-        if family == "blas":
-            options = [*options, f"-DGEMV_THREADS={self.gemv_threads}"]
-        elif family == "norm":          # a row's group: its local memory and summing tree
-            options = [*options, f"-DNORM_THREADS={self.gemv_threads}"]
+        if family in ("blas", "norm", "loss"):  # row groups: their local memory and tree
+            options = [*options, f"-DGROUP_THREADS={self.gemv_threads}"]
         start = time.perf_counter()
         kernel = self._kernel(family, name, list(options))
         log.debug("%s: built %s %s in %.2f s", self.name, name, " ".join(options),
@@ -985,6 +983,16 @@ class KernelBackend(Backend):
             rows, cols = out.shape
             self._run("gather_columns", (cols, rows), out, x, idx, rows, cols)
 
+    def gather_batch(self, x_out, x, y_out, y, idx):
+        """Inputs and integer labels in one launch (gather_batch); float targets apart."""
+        if len(y_out.shape) != 1:
+            super().gather_batch(x_out, x, y_out, y, idx)
+            return
+        check_gather(x_out, x, idx)
+        check_gather(y_out, y, idx)
+        rows, cols = x_out.shape
+        self._run("gather_batch", (cols, rows), x_out, x, y_out, y, idx, rows, cols)
+
     # -- NN ------------------------------------------------------------------------------
 
     def bias_activation(self, kind, z, b, a):
@@ -1008,6 +1016,28 @@ class KernelBackend(Backend):
 
     def bias_softmax_xent(self, z, b, a, loss, hit, labels):
         self._run("bias_softmax_xent", (a.shape[1],), loss, hit, a, z, b, labels, *a.shape)
+
+    def bias_softmax_xent_grad(self, z, b, a, loss, hit, labels, alpha, beta, gb, ones):
+        """bias_softmax_xent and the bias gradient's gemv in one launch of one work-group
+        (loss.cl) where auto routing measures it faster than the two apart, per shape: a
+        batch of few samples, where the launch saved outweighs the parallelism one group
+        gives up. More than FUSED_LOSS_SAMPLES samples a work-item, or a routing other than
+        auto, go apart untried."""
+        rows, cols = a.shape
+        if gb.size != rows or ones.size != cols:
+            raise ShapeError(f"bias_softmax_xent_grad: a {a.shape}, gb {gb.shape}, ones "
+                             f"{ones.shape}")
+        apart = functools.partial(super().bias_softmax_xent_grad, z, b, a, loss, hit, labels,
+                                  alpha, beta, gb, ones)
+        threads = self.gemv_threads
+        if self.gemm_path != "auto" or not 0 < cols <= FUSED_LOSS_SAMPLES * threads:
+            apart()
+            return
+        fused = functools.partial(self._run, "bias_softmax_xent_grad", (threads,), loss, hit,
+                                  a, z, b, labels, gb, float(alpha), float(beta), rows, cols,
+                                  local=(threads,))
+        ways, key = {"fused": fused, "apart": apart}, ("bias_softmax_xent_grad", rows, cols)
+        ways[self._routes.get(key) or self._fastest(key, ways, [z, a, loss, hit, gb])]()
 
     def sigmoid_bce(self, delta, loss, hit, a, y):
         self._run("sigmoid_bce", (a.shape[1],), delta, loss, hit, a, y, *a.shape)
@@ -1212,6 +1242,8 @@ SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, whe
 ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
 ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round
 UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
+FUSED_LOSS_SAMPLES = 16     # the most samples a work-item of the fused loss and bias
+                            # gradient takes (bias_softmax_xent_grad) for it to be tried
 SEARCH_PARTS = (1, 2, 4, 8, 16)     # the K splits routing tries with each tiling (GPUs)
 SEARCH_WORKSPACE = 2**22   # split-K workspace (reals) routing may grow to for a candidate
 DIRECT_F = 8               # filters per work-item of conv_direct (as in conv.cl)
