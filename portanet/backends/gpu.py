@@ -1242,8 +1242,10 @@ SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, whe
 ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
 ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round
 UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
-FUSED_LOSS_SAMPLES = 16     # the most samples a work-item of the fused loss and bias
-                            # gradient takes (bias_softmax_xent_grad) for it to be tried
+FUSED_LOSS_SAMPLES = 1      # the most samples a work-item of the fused loss and bias
+                            # gradient takes (bias_softmax_xent_grad) for it to be tried: at
+                            # 4 (mlp-small) one group lost to the two launches by 6-16 us on
+                            # an H100 and PoCL, and routing's few trials can misjudge it
 SEARCH_PARTS = (1, 2, 4, 8, 16)     # the K splits routing tries with each tiling (GPUs)
 SEARCH_WORKSPACE = 2**22   # split-K workspace (reals) routing may grow to for a candidate
 DIRECT_F = 8               # filters per work-item of conv_direct (as in conv.cl)
