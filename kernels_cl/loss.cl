@@ -3,6 +3,7 @@
    column and ADDS its loss and whether it was classified right (hit) to loss[j] and
    hit[j], the sums of an epoch; it reads a before writing delta, so delta may alias a. */
 #include "prelude.h"
+#include "groups.h"
 
 /* log p, with p kept off 0 but a NaN kept NaN (fmax(NaN, x) is x, which hid divergence):
    NumPy's maximum, which the reference uses, propagates NaN the same way */

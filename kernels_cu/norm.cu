@@ -4,6 +4,7 @@
    running_var, dgamma and dbeta hold one value per row. Every pointer is followed by its
    offset in elements. */
 #include "prelude.h"
+#include "groups.h"
 
 /* Per row r, over its n values:
      mean = sum(x) / n;  var = sum((x - mean)^2) / n   (two passes: E[x^2] - E[x]^2

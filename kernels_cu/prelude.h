@@ -166,34 +166,3 @@ DEVICE real activate_grad(const int kind, const real z) {
     default: return (real)1;
     }
 }
-
-/* The work-items of a one-dimensional group that sums through local memory (gemv's and
-   batch normalization's row groups, the loss's bias gradient): a power of two, set from
-   the device's limits. */
-#ifndef GROUP_THREADS
-#define GROUP_THREADS 256
-#endif
-
-/* The sum of every work-item's v over a group of GROUP_THREADS, returned to all: pairwise
-   through local memory (partial: GROUP_THREADS reals), in the same order on every device.
-   The last barrier keeps the next call from writing partial before all have read it. */
-DEVICE MAYBE_UNUSED real group_sum(LOCAL_PTR real* partial, const real v) {
-    const int t = LOCAL_ID(0);
-    partial[t] = v;
-    BARRIER();
-    for (int stride = GROUP_THREADS / 2; stride > 0; stride /= 2) {
-        if (t < stride) partial[t] += partial[t + stride];
-        BARRIER();
-    }
-    const real total = partial[0];
-    BARRIER();
-    return total;
-}
-
-/* y[at] <- alpha (the group's sum of its work-items' `sum`s) + beta y[at], written by
-   work-item 0: a row group's bias gradient or gemv output */
-DEVICE MAYBE_UNUSED void group_sum_into(LOCAL_PTR real* partial, const real sum, GLOBAL real* y,
-                                        const int at, const real alpha, const real beta) {
-    const real total = group_sum(partial, sum);
-    if (LOCAL_ID(0) == 0) y[at] = alpha * total + (beta == (real)0 ? (real)0 : beta * y[at]);
-}

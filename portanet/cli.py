@@ -318,9 +318,7 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
               help="fp32, tf32, bf16 or fp16 (default: $PORTANET_PRECISION, else fp32)")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="also write the profile to this file")
-@click.option("--held", is_flag=True, help="queue the step behind work that keeps the "
-              "device busy, so that device times are the kernels' own, not the host's pace")
-def profile(workload, device, batch_size, precision, json_path, held):
+def profile(workload, device, batch_size, precision, json_path):
     """Time every kernel launch and vendor call of one training step of WORKLOAD
     (mlp-big, mlp-small, lenet-step) and the host time between them."""
     import numpy as np
@@ -329,15 +327,14 @@ def profile(workload, device, batch_size, precision, json_path, held):
         bk = backends.device(device, precision=default_precision(precision, "float32"))
         net, step = bench_module.training_step(workload, bk, batch_size,
                                                np.random.default_rng(0), eager=True)
-        report = profiler.profile(bk, step, warmup_seconds=0.5, held=held)
+        report = profiler.profile(bk, step, warmup_seconds=0.5)
         net.free()
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
     report.update(workload=workload, batch_size=batch_size, precision=bk.precision,
                   date=time.strftime("%Y-%m-%dT%H:%M:%S%z"))
     click.echo(f"{workload}, batch {batch_size}, one training step on {report['device']} "
-               f"({report['device_name']}, GEMM {report['gemm_path']}, {bk.precision}"
-               f"{', held' if held else ''})")
+               f"({report['device_name']}, GEMM {report['gemm_path']}, {bk.precision})")
     click.echo(profiler.table(report))
     if json_path:
         bench_module.write_json(report, json_path)

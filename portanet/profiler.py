@@ -6,14 +6,7 @@ OpenCL marker events on a profiling queue): the time between the two is the call
 time, launch latency included, without synchronising anything during the step. Host times
 are the Python side: how long the call took to issue and the gap since the call before it,
 which is the layer code, argument packing and the interpreter.
-
-Held (`held=True`, `portanet profile --held`), the step is queued behind matrix products
-that keep the device busy longer than the host takes to issue it: every call then waits in
-the queue, and its device time is the kernels' own and the gaps between them, as in a
-recorded step whose launches the host issues ahead, not the host's pace (a small kernel
-issued from Python costs the host more than the device).
 """
-import math
 import time
 from dataclasses import dataclass
 
@@ -43,11 +36,10 @@ class Trace:
         self.calls.append(Call(label, t0, t1, start, backend._marker()))
 
 
-def profile(backend, step, warmup=2, warmup_seconds=0.0, held=False):
+def profile(backend, step, warmup=2, warmup_seconds=0.0):
     """A report (dict) of one call of step() on backend: at least `warmup` calls and
     `warmup_seconds` of them first (builds, first allocations, GEMM routing, and a GPU's
-    clocks, which idle low and take a moment to rise), then one recorded call; held,
-    queued behind work that outlasts its issuing (the module says why)."""
+    clocks, which idle low and take a moment to rise), then one recorded call."""
     if not hasattr(backend, "_marker"):
         raise DeviceError(f"{backend.name}: profiles need a device backend (opencl or cuda); "
                           f"the NumPy reference has no device queue to time")
@@ -59,11 +51,6 @@ def profile(backend, step, warmup=2, warmup_seconds=0.0, held=False):
     with backend.profiling():
         step()                                  # once on the profiling queue, unrecorded
         backend.synchronize()
-        if held:
-            start = time.perf_counter()
-            step()
-            backend.synchronize()
-            hold = _hold(backend, 2 * (time.perf_counter() - start))
         backend.trace = trace = Trace()
         try:
             start = time.perf_counter()
@@ -72,9 +59,6 @@ def profile(backend, step, warmup=2, warmup_seconds=0.0, held=False):
             wall = time.perf_counter() - start
         finally:
             backend.trace = None
-            if held:
-                for x in hold:
-                    backend.free(x)
     rows, previous = [], start
     for c in trace.calls:
         rows.append({"call": c.label, "device_us": 1e6 * backend._elapsed(c.start, c.end),
@@ -82,29 +66,9 @@ def profile(backend, step, warmup=2, warmup_seconds=0.0, held=False):
                      "gap_us": 1e6 * (c.host_start - previous)})
         previous = c.host_end
     return {"device": backend.name, "device_name": backend.info()["name"],
-            "gemm_path": backend.gemm_path, "held": held, "wall_us": 1e6 * wall, "calls": rows,
+            "gemm_path": backend.gemm_path, "wall_us": 1e6 * wall, "calls": rows,
             "device_busy_us": sum(r["device_us"] for r in rows),
             "host_us": sum(r["host_us"] + r["gap_us"] for r in rows)}
-
-
-HOLD_N = 1024          # the held queue's products: HOLD_N x HOLD_N, squared
-
-
-def _hold(backend, seconds):
-    """Products enqueued (not waited for) that keep backend's queue busy for at least
-    about `seconds`: as many as one of them, timed alone, takes to fill them. Returns
-    their arrays, to free after the queue has run them."""
-    a, c = backend.empty((HOLD_N, HOLD_N)), backend.empty((HOLD_N, HOLD_N))
-    backend.fill(a, 1.0 / HOLD_N)
-    backend.gemm(1.0, a, a, 0.0, c)                 # built and routed
-    backend.synchronize()
-    start = time.perf_counter()
-    backend.gemm(1.0, a, a, 0.0, c)
-    backend.synchronize()
-    one = time.perf_counter() - start             # (its launch and wait: an overestimate)
-    for _ in range(math.ceil(seconds / one) + 1):
-        backend.gemm(1.0, a, a, 0.0, c)
-    return a, c
 
 
 def table(report, top=12):
@@ -124,10 +88,6 @@ def table(report, top=12):
     for name, (count, us) in sorted(kinds.items(), key=lambda kv: -kv[1][1])[:top]:
         share = 100 * us / max(report["device_busy_us"], 1e-9)
         lines.append(f"  {us:10.1f} us {share:5.1f}%  {count:3d} x {name}")
-    if report.get("held"):
-        lines.append(f"step, held: device busy {report['device_busy_us']:.1f} us (the wall, "
-                     f"{report['wall_us']:.1f} us, includes the products it waited behind)")
-        return "\n".join(lines)
     lines.append(f"step: {report['wall_us']:.1f} us wall; device busy {report['device_busy_us']:.1f} us"
                  f" ({100 * report['device_busy_us'] / report['wall_us']:.0f}%); host in calls "
                  f"and between them {report['host_us']:.1f} us")

@@ -17,11 +17,16 @@ def folder(lang):
                             f"{_PACKAGE}; reinstall portanet (pip install portanet)")
 
 
+HEADERS = ("prelude.h", "groups.h")     # what kernel sources #include, inlined by load
+
+
 def load(family, lang):
-    """(path, source) of one kernel family with its prelude inlined, so that the
-    compiled-program caches key on the whole text."""
+    """(path, source) of one kernel family with the headers it includes inlined (prelude.h
+    and, for the families that sum over a group, groups.h), so that the compiled-program
+    caches key on the whole text."""
     d = folder(lang)
     path = d / f"{family}.{lang}"
-    prelude = (d / "prelude.h").read_text()
-    text = path.read_text().replace('#include "prelude.h"', prelude, 1)
+    text = path.read_text()
+    for header in HEADERS:
+        text = text.replace(f'#include "{header}"', (d / header).read_text(), 1)
     return path, text
