@@ -17,8 +17,8 @@ import numpy as np
 from .. import config, dlpack, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
-from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, copy_split, default_local,
-                  gemm_params, operand_options)
+from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, _whole16, copy_split,
+                  default_local, gemm_params, operand_options)
 
 try:
     import pycuda.driver as drv
@@ -34,6 +34,8 @@ except (ImportError, OSError, RuntimeError):
 _initialised = False
 MMA_TILE, MMA_THREADS = 128, 256     # mma.cu's tile of c (BM = BN) and its block
 MMA_BLOCKS = 2                       # mma.cu's MIN_BLOCKS (1 and 2 alike on an H100)
+WGMMA_TILE = (128, 256)              # wgmma.cu's BM x BN tile of c, its block, its shared bytes
+WGMMA_THREADS, WGMMA_SHARED = 384, 4 * (128 + 256) * 64 * 2 + 1024 + 64
 _ARG_CODES = {np.uintp: "P", np.int32: "i", np.float32: "f", np.float64: "d"}
 
 
@@ -146,8 +148,11 @@ class CudaBackend(KernelBackend):
         """What needs the context current: stream, kernels, cuBLAS handle."""
         self.stream = drv.Stream()
         self._lane = None               # made by the first write_samples
-        cc = self.device.compute_capability()
+        self.cc = cc = self.device.compute_capability()
         self.arch = f"sm_{cc[0]}{cc[1]}"
+        self._maps = {}                 # TMA descriptors by operand (_tensor_map)
+        # bf16, fp16: the 16-bit copies of a product's inputs that cuBLAS and wgmma.cu read
+        self.half_operands = HALF_TYPES.get(self.precision, (None,))[0]
         real = "double" if self.dtype == np.float64 else "float"
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
         # every product's inputs rounded (prelude.h's OPERAND)
@@ -173,7 +178,6 @@ class CudaBackend(KernelBackend):
             # bf16, fp16: gemm_ex on 16-bit copies of the inputs, float32 sums and output
             # (cuBLAS's FAST_16BF on float32 inputs neither rounds them nor runs faster
             # than TF32: bench/README.md, issue 18 session 2)
-            self.half_operands = HALF_TYPES.get(self.precision, (None,))[0]
             self._scalars = np.zeros(2, self.dtype)        # alpha, beta (host pointer mode)
         tuning.apply(self)              # `portanet tune`'s parameters for this device
 
@@ -202,18 +206,21 @@ class CudaBackend(KernelBackend):
     def _device_id(self):
         return (self.device.name(), self.arch, drv.get_driver_version(), self.options)
 
-    def _kernel(self, family, name, options=()):
-        return self._module(family, options).get_function(name)
+    def _kernel(self, family, name, options=(), arch=None):
+        return self._module(family, options, arch).get_function(name)
 
-    def _module(self, family, extra=()):
-        key = (family, tuple(extra))
+    def _module(self, family, extra=(), arch=None):
+        """A family built for the GPU's architecture, or for `arch` (wgmma.cu: sm_90a,
+        Hopper's own instructions)."""
+        arch = arch or self.arch
+        key = (family, tuple(extra), arch)
         if key not in self._modules:
             path, text = sources.load(family, "cu")
             try:
                 self._modules[key] = SourceModule(text, options=self.options + list(extra),
-                                                  arch=self.arch, no_extern_c=True)
+                                                  arch=arch, no_extern_c=True)
             except drv.CompileError as e:
-                raise KernelBuildError(f"{path} failed to compile for {self.arch} with "
+                raise KernelBuildError(f"{path} failed to compile for {arch} with "
                                        f"{self.options + list(extra)}:\n{e}") from e
         return self._modules[key]
 
@@ -366,12 +373,23 @@ class CudaBackend(KernelBackend):
 
     @property
     def tensor_gemm(self):
-        """mma.cu's gemm_tf32 computes a tf32 backend's products (routing times it)."""
-        return self.precision == "tf32"
+        """A tensor-core GEMM of ours computes this backend's products (routing times it):
+        mma.cu's gemm_tf32 in tf32; wgmma.cu's gemm_wgmma in bf16 and fp16 on Hopper
+        (compute capability 9.0, whose warpgroup MMA later architectures do not have)."""
+        return self.precision == "tf32" or (self.precision in HALF_TYPES
+                                            and self.cc == (9, 0))
+
+    def _tensor_takes(self, k):
+        """gemm_wgmma reads its 16-bit copies through the tensor memory accelerator, whose
+        rows lie at whole 16 bytes: K a multiple of 8."""
+        return self.precision == "tf32" or k % 8 == 0
 
     def _gemm_tensor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, label):
-        """c <- alpha op(a) op(b) + beta c on tensor cores in TF32 (mma.cu): a block of 256
-        threads per 128 x 128 tile of c."""
+        """c <- alpha op(a) op(b) + beta c on tensor cores: in TF32 by mma.cu (a block of 256
+        threads per 128 x 128 tile of c), in bf16 and fp16 by wgmma.cu (_gemm_wgmma)."""
+        if self.precision != "tf32":
+            self._gemm_wgmma(alpha, a, b, beta, c, trans_a, trans_b, m, n, k, label)
+            return
         vec = all(x.shape[1] % 4 == 0 and x.offset % 4 == 0 for x in (a, b))
         kernel = self._kernel("mma", "gemm_tf32", [
             f"-DTRANS_A={int(trans_a)}", f"-DTRANS_B={int(trans_b)}", f"-DVEC={int(vec)}",
@@ -379,6 +397,79 @@ class CudaBackend(KernelBackend):
         self._run(kernel, (-(-n // MMA_TILE) * MMA_THREADS, -(-m // MMA_TILE)), c, c.shape[1],
                   a, a.shape[1], b, b.shape[1], m, n, k, float(alpha), float(beta),
                   local=(MMA_THREADS, 1), label=label)
+
+    def _gemm_wgmma(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, label):
+        """c <- alpha op(a) op(b) + beta c on Hopper's tensor cores from 16-bit inputs
+        (wgmma.cu): op(a) and op(b)^T first copied K-major into the operand workspace
+        (_kmajor16), then `_wgmma`."""
+        a16, b16 = self._kmajor16(a, b, trans_a, trans_b, m, n, k)
+        self._wgmma(alpha, a16, b16, beta, c, label)
+
+    def _kmajor16(self, a, b, trans_a, trans_b, m, n, k):
+        """op(a) (m x k) and op(b)^T (n x k) rounded to 16 bits in the operand workspace,
+        rows of K (kmajor16: rounded as the vendor path's copies)."""
+        ws = self._half_workspace(_whole16(m * k) + _whole16(n * k))
+        copy = self._kernel("wgmma", "kmajor16", arch="sm_90a")
+        a16, b16 = self.view(ws, (m, k)), self.view(ws, (n, k), _whole16(m * k))
+        lda, ldb = a.shape[1], b.shape[1]
+        for y, x, rows, (s_row, s_col) in ((a16, a, m, (1, lda) if trans_a else (lda, 1)),
+                                           (b16, b, n, (ldb, 1) if trans_b else (1, ldb))):
+            self._run(copy, (-(-k // 32) * 32, -(-rows // 32) * 8), y, x, rows, k, s_row,
+                      s_col, local=(32, 8), label=f"{self.precision} operands")
+        return a16, b16
+
+    def _wgmma(self, alpha, a16, b16, beta, c, label="gemm_wgmma"):
+        """c (m x n) <- alpha a16 b16^T + beta c, a16 (m x k) and b16 (n x k) 16-bit and
+        K-major at whole 16 bytes (K a multiple of 8): one block of 384 threads per 128 x 256
+        tile of c, whose operands the TMA reads through a tensor map each."""
+        (m, k), n = a16.shape, b16.shape[0]
+        kernel = self._wgmma_kernel()
+        args = (np.uintp(int(self._tensor_map(a16, WGMMA_TILE[0]))),
+                np.uintp(int(self._tensor_map(b16, WGMMA_TILE[1]))), self._pointer(c), np.int32(c.offset), np.int32(c.shape[1]), np.int32(m),
+                np.int32(n), np.int32(k), np.float32(alpha), np.float32(beta))
+        grid = (-(-n // WGMMA_TILE[1]), -(-m // WGMMA_TILE[0]), 1)
+
+        def launch():
+            kernel.prepared_async_call(grid, (WGMMA_THREADS, 1, 1), self.stream, *args,
+                                       shared_size=WGMMA_SHARED)
+        if self.trace is None:
+            launch()
+        else:
+            self.trace.record(self, label, launch)
+
+    def _wgmma_kernel(self):
+        kernel = self._kernels.get("gemm_wgmma")
+        if kernel is None:
+            kernel = self._kernel("wgmma", "gemm_wgmma", arch="sm_90a")
+            kernel.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                 WGMMA_SHARED)
+            kernel.prepare("PPPiiiiiff")
+            self._kernels["gemm_wgmma"] = kernel
+        return kernel
+
+    def _tensor_map(self, x, box_rows):
+        """The TMA's description of a K-major 16-bit matrix x (rows x k, at a whole 16
+        bytes): boxes of box_rows x 64 in the 128-byte swizzle, zeros beyond its edges.
+        Made by the driver (cuTensorMapEncodeTiled, through ctypes: pycuda has no call for
+        it), copied to device memory once and kept there per address and shape, so that a
+        recorded step finds it made."""
+        key = (self._address(x), x.shape, box_rows)
+        made = self._maps.get(key)
+        if made is None:
+            if len(self._maps) >= 256:                  # a workspace that moved leaves some
+                self._maps.clear()
+                self.generation += 1                    # recorded steps may point at them
+            rows, k = x.shape
+            raw = np.zeros(192, np.uint8)               # a CUtensorMap is 64-byte aligned
+            at = raw.ctypes.data + (-raw.ctypes.data) % 64
+            _check(_tma_api().cuTensorMapEncodeTiled(
+                ctypes.c_void_p(at), TMA_UINT16, 2, ctypes.c_void_p(self._address(x)),
+                (ctypes.c_uint64 * 2)(k, rows), (ctypes.c_uint64 * 1)(2 * k),
+                (ctypes.c_uint32 * 2)(64, box_rows), (ctypes.c_uint32 * 2)(1, 1), 0,
+                TMA_SWIZZLE_128B, TMA_L2_256B, 0), "describe an operand for the TMA")
+            made = self._maps[key] = drv.mem_alloc(128)
+            drv.memcpy_htod(made, raw[at - raw.ctypes.data:][:128])
+        return made
 
     @staticmethod
     def _address(x):
@@ -397,6 +488,19 @@ class CudaBackend(KernelBackend):
 
 
 CAPTURE_MODE_RELAXED = 2    # CU_STREAM_CAPTURE_MODE_RELAXED: other threads' calls unaffected
+# cuda.h's CUtensorMapDataType UINT16 (the TMA moves 16-bit inputs as they are),
+# CUtensorMapSwizzle 128B and CUtensorMapL2promotion L2_256B
+TMA_UINT16, TMA_SWIZZLE_128B, TMA_L2_256B = 1, 3, 3
+
+
+@functools.lru_cache(maxsize=None)
+def _tma_api():
+    lib = ctypes.CDLL("libcuda.so.1")
+    p, u32 = ctypes.c_void_p, ctypes.c_uint32
+    lib.cuTensorMapEncodeTiled.argtypes = [p, ctypes.c_int, u32, p, p, p, p, p, ctypes.c_int,
+                                           ctypes.c_int, ctypes.c_int, ctypes.c_int]
+    lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
+    return lib
 
 
 @functools.lru_cache(maxsize=None)

@@ -363,18 +363,15 @@ class KernelBackend(Backend):
     def operand_bytes(self, products):
         if self.half_operands is None:
             return 0, 0
-        needed = max((_even(a) + _even(b) for a, b in products), default=0)
+        needed = max((_whole16(a) + _whole16(b) for a, b in products), default=0)
         ws = getattr(self, "_half_ws", None)
         itemsize = np.dtype(self.half_operands).itemsize
         return needed * itemsize, 0 if ws is None else ws.nbytes
 
-    def _operands16(self, a, b):
-        """a and b as the vendor's 16-bit GEMM takes them (half_operands): each rounded as our
-        own kernels round a product's inputs (prelude.h's half_bits), laid out as it was,
-        in the operand workspace, which grows to the largest product's pair. The kernel
-        writes two elements a word: each copy starts at an even element and has room for
-        an odd one's last word."""
-        size = _even(a.size) + _even(b.size)
+    def _half_workspace(self, size):
+        """The 16-bit operand workspace, grown to at least `size` elements: the copies of
+        one product's inputs, whichever GEMM reads them (the vendor's, or our tensor-core
+        one where it takes 16-bit inputs)."""
         ws = getattr(self, "_half_ws", None)
         if ws is None or ws.size < size:
             if ws is not None:
@@ -382,11 +379,20 @@ class KernelBackend(Backend):
                 self.generation += 1            # recorded steps that used it are stale
             ws = self._half_ws = self.empty((size,), self.half_operands,
                                             label="16-bit operand workspace")
+        return ws
+
+    def _operands16(self, a, b):
+        """a and b as the vendor's 16-bit GEMM takes them (half_operands): each rounded as our
+        own kernels round a product's inputs (prelude.h's half_bits), laid out as it was,
+        in the operand workspace, which grows to the largest product's pair. The kernel
+        writes two elements a word, and each copy starts at a whole 16 bytes (8 elements:
+        what the tensor memory accelerator takes, for the copies of _gemm_tensor)."""
+        ws = self._half_workspace(_whole16(a.size) + _whole16(b.size))
         kernel = self._kernels.get("half_operands")
         if kernel is None:
             kernel = self._kernels["half_operands"] = self._build("elementwise", "half_operands")
         out = []
-        for x, start in ((a, 0), (b, _even(a.size))):
+        for x, start in ((a, 0), (b, _whole16(a.size))):
             y = self.view(ws, x.shape, start)
             self._run(kernel, ((x.size + 1) // 2,), y, x, x.size,
                       label=f"{self.precision} operands")
@@ -395,12 +401,21 @@ class KernelBackend(Backend):
 
     def _gemm_tensor_pieces(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
         """Our tensor-core GEMM (`tensor_gemm`), in launches of at most ACC_K terms each,
-        added into c as _gemm_vendor_pieces adds."""
+        added into c as _gemm_vendor_pieces adds; a piece it does not take
+        (`_tensor_takes`) goes to our FFMA GEMM, which rounds its inputs alike."""
         pieces = _pieces(a, b, trans_a, trans_b, k)
         for i, (a_p, b_p, kp) in enumerate(pieces):
-            self._gemm_tensor(alpha, a_p, b_p, beta if i == 0 else 1.0, c, trans_a, trans_b,
-                              m, n, kp, f"gemm {_shape_text(m, n, k, trans_a, trans_b)} "
-                              f"{self.precision}" + _piece_text(i, len(pieces)))
+            beta_p = beta if i == 0 else 1.0
+            if self._tensor_takes(kp):
+                self._gemm_tensor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b, m, n, kp,
+                                  f"gemm {_shape_text(m, n, k, trans_a, trans_b)} "
+                                  f"{self.precision}" + _piece_text(i, len(pieces)))
+            else:
+                self._gemm_own(alpha, a_p, b_p, beta_p, c, trans_a, trans_b, m, n, kp)
+
+    def _tensor_takes(self, k):
+        """Whether the tensor-core GEMM computes a product (piece) of K terms."""
+        return True
 
     def _empty_sum(self, beta, c):
         """c <- beta c, the result of a product whose sum is empty (K = 0), as BLAS and
@@ -438,7 +453,7 @@ class KernelBackend(Backend):
         if ws > m * n:
             self._split_workspace(ws)      # grown first: the trials' replays all point at it
         paths["vendor"] = vendor
-        if self.tensor_gemm:
+        if self.tensor_gemm and any(self._tensor_takes(kp) for _, kp in _k_pieces(k)):
             paths["tensor"] = tensor
         best = self._fastest(key, paths, restore)
         if best in tilings:
@@ -1307,9 +1322,9 @@ def _k_pieces(k, longest=ACC_K):
     return [(k0, min(step, k - k0)) for k0 in range(0, max(k, 1), max(step, 1))]
 
 
-def _even(n):
-    """n, or n + 1 where n is odd (the 16-bit copies start at even elements)."""
-    return n + n % 2
+def _whole16(n):
+    """n 16-bit elements rounded up to whole 16 bytes (where each 16-bit copy starts)."""
+    return -(-n // 8) * 8
 
 
 def operand_options(precision):

@@ -5,7 +5,7 @@ from pathlib import Path
 _PACKAGE = Path(__file__).resolve().parent.parent
 FOLDERS = {"cl": "kernels_cl", "cu": "kernels_cu"}
 # families without a twin: tensor-core kernels, which OpenCL C has no way to
-CUDA_ONLY = ("mma",)
+CUDA_ONLY = ("mma", "wgmma")
 
 
 def folder(lang):
