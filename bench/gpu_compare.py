@@ -5,8 +5,11 @@
   mlp-big    the series' big step: batch 10000, 10000 -> 5000 tanh -> 1000 sigmoid -> 10
              sigmoid (BCE), one forward + backward + momentum update
   mlp-small  batch 1000, 1000 -> 500 relu -> 100 relu -> 10 softmax cross-entropy
+  tensor     bf16 and fp16 products n^3, n = 4096, 8192 (Hopper): our tensor-core GEMM
+             (wgmma.cu) and cuBLAS's gemm_ex on the same 16-bit K-major operands, float32 c;
+             the two library paths with their 16-bit copies; torch.mm in the 16-bit type
 
-Usage: python bench/gpu_compare.py [--json out.json] [--only gemm,mlp-big,mlp-small]
+Usage: python bench/gpu_compare.py [--json out.json] [--only gemm,mlp-big,mlp-small,tensor]
                                    [--variants] [--opencl opencl:nvidia]
 Inputs live on the device for both libraries; times are medians of repeated samples.
 """
@@ -140,6 +143,62 @@ def gemm_table(opencl):
     return table
 
 
+def tensor_table(sizes=(4096, 8192)):
+    """Our tensor-core GEMM from 16-bit inputs against cuBLAS's on the same operands (op(a)
+    and op(b)^T K-major, as _kmajor16 copies them; c float32), in bf16 and fp16: {case:
+    {impl: result}}, printed with each rate as a share of cuBLAS's."""
+    from portanet.bench import _cuda_events
+    import torch
+    table = {}
+    for precision in ("bf16", "fp16"):
+        bk = pn.device("cuda", precision=precision)
+        if not bk.tensor_gemm:
+            print(f"tensor {precision}: no tensor-core GEMM of ours on this GPU")
+            continue
+        events, rng = _cuda_events(bk), np.random.default_rng(0)
+        for n in sizes:
+            a, b = (bk.upload(rng.standard_normal((n, n), dtype=np.float32)) for _ in range(2))
+            c = bk.empty((n, n))
+            a16, b16 = bk._kmajor16(a, b, False, False, n, n, n)
+            calls = {
+                "wgmma.cu": lambda: bk._wgmma(1.0, a16, b16, 0.0, c),
+                "cuBLAS gemm_ex": lambda: bk._gemm_vendor(1.0, a16, b16, 0.0, c, False, True,
+                                                          n, n, n, n),
+                "path tensor (copies, ACC_K pieces)": lambda: bk._gemm_tensor_pieces(
+                    1.0, a, b, 0.0, c, False, False, n, n, n),
+                "path vendor (copies, vendor_k pieces)": lambda: bk._gemm_vendor_pieces(
+                    1.0, a, b, 0.0, c, False, False, n, n, n)}
+            row = table[f"{precision} {n}"] = {}
+            for name, call in calls.items():
+                t = measure(call, bk.synchronize, repeats=10, inner=5, events=events)
+                row[name] = {**t, "tflops": 2 * n ** 3 / t["median_s"] / 1e12}
+            dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+            x, y = (torch.randn(n, n, device="cuda", dtype=dtype) for _ in range(2))
+            t = measure(lambda: torch.mm(x, y), torch.cuda.synchronize, repeats=10, inner=5)
+            row[f"torch.mm ({precision} c)"] = {**t, "tflops": 2 * n ** 3 / t["median_s"] / 1e12}
+            bk._wgmma(1.0, a16, b16, 0.0, c)
+            ref = (bk.download(a16)[:64].astype(np.float32) if precision == "fp16" else
+                   _bf16(bk.download(a16)[:64])).astype(np.float64)
+            ref = ref @ (bk.download(b16).astype(np.float32) if precision == "fp16" else
+                         _bf16(bk.download(b16))).astype(np.float64).T
+            row["wgmma.cu"]["rel_err"] = float(np.linalg.norm(bk.download(c)[:64] - ref)
+                                               / np.linalg.norm(ref))
+            cublas = row["cuBLAS gemm_ex"]["tflops"]
+            for name, r in row.items():
+                print(f"tensor {precision} {n}^3 {name:40s} {r['tflops']:7.1f} TFLOP/s "
+                      f"{r['median_s'] * 1e3:8.3f} ms {r['tflops'] / cublas:6.1%}", flush=True)
+            print(f"tensor {precision} {n}^3 wgmma.cu against the float64 product of its "
+                  f"inputs (64 rows): {row['wgmma.cu']['rel_err']:.1e}", flush=True)
+            for z in (a, b, c):
+                bk.free(z)
+    return table
+
+
+def _bf16(bits):
+    """bfloat16 bits (uint16) as float32."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
 MLPS = {
     "mlp-big": dict(batch=10000, sizes=[10000, 5000, 1000, 10],
                     acts=["tanh", "sigmoid", "sigmoid"], loss="binary_cross_entropy"),
@@ -219,6 +278,9 @@ def main():
     for name in args.only.split(","):
         if name == "gemm":
             results["gemm"] = gemm_table(args.opencl)
+            continue
+        if name == "tensor":
+            results["tensor"] = tensor_table()
             continue
         rows = {}
         for spec, path in devices:

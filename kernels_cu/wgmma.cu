@@ -15,8 +15,9 @@
    engine signals the stage's `full` barrier when its bytes are in. The other two are the
    consumers: each multiplies its 64 rows of a's tile by b's whole tile
    (wgmma m64n256k16, four to a step), 128 float32 sums a thread in registers, and then
-   signals the stage's `empty` barrier, which the producer waits on before it fills the
-   stage again. TMA fills what lies beyond the matrices with zeros, so partial tiles of m,
+   signals the stage's `empty` barrier once the step after it is under way, which the
+   producer waits on before it fills the stage again. Blocks take their tiles in groups
+   down m (GROUP_M), so that those running at once share their tiles of a and b in L2. TMA fills what lies beyond the matrices with zeros, so partial tiles of m,
    n and k need no code; the epilogue writes only c's own elements. */
 #include "prelude.h"
 
@@ -24,6 +25,9 @@
 #define BN 256
 #define BK 64                   /* 64 16-bit inputs: one 128-byte row of the swizzle */
 #define STAGES 4
+#ifndef GROUP_M
+#define GROUP_M 16              /* tiles of m that the blocks run at a time share (L2) */
+#endif
 #define THREADS 384             /* a producer warpgroup and two consumers */
 #define A_STAGE (BM * BK * 2)   /* bytes of a stage's tile of a, and of b */
 #define B_STAGE (BN * BK * 2)
@@ -35,35 +39,40 @@
 #define WGMMA_TYPES "f32.bf16.bf16"
 #endif
 
-/* y (rows x cols, 16-bit) <- x rounded, where element (i, kk) of x lies at
-   x[x_off + i s_row + kk s_col]: op(a) is (s_row, s_col) = (lda, 1), or (1, lda)
-   transposed. A block of 32 x 8 threads copies a 32 x 32 tile; a tile read across x's
-   rows (s_row 1) goes through shared memory, so that reads and writes are both coalesced. */
+/* y (rows x cols, 16-bit; cols a multiple of 8) <- x rounded, where element (i, kk) of x
+   lies at x[x_off + i s_row + kk s_col]: op(a) is (s_row, s_col) = (lda, 1), or (1, lda)
+   transposed. A block of 32 x 8 threads copies 32 rows of 64 columns, two columns a thread
+   written as one 32-bit word; a tile read across x's rows (s_row 1) goes through shared
+   memory, so that reads and writes are both coalesced. */
 KERNEL void kmajor16(GLOBAL unsigned short* y, const int y_off, const GLOBAL real* x,
                      const int x_off, const int rows, const int cols, const int s_row,
                      const int s_col) {
-    __shared__ unsigned short tile[32][33];
-    const int k0 = blockIdx.x * 32, i0 = blockIdx.y * 32;
-    const int tx = threadIdx.x, ty = threadIdx.y;
+    __shared__ unsigned short tile[64][33];
+    const int k0 = blockIdx.x * 64, i0 = blockIdx.y * 32;
+    const int tx = threadIdx.x, ty = threadIdx.y, kk = k0 + 2 * tx;
+    GLOBAL unsigned int* words = (GLOBAL unsigned int*)(y + y_off);
     if (s_col == 1) {
         for (int r = ty; r < 32; r += 8) {
-            const int i = i0 + r, kk = k0 + tx;
-            if (i < rows && kk < cols)
-                y[y_off + (size_t)i * cols + kk] =
-                    half_bits(x[x_off + (size_t)i * s_row + kk]);
+            const int i = i0 + r;
+            if (i < rows && kk < cols) {
+                const GLOBAL real* from = x + x_off + (size_t)i * s_row + kk;
+                words[((size_t)i * cols + kk) / 2] =
+                    half_bits(from[0]) | ((unsigned int)half_bits(from[1]) << 16);
+            }
         }
         return;
     }
-    for (int r = ty; r < 32; r += 8) {
-        const int kk = k0 + r, i = i0 + tx;
-        if (i < rows && kk < cols)
-            tile[r][tx] = half_bits(x[x_off + i + (size_t)kk * s_col]);
+    for (int r = ty; r < 64; r += 8) {
+        const int i = i0 + tx;
+        if (i < rows && k0 + r < cols)
+            tile[r][tx] = half_bits(x[x_off + i + (size_t)(k0 + r) * s_col]);
     }
     __syncthreads();
     for (int r = ty; r < 32; r += 8) {
-        const int i = i0 + r, kk = k0 + tx;
+        const int i = i0 + r;
         if (i < rows && kk < cols)
-            y[y_off + (size_t)i * cols + kk] = tile[tx][r];
+            words[((size_t)i * cols + kk) / 2] =
+                tile[2 * tx][r] | ((unsigned int)tile[2 * tx + 1][r] << 16);
     }
 }
 
@@ -150,7 +159,13 @@ gemm_wgmma(const GLOBAL TensorMap* a_map, const GLOBAL TensorMap* b_map, GLOBAL 
     const unsigned base = (shared_address(shared_bytes) + 1023) & ~1023u;
     const unsigned a_tiles = base, b_tiles = base + STAGES * A_STAGE;
     const unsigned full = b_tiles + STAGES * B_STAGE, empty = full + 8 * STAGES;
-    const int group = threadIdx.x / 128, m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
+    /* blocks in groups of GROUP_M tiles down m, each group across n, so that the blocks
+       running at once read few tiles of a and b (and from L2, not device memory) */
+    const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+    const int width = GROUP_M * tiles_n, first = blockIdx.x / width * GROUP_M;
+    const int height = min(tiles_m - first, GROUP_M), place = blockIdx.x % width;
+    const int m0 = (first + place % height) * BM, n0 = place / height * BN;
+    const int group = threadIdx.x / 128;
     const int steps = (k + BK - 1) / BK;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; s++) {
@@ -190,10 +205,13 @@ gemm_wgmma(const GLOBAL TensorMap* a_map, const GLOBAL TensorMap* b_map, GLOBAL 
             wgmma_step(d, tile_descriptor(a_tiles + s * A_STAGE + rows + 32 * kk),
                        tile_descriptor(b_tiles + s * B_STAGE + 32 * kk));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        /* the step before is done (this one may still run): its stage is free */
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
         hold(d);
-        if (threadIdx.x % 128 == 0) barrier_arrive(empty + 8 * s);
+        if (t > 0 && threadIdx.x % 128 == 0) barrier_arrive(empty + 8 * ((t - 1) % STAGES));
     }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    hold(d);
 
     /* thread l of warp w holds, for each 8 columns j, rows r and r + 8 (r = 16 w + l / 4),
        columns 8 j + 2 (l % 4) and the next */

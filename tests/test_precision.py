@@ -8,7 +8,7 @@ Tolerances per precision (normwise, against a float64 product of the same inputs
   products are exact in float32 and its sums run in float32). Every product of ours rounds
   its inputs as the reference does (to nearest, ties to even; fp16 to half's range too):
   mma.cu, our FFMA kernels and conv_direct through prelude.h's OPERAND, the 16-bit inputs
-  of cuBLAS's bf16 and fp16 GEMMs through its half_bits. cuBLAS's TF32 rounds so too
+  of cuBLAS's bf16 and fp16 GEMMs and of wgmma.cu's through its half_bits. cuBLAS's TF32 rounds so too
   (measured: bench/README.md), but computes degenerate products (K = 1) in float32: its
   paths may match either product, and nothing in between. Four units of the precision's
   rounding bound how far the rounded product is from float32's.
@@ -206,12 +206,12 @@ def test_the_kernels_16_bit_inputs_are_the_references_bits(device_name, rng, nam
 # -- the devices' products in each precision ----------------------------------------------------
 
 GEMM_SHAPES = [(1, 1, 1), (7, 129, 1000), (129, 7, 1), (33, 65, 17), (130, 257, 129),
-               (300, 260, 4500)]
+               (300, 260, 4500), (130, 257, 136)]     # K a multiple of 8: wgmma.cu takes it
 
 
 def gemm_paths(bk):
-    """Each of the backend's GEMM paths in its precision (own: on CUDA in tf32 our
-    tensor-core kernel; auto may take our FFMA tilings, which round their inputs too), and
+    """Each of the backend's GEMM paths in its precision (own: on CUDA our tensor-core
+    kernel in tf32, and in bf16 and fp16 on Hopper where K is a multiple of 8; auto may take our FFMA tilings, which round their inputs too), and
     whether it may compute a product in float32 instead: cuBLAS's TF32 does for degenerate
     shapes (K = 1, measured on an H100), and auto may route to it; its bf16 and fp16
     GEMMs take inputs we rounded."""
@@ -251,7 +251,8 @@ def test_gemm_in_lower_precisions(device_name, rng, lower, m, n, k, trans_a, tra
 
 
 @pytest.mark.parametrize("m,n,k,offsets", [(37, 41, 53, (3, 5001, 2999)),
-                                            (36, 44, 52, (4, 5004, 3000))])   # 16-byte copies
+                                            (36, 44, 52, (4, 5004, 3000)),    # 16-byte copies
+                                            (36, 44, 56, (5, 5003, 3000))])   # wgmma.cu
 def test_gemm_in_lower_precisions_on_views(device_name, rng, lower, m, n, k, offsets,
                                           monkeypatch):
     """Operands at offsets inside one buffer, c between them: nothing else written."""
@@ -271,6 +272,32 @@ def test_gemm_in_lower_precisions_on_views(device_name, rng, lower, m, n, k, off
     rest = bk.download(big)
     rest[oc:oc + m * n] = host[oc:oc + m * n]
     assert np.array_equal(rest, host), "gemm wrote outside its view"
+
+
+@pytest.mark.parametrize("lower16", ["bf16", "fp16"])
+def test_hopper_computes_16_bit_products_on_our_tensor_core_gemm(device_name, rng, lower16,
+                                                                  monkeypatch):
+    """On compute capability 9.0, bf16 and fp16 products whose K is a multiple of 8 can run
+    on wgmma.cu (PORTANET_GEMM=own's GEMM, and one of auto's paths), every tile of c
+    written, partial ones too; the others on our FFMA kernel, which rounds alike."""
+    bk = lower_backend(device_name, lower16)
+    if bk.kind != "cuda" or bk.cc != (9, 0):
+        pytest.skip("wgmma.cu runs on Hopper GPUs (compute capability 9.0)")
+    assert bk.tensor_gemm
+    launched = []
+    wgmma = bk._wgmma
+    monkeypatch.setattr(bk, "_wgmma", lambda *a, **kw: launched.append(a) or wgmma(*a, **kw))
+    monkeypatch.setattr(bk, "gemm_path", "own")
+    for (m, n, k), takes in (((300, 520, 264), True), ((129, 257, 4104), True),
+                             ((40, 30, 20), False)):
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((n, k)).astype(np.float32)
+        ref = round_to(a, lower16).astype(np.float64) @ round_to(b, lower16).T
+        c = bk.upload(np.full((m, n), np.nan, np.float32))
+        launched.clear()
+        bk.gemm(1.0, bk.upload(a), bk.upload(b), 0.0, c, False, True)
+        assert bool(launched) == takes, (m, n, k)
+        assert rel_err(bk.download(c), ref) < F32, (m, n, k)
 
 
 @pytest.mark.parametrize("trans_a", [False, True])

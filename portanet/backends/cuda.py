@@ -414,7 +414,7 @@ class CudaBackend(KernelBackend):
         lda, ldb = a.shape[1], b.shape[1]
         for y, x, rows, (s_row, s_col) in ((a16, a, m, (1, lda) if trans_a else (lda, 1)),
                                            (b16, b, n, (ldb, 1) if trans_b else (1, ldb))):
-            self._run(copy, (-(-k // 32) * 32, -(-rows // 32) * 8), y, x, rows, k, s_row,
+            self._run(copy, (-(-k // 64) * 32, -(-rows // 32) * 8), y, x, rows, k, s_row,
                       s_col, local=(32, 8), label=f"{self.precision} operands")
         return a16, b16
 
@@ -427,7 +427,7 @@ class CudaBackend(KernelBackend):
         args = (np.uintp(int(self._tensor_map(a16, WGMMA_TILE[0]))),
                 np.uintp(int(self._tensor_map(b16, WGMMA_TILE[1]))), self._pointer(c), np.int32(c.offset), np.int32(c.shape[1]), np.int32(m),
                 np.int32(n), np.int32(k), np.float32(alpha), np.float32(beta))
-        grid = (-(-n // WGMMA_TILE[1]), -(-m // WGMMA_TILE[0]), 1)
+        grid = (-(-n // WGMMA_TILE[1]) * -(-m // WGMMA_TILE[0]), 1, 1)   # groups of tiles
 
         def launch():
             kernel.prepared_async_call(grid, (WGMMA_THREADS, 1, 1), self.stream, *args,
