@@ -5,8 +5,8 @@
 
    kmajor16 first writes each operand as the tensor cores read it: op(a) as m rows of k and
    op(b) as n rows of k ("K-major"), each input rounded to 16 bits as prelude.h's half_bits
-   rounds it (the NumPy reference's round_to), rows padded to a multiple of 8 elements (the
-   tensor memory accelerator, TMA, takes rows at 16-byte strides).
+   rounds it (the NumPy reference's round_to). K must be a multiple of 8: the tensor memory
+   accelerator (TMA) takes rows at whole 16 bytes.
 
    gemm_wgmma: a 128 x 256 tile of c per block of three warpgroups (384 threads). The first
    is the producer: one thread has the TMA copy each 64-wide step of K of both operands'
@@ -17,8 +17,10 @@
    (wgmma m64n256k16, four to a step), 128 float32 sums a thread in registers, and then
    signals the stage's `empty` barrier once the step after it is under way, which the
    producer waits on before it fills the stage again. Blocks take their tiles in groups
-   down m (GROUP_M), so that those running at once share their tiles of a and b in L2. TMA fills what lies beyond the matrices with zeros, so partial tiles of m,
-   n and k need no code; the epilogue writes only c's own elements. */
+   down m (GROUP_M), so that those running at once share their tiles of a and b in L2. TMA
+   fills what lies beyond the matrices with zeros, so partial tiles of m, n and k need no
+   code; the epilogue writes only c's own elements. The dynamic shared memory a block needs
+   (cuda.py's WGMMA_SHARED): the stages, 1024 bytes to align them, and the barriers. */
 #include "prelude.h"
 
 #define BM 128                  /* the block's tile of c: BM x BN, K in steps of BK */
@@ -31,7 +33,6 @@
 #define THREADS 384             /* a producer warpgroup and two consumers */
 #define A_STAGE (BM * BK * 2)   /* bytes of a stage's tile of a, and of b */
 #define B_STAGE (BN * BK * 2)
-#define SHARED (STAGES * (A_STAGE + B_STAGE) + 1024 + 2 * STAGES * 8)  /* + alignment, barriers */
 
 #if OPERAND_HALF
 #define WGMMA_TYPES "f32.f16.f16"
@@ -152,8 +153,9 @@ DEVICE void wgmma_step(float (&d)[128], const unsigned long long a,
 }
 
 KERNEL void __launch_bounds__(THREADS, 1)
-gemm_wgmma(const GLOBAL TensorMap* a_map, const GLOBAL TensorMap* b_map, GLOBAL real* c, const int c_off, const int ldc, const int m, const int n,
-           const int k, const real alpha, const real beta) {
+gemm_wgmma(const GLOBAL TensorMap* a_map, const GLOBAL TensorMap* b_map, GLOBAL real* c,
+           const int c_off, const int ldc, const int m, const int n, const int k,
+           const real alpha, const real beta) {
     extern __shared__ unsigned char shared_bytes[];
     /* the swizzle repeats every 1024 bytes: the stages start on such a boundary */
     const unsigned base = (shared_address(shared_bytes) + 1023) & ~1023u;

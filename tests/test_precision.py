@@ -8,10 +8,10 @@ Tolerances per precision (normwise, against a float64 product of the same inputs
   products are exact in float32 and its sums run in float32). Every product of ours rounds
   its inputs as the reference does (to nearest, ties to even; fp16 to half's range too):
   mma.cu, our FFMA kernels and conv_direct through prelude.h's OPERAND, the 16-bit inputs
-  of cuBLAS's bf16 and fp16 GEMMs and of wgmma.cu's through its half_bits. cuBLAS's TF32 rounds so too
-  (measured: bench/README.md), but computes degenerate products (K = 1) in float32: its
-  paths may match either product, and nothing in between. Four units of the precision's
-  rounding bound how far the rounded product is from float32's.
+  of cuBLAS's bf16 and fp16 GEMMs and of wgmma.cu's through its half_bits. cuBLAS's TF32
+  rounds so too (measured: bench/README.md), but computes degenerate products (K = 1) in
+  float32: its paths may match either product, and nothing in between. Four units of the
+  precision's rounding bound how far the rounded product is from float32's.
 """
 import math
 
@@ -211,7 +211,8 @@ GEMM_SHAPES = [(1, 1, 1), (7, 129, 1000), (129, 7, 1), (33, 65, 17), (130, 257, 
 
 def gemm_paths(bk):
     """Each of the backend's GEMM paths in its precision (own: on CUDA our tensor-core
-    kernel in tf32, and in bf16 and fp16 on Hopper where K is a multiple of 8; auto may take our FFMA tilings, which round their inputs too), and
+    kernel in tf32, and in bf16 and fp16 on Hopper where K is a multiple of 8; auto may
+    take our FFMA tilings, which round their inputs too), and
     whether it may compute a product in float32 instead: cuBLAS's TF32 does for degenerate
     shapes (K = 1, measured on an H100), and auto may route to it; its bf16 and fp16
     GEMMs take inputs we rounded."""

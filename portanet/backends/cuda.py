@@ -34,8 +34,10 @@ except (ImportError, OSError, RuntimeError):
 _initialised = False
 MMA_TILE, MMA_THREADS = 128, 256     # mma.cu's tile of c (BM = BN) and its block
 MMA_BLOCKS = 2                       # mma.cu's MIN_BLOCKS (1 and 2 alike on an H100)
-WGMMA_TILE = (128, 256)              # wgmma.cu's BM x BN tile of c, its block, its shared bytes
-WGMMA_THREADS, WGMMA_SHARED = 384, 4 * (128 + 256) * 64 * 2 + 1024 + 64
+WGMMA_TILE, WGMMA_THREADS = (128, 256), 384    # wgmma.cu's BM x BN tile of c and its block
+# its dynamic shared memory: 4 stages of both 16-bit tiles 64 deep, 1024 to align them,
+# a full and an empty barrier (8 bytes) per stage
+WGMMA_SHARED = 4 * (WGMMA_TILE[0] + WGMMA_TILE[1]) * 64 * 2 + 1024 + 4 * 2 * 8
 _ARG_CODES = {np.uintp: "P", np.int32: "i", np.float32: "f", np.float64: "d"}
 
 
@@ -425,8 +427,9 @@ class CudaBackend(KernelBackend):
         (m, k), n = a16.shape, b16.shape[0]
         kernel = self._wgmma_kernel()
         args = (np.uintp(int(self._tensor_map(a16, WGMMA_TILE[0]))),
-                np.uintp(int(self._tensor_map(b16, WGMMA_TILE[1]))), self._pointer(c), np.int32(c.offset), np.int32(c.shape[1]), np.int32(m),
-                np.int32(n), np.int32(k), np.float32(alpha), np.float32(beta))
+                np.uintp(int(self._tensor_map(b16, WGMMA_TILE[1]))), self._pointer(c),
+                np.int32(c.offset), np.int32(c.shape[1]), np.int32(m), np.int32(n),
+                np.int32(k), np.float32(alpha), np.float32(beta))
         grid = (-(-n // WGMMA_TILE[1]) * -(-m // WGMMA_TILE[0]), 1, 1)   # groups of tiles
 
         def launch():

@@ -139,7 +139,8 @@ class KernelBackend(Backend):
     stages_samples = True
     _turn = 0                   # the half of a staging buffer write_samples used last
     tensor_gemm = False         # a tensor-core GEMM of ours computes this backend's products in
-    #                             its precision (CUDA's mma.cu, tf32): `_gemm_tensor_pieces`,
+    #                             its precision (CUDA's mma.cu in tf32, wgmma.cu in bf16 and
+    #                             fp16 on Hopper, `_tensor_takes`): `_gemm_tensor_pieces`,
     #                             "tensor" among routing's paths, and PORTANET_GEMM=own's GEMM
     half_operands = None        # the vendor GEMM's 16-bit input type where it takes one (CUDA's
     #                             bf16 and fp16: the operands rounded into a workspace first)
@@ -385,8 +386,8 @@ class KernelBackend(Backend):
         """a and b as the vendor's 16-bit GEMM takes them (half_operands): each rounded as our
         own kernels round a product's inputs (prelude.h's half_bits), laid out as it was,
         in the operand workspace, which grows to the largest product's pair. The kernel
-        writes two elements a word, and each copy starts at a whole 16 bytes (8 elements:
-        what the tensor memory accelerator takes, for the copies of _gemm_tensor)."""
+        writes two elements a word, and each copy starts at a whole 16 bytes (`_whole16`,
+        as the tensor path's copies in the same workspace do)."""
         ws = self._half_workspace(_whole16(a.size) + _whole16(b.size))
         kernel = self._kernels.get("half_operands")
         if kernel is None:
