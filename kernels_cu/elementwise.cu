@@ -92,17 +92,28 @@ KERNEL void half_operands(GLOBAL unsigned short* y, const int y_off, const GLOBA
 }
 #endif
 
-/* z <- z + b 1^T; a <- f(z). One work-item per element; dimension 0 runs along the batch. */
+/* A work-item of the launches below takes STEPS elements, a part of the array apart, and
+   issues their loads before any store: one element a work-item kept too few loads in flight
+   to fill an H100's memory bandwidth (bias_activation and momentum_updates ran at 1.8-2.1
+   TB/s of about 3). The host sizes these launches with the same number (gpu.py's STEPS). */
+#define STEPS 4
+
+/* z <- z + b 1^T; a <- f(z). Dimension 0 runs along the batch; work-item (j, i) takes
+   rows i, i + g, ..., i + (STEPS - 1) g of column j, where g = ceil(rows / STEPS). */
 KERNEL void bias_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
                             const GLOBAL real* b, const int b_off, const int kind,
                             const int rows, const int cols) {
     const int j = GLOBAL_ID(0);
-    const int i = GLOBAL_ID(1);
-    if (i < rows && j < cols) {
-        const real zij = z[z_off + i * cols + j] + b[b_off + i];
-        z[z_off + i * cols + j] = zij;
-        a[a_off + i * cols + j] = activate(kind, zij);
-    }
+    const int g = (rows + STEPS - 1) / STEPS;
+    if (j >= cols || GLOBAL_ID(1) >= g) return;
+    real zs[STEPS];
+    for (int s = 0, i = GLOBAL_ID(1); s < STEPS; s++, i += g)
+        if (i < rows) zs[s] = z[z_off + i * cols + j] + b[b_off + i];
+    for (int s = 0, i = GLOBAL_ID(1); s < STEPS; s++, i += g)
+        if (i < rows) {
+            z[z_off + i * cols + j] = zs[s];
+            a[a_off + i * cols + j] = activate(kind, zs[s]);
+        }
 }
 
 /* z <- z + x; a <- f(z), elementwise: a residual block's sum and its activation */
@@ -136,20 +147,25 @@ KERNEL void activation_grad(GLOBAL real* z, const int z_off, const GLOBAL real* 
    unscale_check set to -1 where they were not, and then changes nothing. Unscaled steps
    pass one that stays 0. */
 
-/* SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
-   v <- v - decay w (weights; decay = lr weight_decay); w <- w + v, for element i */
-DEVICE void momentum_step(GLOBAL real* w, GLOBAL real* v, const int i, const real decay,
-                          const int n_decay) {
-    real vi = v[i];
-    if (i < n_decay && decay != 0) vi -= decay * w[i];
-    v[i] = vi;
-    w[i] += vi;
+/* SGD with momentum, after the layer's gemm wrote mu v - lr g into v: v <- v - decay w
+   (weights; decay = lr weight_decay); w <- w + v. For elements i, i + g, ..., i + (STEPS -
+   1) g of a layer's n (v is written only where it changes). */
+DEVICE void momentum_steps(GLOBAL real* w, GLOBAL real* v, const int i, const int g,
+                           const int n, const real decay, const int n_decay) {
+    real vs[STEPS], ws[STEPS];
+    for (int s = 0, e = i; s < STEPS; s++, e += g)
+        if (e < n) { vs[s] = v[e]; ws[s] = w[e]; }
+    for (int s = 0, e = i; s < STEPS; s++, e += g)
+        if (e < n) {
+            if (e < n_decay && decay != 0) { vs[s] -= decay * ws[s]; v[e] = vs[s]; }
+            w[e] = ws[s] + vs[s];
+        }
 }
 
-/* momentum_step over the flat vectors of up to four layers in one launch (a launch costs
+/* momentum_steps over the flat vectors of up to four layers in one launch (a launch costs
    NVIDIA's OpenCL 6-8 us of host time): layer p's w_p and v_p of n_p elements, the first
-   d_p of them decayed; work-item i takes the element of the layer it falls in, counting
-   from layer 0. A layer not given has n_p = 0. */
+   d_p of them decayed, take ceil(n_p / STEPS) work-items, counting from layer 0. A layer
+   not given has n_p = 0. */
 KERNEL void momentum_updates(const GLOBAL int* skip, const int skip_off, const real decay,
                              GLOBAL real* w0, const int w0_off, GLOBAL real* v0, const int v0_off,
                              const int n0, const int d0,
@@ -159,15 +175,17 @@ KERNEL void momentum_updates(const GLOBAL int* skip, const int skip_off, const r
                              const int n2, const int d2,
                              GLOBAL real* w3, const int w3_off, GLOBAL real* v3, const int v3_off,
                              const int n3, const int d3) {
+    const int g0 = (n0 + STEPS - 1) / STEPS, g1 = (n1 + STEPS - 1) / STEPS;
+    const int g2 = (n2 + STEPS - 1) / STEPS, g3 = (n3 + STEPS - 1) / STEPS;
     int i = GLOBAL_ID(0);
     if (skip[skip_off]) return;
-    if (i < n0) { momentum_step(w0 + w0_off, v0 + v0_off, i, decay, d0); return; }
-    i -= n0;
-    if (i < n1) { momentum_step(w1 + w1_off, v1 + v1_off, i, decay, d1); return; }
-    i -= n1;
-    if (i < n2) { momentum_step(w2 + w2_off, v2 + v2_off, i, decay, d2); return; }
-    i -= n2;
-    if (i < n3) momentum_step(w3 + w3_off, v3 + v3_off, i, decay, d3);
+    if (i < g0) { momentum_steps(w0 + w0_off, v0 + v0_off, i, g0, n0, decay, d0); return; }
+    i -= g0;
+    if (i < g1) { momentum_steps(w1 + w1_off, v1 + v1_off, i, g1, n1, decay, d1); return; }
+    i -= g1;
+    if (i < g2) { momentum_steps(w2 + w2_off, v2 + v2_off, i, g2, n2, decay, d2); return; }
+    i -= g2;
+    if (i < g3) momentum_steps(w3 + w3_off, v3 + v3_off, i, g3, n3, decay, d3);
 }
 
 /* SGD with the gradient g given (momentum > 0; v = -lr times PyTorch's buffer):

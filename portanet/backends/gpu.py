@@ -876,8 +876,8 @@ class KernelBackend(Backend):
             args = [a for w, v, n_decay in group for a in (w, v, w.size, n_decay)]
             w, v = group[0][:2]             # stand-ins for the layers not given (n_p = 0)
             args += [w, v, 0, 0] * (UPDATE_LAYERS - len(group))
-            self._run("momentum_updates", (sum(w.size for w, _, _ in group),), skip,
-                      float(decay), *args)
+            work_items = sum(-(-w.size // STEPS) for w, _, _ in group)
+            self._run("momentum_updates", (work_items,), skip, float(decay), *args)
 
     def sgd_update(self, w, g, v, lr, momentum, weight_decay, n_decay, nesterov, skip=None):
         check_update("sgd_update", n_decay, w, g, v)
@@ -1017,7 +1017,8 @@ class KernelBackend(Backend):
         if kind == "softmax":
             self._run("bias_softmax", (cols,), a, z, b, rows, cols)
         else:
-            self._run("bias_activation", (cols, rows), a, z, b, ACT[kind], rows, cols)
+            self._run("bias_activation", (cols, -(-rows // STEPS)), a, z, b, ACT[kind], rows,
+                      cols)
 
     def activation_grad(self, kind, z, da):
         check_activation(kind)
@@ -1258,6 +1259,8 @@ SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, whe
 ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
 ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round
 UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
+STEPS = 4                  # elements a work-item of bias_activation and momentum_updates takes
+                           # (elementwise.cl's STEPS; test_kernel_sources holds them equal)
 FUSED_LOSS_SAMPLES = 1      # the most samples a work-item of the fused loss and bias
                             # gradient takes (bias_softmax_xent_grad) for it to be tried: at
                             # 4 (mlp-small) one group lost to the two launches by 6-16 us on
