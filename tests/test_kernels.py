@@ -704,6 +704,9 @@ def test_write_samples(bk, rng, m, shape, room, lane, monkeypatch):
     in its half. Parts go by plain writes, by the copy lane, or mixed: parts of two
     samples or more by the lane, smaller ones plain."""
     simulated(bk, m * int(np.prod(shape)))
+    if bk.simulator and m > 7:
+        pytest.skip("on the simulator a sample a part (room 1): 7 samples show the turns; "
+                    "larger batches take it 10-20 s each and run on the real devices")
     n = int(np.prod(shape))
     if lane != "plain" and (not bk.stages_samples or room not in (None, 3)):
         pytest.skip("no staging here: the host lays batches out" if not bk.stages_samples
@@ -892,8 +895,9 @@ def test_own_gemm_thin_outputs(own_gemm, rng, monkeypatch):
     backend = own_gemm
     backend.set_gemm_params(dict(TSM=64, TSN=64, TSK=8, WPTM=8, WPTN=8))
     monkeypatch.setattr(backend, "compute_units", 1)
-    for (m, n, k), ran in [((5, 300, 40), " own 16x64"), ((300, 20, 40), " own 64x32"),
-                           ((40, 40, 40), " own 64x64")]:
+    cases = [((5, 300, 40), " own 16x64"), ((300, 20, 40), " own 64x32"),
+             ((40, 40, 40), " own 64x64")]
+    for (m, n, k), ran in cases[:2] if backend.simulator else cases:   # 64x64 runs elsewhere
         gemms = gemm_labels(backend, rng, m, n, k)
         assert len(gemms) == 4 and all(x.endswith(ran) for x in gemms), gemms
 
