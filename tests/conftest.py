@@ -8,6 +8,7 @@ of backends.opencl.PROFILES (opencl:pocl[mobile]: the parameters an AMD, Intel o
 GPU would get, held to its limits), and on the Oclgrind simulator with its checks on,
 where any error it reports fails the test (oclgrind_log)."""
 import os
+import tempfile
 import zlib
 
 import numpy as np
@@ -17,7 +18,12 @@ import portanet
 from portanet.backends import opencl
 from portanet.errors import DeviceError
 
-# Oclgrind's checks on before any context is made; its reports go to this file
+# Oclgrind's checks on before any context is made; its reports go to this file. Under
+# pytest-xdist (`-n auto`) each worker has its own: the controller's, which the workers
+# inherit through the environment, would give one worker's reports to the other's tests.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OCLGRIND_LOG"] = os.path.join(tempfile.gettempdir(),
+                                              f"portanet-oclgrind-{os.getpid()}.log")
 OCLGRIND_LOG = opencl.simulator_checks()
 
 KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics", "test_batchnorm"}
