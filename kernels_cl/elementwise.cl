@@ -92,10 +92,10 @@ KERNEL void half_operands(GLOBAL unsigned short* y, const int y_off, const GLOBA
 }
 #endif
 
-/* A work-item of the launches below takes STEPS elements, a part of the array apart, and
-   issues their loads before any store: one element a work-item kept too few loads in flight
-   to fill an H100's memory bandwidth (bias_activation and momentum_updates ran at 1.8-2.1
-   TB/s of about 3). The host sizes these launches with the same number (gpu.py's STEPS). */
+/* A work-item of bias_activation and momentum_updates takes STEPS elements, a part of the
+   array apart, and issues their loads before any store: one element a work-item kept too
+   few loads in flight to fill an H100's memory bandwidth (they ran at 1.8-2.1 TB/s of about
+   3). The host sizes their launches with the same number (gpu.py's STEPS). */
 #define STEPS 4
 
 /* z <- z + b 1^T; a <- f(z). Dimension 0 runs along the batch; work-item (j, i) takes
