@@ -167,7 +167,7 @@ class CudaBackend(KernelBackend):
                             attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],
                             self.dtype.itemsize)
         self.gemm_params = gemm_params(True, *self.gemm_limits)
-        self._modules = {}
+        self._modules, self._functions = {}, {}
         self._prepared = {}
         self._load_kernels()
         self.vendor_gemm = cublas is not None
@@ -209,7 +209,13 @@ class CudaBackend(KernelBackend):
         return (self.device.name(), self.arch, drv.get_driver_version(), self.options)
 
     def _kernel(self, family, name, options=(), arch=None):
-        return self._module(family, options, arch).get_function(name)
+        """One function object per kernel and build: pycuda's get_function makes a new one
+        each call, which `_launch` would prepare again and keep (mma.cu's and kmajor16's
+        callers ask for theirs at every product)."""
+        key = (family, name, tuple(options), arch)
+        if key not in self._functions:
+            self._functions[key] = self._module(family, options, arch).get_function(name)
+        return self._functions[key]
 
     def _module(self, family, extra=(), arch=None):
         """A family built for the GPU's architecture, or for `arch` (wgmma.cu: sm_90a,
