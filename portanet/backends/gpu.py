@@ -373,14 +373,22 @@ class KernelBackend(Backend):
         """The 16-bit operand workspace, grown to at least `size` elements: the copies of
         one product's inputs, whichever GEMM reads them (the vendor's, or our tensor-core
         one where it takes 16-bit inputs)."""
-        ws = getattr(self, "_half_ws", None)
-        if ws is None or ws.size < size:
-            if ws is not None:
-                self.free(ws)
-                self.generation += 1            # recorded steps that used it are stale
-            ws = self._half_ws = self.empty((size,), self.half_operands,
-                                            label="16-bit operand workspace")
-        return ws
+        return self._workspace("_half_ws", size, "16-bit operand workspace",
+                               self.half_operands)[0]
+
+    def _workspace(self, attr, size, label, dtype=None):
+        """(the workspace kept in `attr`, whether it was made now): made anew with `size`
+        elements where it has fewer, the old one freed, so that recorded steps that used it
+        are stale."""
+        ws = getattr(self, attr, None)
+        if ws is not None and ws.size >= size:
+            return ws, False
+        if ws is not None:
+            self.free(ws)
+            self.generation += 1
+        ws = self.empty((size,), dtype, label=label)
+        setattr(self, attr, ws)
+        return ws, True
 
     def _operands16(self, a, b):
         """a and b as the vendor's 16-bit GEMM takes them (half_operands): each rounded as our
@@ -716,12 +724,7 @@ class KernelBackend(Backend):
 
     def _split_workspace(self, size):
         """A view of `size` elements of the split-K workspace, grown when too small."""
-        ws = getattr(self, "_split_ws", None)
-        if ws is None or ws.size < size:
-            if ws is not None:
-                self.free(ws)
-                self.generation += 1            # recorded steps that used it are stale
-            ws = self._split_ws = self.empty((size,), label="split-K workspace")
+        ws, _ = self._workspace("_split_ws", size, "split-K workspace")
         if self.finishes_splits:
             self._split_counts(0)               # made with the first workspace
         return self.view(ws, (size,))
@@ -731,14 +734,10 @@ class KernelBackend(Backend):
         made for 16 tiles per compute unit (a split's tiles are fewer than its groups),
         grown where a product has more. The last part of each tile puts its count back to
         0, so one set serves every product, launch after launch on the backend's queue."""
-        counts = getattr(self, "_split_done", None)
-        if counts is None or counts.size < tiles:
-            if counts is not None:
-                self.free(counts)
-                self.generation += 1            # recorded steps that used it are stale
-            size = max(tiles, 16 * self.compute_units)
-            counts = self._split_done = self.empty((size,), np.int32, label="split-K counts")
-            self.write(counts, np.zeros(size, np.int32))
+        counts, made = self._workspace("_split_done", max(tiles, 16 * self.compute_units),
+                                       "split-K counts", np.int32)
+        if made:
+            self.write(counts, np.zeros(counts.size, np.int32))
         return self.view(counts, (tiles,))
 
     def set_gemm_params(self, params, sizes=None):
