@@ -479,35 +479,47 @@ class KernelBackend(Backend):
         split-K workspace, grown to the largest trial's first: _fastest_tiling); the arrays
         in `restore` (outputs the call also reads) are put back afterwards."""
         saved = [(x, self.download(x)) for x in restore]
-        runs = {}
+        runs, seconds = {}, {}
         for name, call in paths.items():
             call()                                          # builds, warms up
             self.synchronize()
             replay = self.capture(call) if config.graphs() and self.trace is None else None
             runs[name] = replay or call
-            runs[name]()
-        seconds = dict.fromkeys(runs, math.inf)
+            seconds[name] = self._timed(runs[name], 1)
         # a simulator's times say nothing of a device: each path is timed once, so that
-        # routing there runs every path under the simulator's checks at little cost
-        rounds, repeats = (1, 1) if self.simulator else (ROUTING_ROUNDS, ROUTING_REPEATS)
-        for _ in range(rounds):             # rounds in turn: a clock that ramps up, or a
-            for name, run in runs.items():  # neighbour's burst, reaches every path alike
-                if not getattr(run, "current", True):       # a later path freed its memory
-                    runs[name] = run = self.capture(paths[name])
-                self.synchronize()
-                start = time.perf_counter()
-                for _ in range(repeats):
-                    run()
-                self.synchronize()
-                seconds[name] = min(seconds[name], time.perf_counter() - start)
+        # routing there runs every path under the simulator's checks at little cost. On a
+        # device, a path whose one call took ROUTING_MARGIN times the best's, and a
+        # millisecond more, is out at once (a CPU's slow way to a large conv takes seconds);
+        # the rest are timed in ROUTING_ROUNDS rounds, of ROUTING_REPEATS calls each where
+        # a call is short enough for the launch's own time to blur it
+        best = min(seconds.values())
+        close = [name for name, t in seconds.items()
+                 if t <= ROUTING_MARGIN * best or t - best < ROUTING_CLEAR]
+        if not self.simulator and len(close) > 1:
+            repeats = ROUTING_REPEATS if best < ROUTING_CLEAR else 1
+            for _ in range(ROUTING_ROUNDS):     # rounds in turn: a clock that ramps up, or a
+                for name in close:              # neighbour's burst, reaches every path alike
+                    run = runs[name]
+                    if not getattr(run, "current", True):   # a later path freed its memory
+                        runs[name] = run = self.capture(paths[name])
+                    seconds[name] = min(seconds[name], self._timed(run, repeats))
         for x, host in saved:
             self.write(x, host)
         best = min(seconds, key=seconds.get)
         self._routes[key] = best
         log.debug("%s on %s: %s -> %s", _key_text(key), self.name,
-                  ", ".join(f"{name} {1e6 * t / repeats:.0f} us"
+                  ", ".join(f"{name} {1e6 * t:.0f} us"
                             for name, t in seconds.items()), best)
         return best
+
+    def _timed(self, run, repeats):
+        """Seconds a call of run takes, the mean of `repeats` calls in a row."""
+        self.synchronize()
+        start = time.perf_counter()
+        for _ in range(repeats):
+            run()
+        self.synchronize()
+        return (time.perf_counter() - start) / repeats
 
     def _gemm_own(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, conv=None,
                   then=None, tiling=None):
@@ -1260,6 +1272,8 @@ FINISH_PARTS = 16           # the most parts gemm.cl's last part adds up itself 
 SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, where lanes allow
 ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
 ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round
+ROUTING_MARGIN = 1.5       # a path this much slower than the best at its first call, and
+ROUTING_CLEAR = 1e-3       # this many seconds, is not timed again
 UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
 STEPS = 4                  # elements a work-item of bias_activation and momentum_updates takes
                            # (elementwise.cl's STEPS; test_kernel_sources holds them equal)
