@@ -76,6 +76,11 @@ class Layer:
         copies their inputs (16-bit) needs room for (Backend.operand_bytes)."""
         return []
 
+    def kept_operands(self, m, first):
+        """Elements of each array the layer keeps (Backend.keep_operands) in a training
+        step of m samples; first: it computes no input gradient."""
+        return []
+
     def sublayers(self):
         """[(name, layer)] of the layers inside this one (Residual's), in order."""
         return []
@@ -218,23 +223,37 @@ class Dense(Layer):
         self.da_prev = self.a_prev          # where dL/da_prev goes (Residual's projection: apart)
 
     def forward(self, training=True):
-        # z <- w a_prev + b 1^T; a <- f(z)
+        # z <- w a_prev + b 1^T; a <- f(z). a_prev is not written until the weight gradient
+        # has read it (the river crossing): a 16-bit copy of it serves both products
+        if training:
+            self.backend.keep_operands(self.a_prev)
         self.backend.dense(self.activation, self.w, self.a_prev, self.b, self.z, self.a)
 
-    def forward_product(self):
+    def forward_product(self, training=True):
         """z <- w a_prev only: the loss kernel adds the bias and activates (see
         Sequential._forward_loss)."""
+        if training:
+            self.backend.keep_operands(self.a_prev)
         self.backend.gemm(1.0, self.w, self.a_prev, 0.0, self.z)
+
+    def kept_operands(self, m, first):
+        """Elements of the arrays this layer keeps for a training step of m samples
+        (Backend.keep_operands): a_prev, and the delta where it computes an input gradient."""
+        return [self.n_in * m] + ([] if first else [self.units * m])
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
         g, alpha, beta = train.gradient(self)
         self.delta_and_bias_grad(g, alpha, beta, delta_in_z)   # (1) dz; gb <- alpha dz 1 + beta gb
+        if not first:
+            bk.keep_operands(self.z)            # the delta: read by both products below
         # (2) gw <- alpha dz a_prev^T + beta gw: before a_prev is overwritten (the river
         # crossing); for SGD, gw is the velocity, alpha = -eta/m and beta = mu
         bk.gemm(alpha, self.z, self.a_prev, beta, g["w"], trans_b=True)
+        bk.drop_operands(self.a_prev)
         if not first:
             self.input_grad()                                    # (3) da_prev <- w^T dz
+            bk.drop_operands(self.z)
         train.update(self)                                       # (4) the optimizer's kernel
 
     def delta_and_bias_grad(self, g, alpha, beta, delta_in_z):
@@ -289,6 +308,9 @@ class Conv2D(Dense):
         positions = self.out_shape[1] * self.out_shape[2] * m
         cap = CONV_WORKSPACE_BYTES // self.backend.dtype.itemsize
         return positions, min(self.n_in * positions, cap)
+
+    def kept_operands(self, m, first):
+        return []                       # its products copy patch matrices, chunk by chunk
 
     def products(self, m):
         """The patch-matrix path's: a chunk of the patch matrix (as many positions as the

@@ -195,8 +195,12 @@ class Sequential:
         if m:
             buffers += [b for _, b in self._batch_buffers(m)]
             # the backend's own: CUDA's bf16 and fp16 copy the inputs of a vendor GEMM
+            # and the copies layers keep from the forward for the backward
+            first = {id(layer) for layer, f in zip(self.layers, self._first) if f}
+            layers = [layer for _, layer in self.walk()]
             needed, held = self.backend.operand_bytes(
-                [p for _, layer in self.walk() for p in layer.products(m)])
+                [p for layer in layers for p in layer.products(m)],
+                [n for layer in layers for n in layer.kept_operands(m, id(layer) in first)])
             held = min(held, needed)        # what it holds beyond is not room for ours
             if needed:
                 buffers.append(Buffer("backend", "16-bit operands", "workspace",
@@ -380,7 +384,7 @@ class Sequential:
             return self.loss.fused
         for layer in hidden:
             layer.forward(training)
-        last.forward_product()
+        last.forward_product(training)
         args = (last.z, last.b, last.a, self.loss_sum, self.hit_sum, self.y)
         if state is None or state.scaling is not None:   # (a scaled delta: its gemv after)
             self.backend.bias_softmax_xent(*args)

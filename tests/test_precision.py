@@ -396,13 +396,50 @@ def test_the_memory_plan_counts_the_16_bit_copies(device_name, rng, lower, monke
     if getattr(bk, "half_operands", None) is None:
         assert copies is None
         return
-    assert copies.nbytes == (200 * 300 + 300 * 96) * 2
+    kept = [300 * 96, 200 * 96, 10 * 96]    # each Dense's a_prev, the second's delta
+    assert copies.nbytes == (200 * 300 + 300 * 96 + sum(kept)) * 2
     monkeypatch.setattr(bk, "gemm_path", "vendor")        # every product copied
     monkeypatch.setattr(bk, "_half_ws", None, raising=False)   # grown anew
     x, y = rng.standard_normal((96, 300)).astype(np.float32), rng.integers(0, 10, 96)
     net.fit(x, y, epochs=1, batch_size=96)
-    needed, held = bk.operand_bytes([p for _, layer in net.walk() for p in layer.products(96)])
+    needed, held = bk.operand_bytes(
+        [p for _, layer in net.walk() for p in layer.products(96)], kept)
     assert needed == copies.nbytes and 0 < held <= needed
+
+
+def test_copies_kept_from_the_forward_serve_the_backward(device_name, rng, lower,
+                                                          monkeypatch):
+    """Dense keeps its input's 16-bit copy from the forward product for the weight
+    gradient, and the delta's from the weight gradient for the input gradient
+    (Backend.keep_operands): a step of a 3-layer MLP copies 11 operands, not 16, and
+    computes the same bits, steps recorded and replayed after it included."""
+    bk = lower_backend(device_name, lower)
+    if getattr(bk, "half_operands", None) is None:
+        pytest.skip(f"{bk.name} copies no operands in {lower}")
+    monkeypatch.setattr(bk, "gemm_path", "vendor")        # every product copied
+    x, y = rng.standard_normal((96, 300)).astype(np.float32), rng.integers(0, 10, 96)
+    run, copies, weights = bk._run, [], {}
+
+    def counted(kernel, *args, label=None, **kw):
+        copies.append(label == f"{lower} operands")
+        return run(kernel, *args, label=label, **kw)
+    for keep in (True, False):
+        if not keep:
+            monkeypatch.setattr(bk, "keep_operands", lambda *arrays: None)
+        net = pn.mlp((300,), 10, hidden=(200, 100), device=bk, seed=0)
+        optimizer = pn.SGD(0.05, 0.9)
+        net.train_batch(x, y, optimizer)        # builds and grows first, uncounted
+        copies.clear()
+        monkeypatch.setattr(bk, "_run", counted)
+        net.train_batch(x, y, optimizer)
+        monkeypatch.setattr(bk, "_run", run)
+        assert sum(copies) == (11 if keep else 16)
+        for _ in range(3):                      # recorded, then replayed
+            net.train_batch(x, y, optimizer)
+        weights[keep] = net.get_weights()
+        net.free()
+    for name, kept in weights[True].items():
+        assert np.array_equal(kept, weights[False][name]), name
 
 
 # -- the command line and the bench ---------------------------------------------------------

@@ -259,13 +259,22 @@ class Backend:
         largest single buffer where the device limits it (OpenCL), else None."""
         raise NotImplementedError
 
-    def operand_bytes(self, products):
+    def operand_bytes(self, products, kept=()):
         """Bytes of the workspace this backend's matrix products [(elements of a, of b)]
         need beside their operands (0: none; CUDA's bf16 and fp16 copy a vendor GEMM's
-        inputs to 16 bits first), and of what it holds of it now: (needed, held). A
+        inputs to 16 bits first), with the copies of arrays of `kept` elements each that
+        layers keep (keep_operands), and of what it holds of it now: (needed, held). A
         network's memory plan counts it; the backend grows it at the first product that
         needs more."""
         return 0, 0
+
+    def keep_operands(self, *arrays):
+        """A layer's word that `arrays` are not written until drop_operands: a backend that
+        copies a product's inputs (CUDA's bf16 and fp16) copies each once for every
+        product that reads it in between. Here, nothing."""
+
+    def drop_operands(self, *arrays):
+        """The end of keep_operands' word for `arrays`."""
 
     # -- BLAS-like, in place -------------------------------------------------------------
 

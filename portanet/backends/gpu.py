@@ -6,6 +6,7 @@ import hashlib
 import logging
 import math
 import time
+import weakref
 
 import numpy as np
 
@@ -171,6 +172,8 @@ class KernelBackend(Backend):
         self._routes, self._route_tilings = {}, {}
         self._kernels = {}
         self._announced = False
+        self._shadows = weakref.WeakKeyDictionary()     # keep_operands: array -> 16-bit copy
+        self._keeping, self._fresh = set(), set()
         self.conv_path = config.conv_path()
         # implicit-GEMM kernels with the image sizes compiled in (a build per layer and
         # batch size) on GPUs, where the gathers' divisions cost most; CPUs (PoCL builds
@@ -361,13 +364,52 @@ class KernelBackend(Backend):
                     lambda: self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b,
                                               m, n, kp, ldc or n))
 
-    def operand_bytes(self, products):
+    def operand_bytes(self, products, kept=()):
         if self.half_operands is None:
             return 0, 0
         needed = max((_whole16(a) + _whole16(b) for a, b in products), default=0)
+        needed += sum(_whole16(n) for n in kept)
         ws = getattr(self, "_half_ws", None)
-        itemsize = np.dtype(self.half_operands).itemsize
-        return needed * itemsize, 0 if ws is None else ws.nbytes
+        held = sum(x.size for x in (ws, *self._shadows.values()) if x is not None)
+        return needed * np.dtype(self.half_operands).itemsize, \
+            held * np.dtype(self.half_operands).itemsize
+
+    def keep_operands(self, *arrays):
+        """Where products copy their inputs to 16 bits (half_operands), the next copy of
+        each array goes into a buffer of its own, made the first time and freed with the
+        array (`_shadow`), and later products read it instead of copying again, until
+        drop_operands. The caller vouches that the array is not written in between."""
+        if self.half_operands is not None:
+            for x in arrays:
+                self._keeping.add(_kept_key(x))
+                self._fresh.discard(_kept_key(x))
+
+    def drop_operands(self, *arrays):
+        for x in arrays:
+            self._keeping.discard(_kept_key(x))
+            self._fresh.discard(_kept_key(x))
+
+    def _shadow(self, x):
+        """x's kept 16-bit copy (a view of its owner's shadow, at x's place in the owner),
+        and whether it holds x now; None where x is not kept, or does not start at whole
+        16 bytes of its owner."""
+        key = _kept_key(x)
+        owner = x.base or x
+        place = x.offset - owner.offset
+        if key not in self._keeping or place % 8:
+            return None, False
+        shadow = self._shadows.get(owner)
+        if shadow is None:
+            shadow = self._shadows[owner] = self.empty((owner.size,), self.half_operands,
+                                                       label="kept 16-bit operands")
+        return self.view(shadow, x.shape, place), key in self._fresh
+
+    def free(self, x):
+        shadow = self._shadows.pop(x, None) if x.base is None else None
+        if shadow is not None:
+            super().free(shadow)
+            self.generation += 1            # recorded steps read it
+        super().free(x)
 
     def _half_workspace(self, size):
         """The 16-bit operand workspace, grown to at least `size` elements: the copies of
@@ -402,9 +444,14 @@ class KernelBackend(Backend):
             kernel = self._kernels["half_operands"] = self._build("elementwise", "half_operands")
         out = []
         for x, start in ((a, 0), (b, _whole16(a.size))):
-            y = self.view(ws, x.shape, start)
-            self._run(kernel, ((x.size + 1) // 2,), y, x, x.size,
-                      label=f"{self.precision} operands")
+            y, fresh = self._shadow(x)
+            if y is None:
+                y = self.view(ws, x.shape, start)
+            if not fresh:
+                self._run(kernel, ((x.size + 1) // 2,), y, x, x.size,
+                          label=f"{self.precision} operands")
+                if y.base is not ws:
+                    self._fresh.add(_kept_key(x))
             out.append(y)
         return out
 
@@ -479,6 +526,9 @@ class KernelBackend(Backend):
         split-K workspace, grown to the largest trial's first: _fastest_tiling); the arrays
         in `restore` (outputs the call also reads) are put back afterwards."""
         saved = [(x, self.download(x)) for x in restore]
+        kept = set(self._fresh)         # each trial copies what the step's call would copy
+        paths = {name: functools.partial(self._with_fresh, kept, call)
+                 for name, call in paths.items()}
         runs, seconds = {}, {}
         for name, call in paths.items():
             call()                                          # builds, warms up
@@ -505,12 +555,17 @@ class KernelBackend(Backend):
                     seconds[name] = min(seconds[name], self._timed(run, repeats))
         for x, host in saved:
             self.write(x, host)
+        self._fresh = kept
         best = min(seconds, key=seconds.get)
         self._routes[key] = best
         log.debug("%s on %s: %s -> %s", _key_text(key), self.name,
                   ", ".join(f"{name} {1e6 * t:.0f} us"
                             for name, t in seconds.items()), best)
         return best
+
+    def _with_fresh(self, fresh, call):
+        self._fresh = set(fresh)
+        call()
 
     def _timed(self, run, repeats):
         """Seconds a call of run takes, the mean of `repeats` calls in a row."""
@@ -1340,6 +1395,11 @@ def _k_pieces(k, longest=ACC_K):
     step = -(-k // count)
     step = min(longest, -(-step // 16) * 16) if count > 1 else k
     return [(k0, min(step, k - k0)) for k0 in range(0, max(k, 1), max(step, 1))]
+
+
+def _kept_key(x):
+    """What keep_operands knows an array by: its owner, its place there and its shape."""
+    return id(x.base or x), x.offset, x.shape
 
 
 def _whole16(n):
