@@ -371,8 +371,8 @@ class KernelBackend(Backend):
         needed += sum(_whole16(n) for n in kept)
         ws = getattr(self, "_half_ws", None)
         held = sum(x.size for x in (ws, *self._shadows.values()) if x is not None)
-        return needed * np.dtype(self.half_operands).itemsize, \
-            held * np.dtype(self.half_operands).itemsize
+        itemsize = np.dtype(self.half_operands).itemsize
+        return needed * itemsize, held * itemsize
 
     def keep_operands(self, *arrays):
         """Where products copy their inputs to 16 bits (half_operands), the next copy of
@@ -380,14 +380,14 @@ class KernelBackend(Backend):
         array (`_shadow`), and later products read it instead of copying again, until
         drop_operands. The caller vouches that the array is not written in between."""
         if self.half_operands is not None:
-            for x in arrays:
-                self._keeping.add(_kept_key(x))
-                self._fresh.discard(_kept_key(x))
+            for key in map(_kept_key, arrays):
+                self._keeping.add(key)
+                self._fresh.discard(key)
 
     def drop_operands(self, *arrays):
-        for x in arrays:
-            self._keeping.discard(_kept_key(x))
-            self._fresh.discard(_kept_key(x))
+        for key in map(_kept_key, arrays):
+            self._keeping.discard(key)
+            self._fresh.discard(key)
 
     def _shadow(self, x):
         """x's kept 16-bit copy (a view of its owner's shadow, at x's place in the owner),
@@ -444,13 +444,12 @@ class KernelBackend(Backend):
             kernel = self._kernels["half_operands"] = self._build("elementwise", "half_operands")
         out = []
         for x, start in ((a, 0), (b, _whole16(a.size))):
-            y, fresh = self._shadow(x)
-            if y is None:
-                y = self.view(ws, x.shape, start)
+            kept, fresh = self._shadow(x)
+            y = kept if kept is not None else self.view(ws, x.shape, start)
             if not fresh:
                 self._run(kernel, ((x.size + 1) // 2,), y, x, x.size,
                           label=f"{self.precision} operands")
-                if y.base is not ws:
+                if kept is not None:
                     self._fresh.add(_kept_key(x))
             out.append(y)
         return out
