@@ -71,9 +71,10 @@ class Layer:
         return 0, 0
 
     def products(self, m):
-        """[(elements of a, elements of b)] of the matrix products a vendor GEMM may make
-        for this layer in a training step of m samples (at most): what a backend that
-        copies their inputs (16-bit) needs room for (Backend.operand_bytes)."""
+        """[(elements of a, of b, of c)] of the matrix products c = op(a) op(b) a vendor
+        GEMM may make for this layer in a training step of m samples (at most): what a
+        backend that copies their inputs (16-bit, or a transposed) needs room for
+        (Backend.operand_bytes)."""
         return []
 
     def kept_operands(self, m, first):
@@ -213,7 +214,7 @@ class Dense(Layer):
 
     def products(self, m):
         w, x, dz = self.units * self.n_in, self.n_in * m, self.units * m
-        return [(w, x), (dz, x), (w, dz)]         # z = w x, dw = dz x^T, dx = w^T dz
+        return [(w, x, dz), (dz, x, w), (w, dz, x)]     # z = w x, dw = dz x^T, dx = w^T dz
 
     def bind(self, a_prev, m, shared):
         super().bind(self.backend.view(a_prev, (self.n_in, m)), m, shared)
@@ -319,7 +320,7 @@ class Conv2D(Dense):
         positions, workspace = self.shared_sizes(m)
         chunk = min(positions, max(1, workspace // self.n_in))
         w, cols, dz = self.units * self.n_in, self.n_in * chunk, self.units * positions
-        return [(w, cols), (dz, cols), (w, dz)]
+        return [(w, cols, self.units * chunk), (dz, cols, w), (w, dz, cols)]
 
     def bind(self, a_prev, m, shared):
         Layer.bind(self, self.backend.view(a_prev, (*self.in_shape, m)), m, shared)

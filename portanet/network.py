@@ -194,17 +194,18 @@ class Sequential:
         held = 0
         if m:
             buffers += [b for _, b in self._batch_buffers(m)]
-            # the backend's own: CUDA's bf16 and fp16 copy the inputs of a vendor GEMM
-            # and the copies layers keep from the forward for the backward
+            # the backend's own: the copies of a vendor GEMM's inputs (CUDA's bf16 and fp16
+            # copy them to 16 bits, and keep those layers keep from the forward for the
+            # backward; a large float32 product may run on a transposed copy of a)
             first = {id(layer) for layer, f in zip(self.layers, self._first) if f}
             layers = [layer for _, layer in self.walk()]
-            needed, held = self.backend.operand_bytes(
+            workspaces = self.backend.operand_bytes(
                 [p for layer in layers for p in layer.products(m)],
                 [n for layer in layers for n in layer.kept_operands(m, id(layer) in first)])
-            held = min(held, needed)        # what it holds beyond is not room for ours
-            if needed:
-                buffers.append(Buffer("backend", "16-bit operands", "workspace",
-                                      (needed // 2,), np.dtype(np.uint16)))
+            for name, (needed, now, dtype) in workspaces.items():
+                held += min(now, needed)    # what it holds beyond is not room for ours
+                buffers.append(Buffer("backend", name, "workspace",
+                                      (needed // dtype.itemsize,), dtype))
         free, _ = self.backend.memory_info()
         held += sum(b.nbytes for _, b, _ in self._params + self._batch)
         if self.optimizer_state:

@@ -71,10 +71,11 @@ def packed(bk, *arrays):
 
 
 def gemm_paths(bk):
-    """The GEMM paths this backend has: own and, where installed, vendor."""
+    """The GEMM paths this backend has: own and, where installed, vendor, and the vendor's
+    on a transposed copy of a (routing's "vendor_t", which it tries on large products)."""
     if bk.kind == "cpu":
         return ["reference"]
-    return ["own", "vendor", "auto"] if bk.vendor_gemm else ["own"]
+    return ["own", "vendor", "vendor_t", "auto"] if bk.vendor_gemm else ["own"]
 
 
 @pytest.mark.parametrize("m,n,k", GEMM_SHAPES)
@@ -192,6 +193,49 @@ def test_routing_tries_other_tilings_and_runs_the_chosen(backend, rng, monkeypat
     assert rel_err(backend.download(C), a @ b.T) < F32
     assert backend._routes[(m, n, k, False, True)] == chosen
     assert used == [candidates[chosen]]
+
+
+@pytest.mark.parametrize("trans_a", [False, True])
+def test_routing_tries_large_products_on_a_transposed_copy(backend, rng, trans_a,
+                                                           monkeypatch):
+    """A product of TRANSPOSED_FLOPS or more is also timed on a transposed copy of a
+    (vendor_t), and where that wins the route runs it, in gemm and in dense, with the
+    copy's workspace grown before the trials (their replays point at it)."""
+    if "vendor_t" not in gemm_paths(backend) or backend.half_operands is not None:
+        pytest.skip(f"{backend.name} has no vendor GEMM on float32 operands to transpose for")
+    m, n, k = 37, 21, 300
+    monkeypatch.setattr(gpu, "TRANSPOSED_FLOPS", 2 * m * n * k)
+    monkeypatch.setattr(backend, "gemm_path", "auto")
+    monkeypatch.setattr(backend, "_routes", {})
+    monkeypatch.setattr(backend, "_transposed_ws", None, raising=False)
+    tried, fastest = [], backend._fastest
+
+    def choose(key, paths, restore=()):
+        tried.append(sorted(paths))
+        assert backend._transposed_ws.size >= m * k
+        fastest(key, paths, restore)            # every path runs as routing runs it
+        backend._routes[key] = "vendor_t"       # as if it had been the fastest
+        return "vendor_t"
+    monkeypatch.setattr(backend, "_fastest", choose)
+    copies, transpose = [], backend.transpose
+    monkeypatch.setattr(backend, "transpose",
+                        lambda x, out: copies.append(x.shape) or transpose(x, out))
+    a = rng.standard_normal((k, m) if trans_a else (m, k))
+    op_a, b, c = (a.T if trans_a else a), rng.standard_normal((k, n)), rng.standard_normal((m, n))
+    C = backend.upload(c)
+    backend.gemm(-0.5, backend.upload(a), backend.upload(b), 0.9, C, trans_a)
+    assert rel_err(backend.download(C), -0.5 * op_a @ b + 0.9 * c,
+                   gemm_scale(-0.5, op_a, b, 0.9, c)) < F32
+    assert "vendor_t" in tried[0] and "vendor" in tried[0]
+    w, x, bias = (rng.standard_normal(s) for s in ((m, k), (k, n), (m,)))
+    W, X, B = backend.upload(w), backend.upload(x), backend.upload(bias)
+    backend.dense("tanh", W, X, B, poisoned(backend, (m, n)), poisoned(backend, (m, n)))
+    assert backend._routes[("dense", m, n, k)] == "vendor_t"
+    copies.clear()
+    Z, A = poisoned(backend, (m, n)), poisoned(backend, (m, n))
+    backend.dense("tanh", W, X, B, Z, A)                # routed: the copy, then the vendor's
+    assert rel_err(backend.download(A), np.tanh(w @ x + bias[:, None])) < F32
+    assert copies == [(m, k)]
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (7, 129), (130, 3)])
@@ -620,6 +664,22 @@ def test_gather_batch(bk, rng, rows, m, real_targets):
             bk.gather_batch(XO, X, YO, Y, I)
         assert np.array_equal(bk.download(XO), x[idx].T)
         assert np.array_equal(bk.download(YO), y[idx].T if real_targets else y[idx])
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (1, 70), (70, 1), (33, 65), (200, 96)])
+def test_transpose(bk, rng, rows, cols, monkeypatch):
+    """out <- x^T through tiles, exactly, at odd offsets between NaN; with the row tiles
+    shared by two groups (as a matrix of more than 65535 tiles' rows shares them)."""
+    monkeypatch.setattr(gpu, "MAX_GROUPS_1", 2)
+    x = real(bk, rng.standard_normal((rows, cols)))
+    (X, OUT), big, _ = packed(bk, x, np.full((cols, rows), np.nan))
+    bk.transpose(X, OUT)
+    whole = bk.download(big)
+    assert np.array_equal(bk.download(OUT), x.T)
+    assert np.array_equal(whole[3:3 + x.size], x.ravel()), "transpose wrote into x"
+    assert np.isnan(np.delete(whole, np.r_[3:3 + x.size, 6 + x.size:6 + 2 * x.size])).all()
+    with pytest.raises(ShapeError, match=rf"transpose: out \({cols}, {rows + 1}\)"):
+        bk.transpose(X, bk.empty((cols, rows + 1)))
 
 
 def test_sigmoid_bce(backend, rng):

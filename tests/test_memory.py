@@ -41,6 +41,32 @@ def test_plan_is_what_the_network_allocates(device_name):
     assert "batch 16" in str(plan) and "total" in str(plan)
 
 
+def test_the_plan_has_room_for_the_transposed_copies_routing_may_make(device_name,
+                                                                       monkeypatch):
+    """Where routing may run a float32 product on a transposed copy of a (a kernel backend
+    with a vendor GEMM, products of TRANSPOSED_FLOPS or more: here dense 1's three), the
+    plan has room for the largest such a, w, and the copies training makes fit in it;
+    elsewhere there is nothing to plan."""
+    from portanet.backends import gpu
+    monkeypatch.setattr(gpu, "TRANSPOSED_FLOPS", 2 * 200 * 96 * 300)
+    bk = pn.device(device_name)
+    net = pn.mlp((300,), 10, hidden=(200,), device=bk)
+    plan = {(b.owner, b.name): b for b in net.memory_plan(96).buffers}
+    copies = plan.get(("backend", "transposed operands"))
+    if not (bk.kind != "cpu" and bk.vendor_gemm and bk.gemm_path == "auto"
+            and bk.half_operands is None):
+        assert copies is None
+        return
+    assert copies.nbytes == 200 * 300 * 4 and copies.kind == "workspace"
+    monkeypatch.setattr(bk, "_transposed_ws", None, raising=False)     # grown anew
+    monkeypatch.setattr(bk, "_routes", {})                              # routed anew
+    x, y = data(96, (300,), 10)
+    net.fit(x, y, epochs=1, batch_size=96)
+    (needed, held, dtype), = bk.operand_bytes(
+        [p for _, layer in net.walk() for p in layer.products(96)]).values()
+    assert needed == copies.nbytes and held == needed and dtype == np.float32
+
+
 def test_a_network_too_big_is_refused_before_anything_is_allocated(device_name):
     bk = pn.device(device_name)
     count = bk.allocations

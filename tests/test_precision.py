@@ -402,8 +402,8 @@ def test_the_memory_plan_counts_the_16_bit_copies(device_name, rng, lower, monke
     monkeypatch.setattr(bk, "_half_ws", None, raising=False)   # grown anew
     x, y = rng.standard_normal((96, 300)).astype(np.float32), rng.integers(0, 10, 96)
     net.fit(x, y, epochs=1, batch_size=96)
-    needed, held = bk.operand_bytes(
-        [p for _, layer in net.walk() for p in layer.products(96)], kept)
+    needed, held, _ = bk.operand_bytes(
+        [p for _, layer in net.walk() for p in layer.products(96)], kept)["16-bit operands"]
     assert needed == copies.nbytes and 0 < held <= needed
 
 

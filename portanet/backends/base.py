@@ -237,6 +237,10 @@ class Backend:
     def copy(self, src, dst):
         raise NotImplementedError
 
+    def transpose(self, x, out):
+        """out (cols, rows) <- x^T, x (rows, cols)."""
+        raise NotImplementedError
+
     def free(self, x):
         """Give back the memory of `x` now. A view, or an array freed already: nothing.
         Arrays that are simply dropped give theirs back when they are collected. Memory
@@ -260,13 +264,14 @@ class Backend:
         raise NotImplementedError
 
     def operand_bytes(self, products, kept=()):
-        """Bytes of the workspace this backend's matrix products [(elements of a, of b)]
-        need beside their operands (0: none; CUDA's bf16 and fp16 copy a vendor GEMM's
-        inputs to 16 bits first), with the copies of arrays of `kept` elements each that
-        layers keep (keep_operands), and of what it holds of it now: (needed, held). A
-        network's memory plan counts it; the backend grows it at the first product that
-        needs more."""
-        return 0, 0
+        """The workspaces this backend's matrix products [(elements of a, of b, of c)]
+        need beside their operands, {name: (bytes needed, bytes held now, dtype)}, with
+        the copies of arrays of `kept` elements each that layers keep (keep_operands):
+        none here. Kernel backends copy the inputs of a vendor GEMM to 16 bits in bf16 and
+        fp16 ("16-bit operands"), and may run a large float32 product on a transposed copy
+        of a ("transposed operands"). A network's memory plan counts them; the backend
+        grows them at the first product that needs more."""
+        return {}
 
     def keep_operands(self, *arrays):
         """A layer's word that `arrays` are not written until drop_operands: a backend that
@@ -574,6 +579,12 @@ def check_gemm(a, b, c, trans_a, trans_b):
         raise ShapeError(f"gemm: op(a) {m}x{k} . op(b) {k2}x{n} does not fit c {c.shape} "
                          f"(a {a.shape} trans={trans_a}, b {b.shape} trans={trans_b})")
     return m, n, k
+
+
+def check_transpose(x, out):
+    if len(x.shape) != 2 or out.shape != x.shape[::-1]:
+        raise ShapeError(f"transpose: out {out.shape} is not the shape of x {x.shape} "
+                         f"transposed ({x.shape[::-1]}; x must be a matrix)")
 
 
 def check_gather(out, x, idx):

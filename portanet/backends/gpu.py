@@ -16,8 +16,8 @@ from ..precision import PRECISIONS
 from . import sources
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    check_conv, check_found, check_gather, check_gemm, check_loss_scale,
-                   check_norm_kind, check_pool, check_rows, check_skip, check_update, conv_out,
-                   log_beta)
+                   check_norm_kind, check_pool, check_rows, check_skip, check_transpose,
+                   check_update, conv_out, log_beta)
 
 log = logging.getLogger("portanet")
 
@@ -70,7 +70,7 @@ def copy_split(dst, src):
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "activation_grad", "add_activation",
-                            "gather_columns", "gather_labels", "gather_batch", "features_first",
+                            "gather_columns", "gather_labels", "gather_batch", "features_first", "transpose",
                             "momentum_updates", "sgd_update", "adam_update", "rmsprop_update",
                             "scale_by", "unscale_check", "adam_scalars", "update_loss_scale"),
             "loss": ("bias_softmax", "softmax_xent", "bias_softmax_xent",
@@ -282,6 +282,14 @@ class KernelBackend(Backend):
     def copy(self, src, dst):
         self._run("copy", (dst.size,), dst, src, dst.size)
 
+    def transpose(self, x, out):
+        check_transpose(x, out)
+        rows, cols = x.shape
+        if rows and cols:                   # TILE x TILE tiles, groups of TILE x TILE_ROWS
+            tiles = min(-(-rows // TILE), MAX_GROUPS_1)
+            self._run("transpose", (-(-cols // TILE) * TILE, tiles * TILE_ROWS), out, x, rows,
+                      cols, local=(TILE, TILE_ROWS))
+
     # -- BLAS ----------------------------------------------------------------------------
 
     def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):
@@ -299,6 +307,8 @@ class KernelBackend(Backend):
             tiling = self._route_tilings.get(key)
         if path == "vendor":
             self._gemm_vendor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
+        elif path == "vendor_t":
+            self._gemm_vendor_t(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
         elif path == "tensor" or self._own_is_tensor:
             self._gemm_tensor_pieces(alpha, a, b, beta, c, trans_a, trans_b, m, n, k)
         else:
@@ -326,6 +336,10 @@ class KernelBackend(Backend):
             self._gemm_vendor_pieces(1.0, w, x, 0.0, z, False, False, m, n, k)
             self.bias_activation(kind, z, b, a)
 
+        def vendor_t():
+            self._gemm_vendor_t(1.0, w, x, 0.0, z, False, False, m, n, k)
+            self.bias_activation(kind, z, b, a)
+
         def tensor():
             self._gemm_tensor_pieces(1.0, w, x, 0.0, z, False, False, m, n, k)
             self.bias_activation(kind, z, b, a)
@@ -333,10 +347,12 @@ class KernelBackend(Backend):
         if path == "auto":
             key = ("dense", m, n, k)
             path = self._routes.get(key) or self._fastest_tiling(key, m, n, k, own, vendor,
-                                                                 tensor)
+                                                                 tensor, vendor_t=vendor_t)
             tiling = self._route_tilings.get(key)
         if path == "vendor":
             vendor()
+        elif path == "vendor_t":
+            vendor_t()
         elif path == "tensor":
             tensor()
         else:
@@ -364,15 +380,44 @@ class KernelBackend(Backend):
                     lambda: self._gemm_vendor(alpha, a_p, b_p, beta_p, c, trans_a, trans_b,
                                               m, n, kp, ldc or n))
 
+    def _gemm_vendor_t(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
+        """The vendor's GEMM on a transposed copy of a (in the transposed-operand workspace):
+        c = alpha op(a^T^T) op(b) + beta c, the other orientation of the same product. The
+        vendor's kernels differ by orientation: on an H100, cuBLAS took 20.09 ms for
+        mlp-big's first forward product as our layout asks it (column-major NN) and 19.20
+        with w transposed (NT), whose copy takes 0.15 (bench/results/session-2026-11-25).
+        Routing offers it for float32 operands where the product is large enough for the
+        copy to be paid back (`_transposes`)."""
+        at = self.view(self._transposed_workspace(a.size), a.shape[::-1])
+        self.transpose(a, at)
+        self._gemm_vendor_pieces(alpha, at, b, beta, c, not trans_a, trans_b, m, n, k)
+
+    def _transposes(self, flops):
+        """Whether routing tries the vendor's GEMM on a transposed copy of a (_gemm_vendor_t)
+        for a product of `flops`: float32 operands (16-bit ones are copied anyway), and at
+        least TRANSPOSED_FLOPS, where the copy is cheap beside the product; only where
+        products are routed and the vendor's GEMM is there."""
+        return (self.gemm_path == "auto" and self.vendor_gemm and self.half_operands is None
+                and flops >= TRANSPOSED_FLOPS)
+
+    def _transposed_workspace(self, size):
+        return self._workspace("_transposed_ws", size, "transposed-operand workspace")[0]
+
     def operand_bytes(self, products, kept=()):
-        if self.half_operands is None:
-            return 0, 0
-        needed = max((_whole16(a) + _whole16(b) for a, b in products), default=0)
+        itemsize = self.dtype.itemsize
+        if self.half_operands is None:      # room for a copy of a, where routing may try it
+            needed = max((a for a, b, c in products
+                          if self._transposes(2 * math.sqrt(a * b * c))), default=0)
+            ws = getattr(self, "_transposed_ws", None)
+            held = ws.size if ws is not None else 0
+            return {"transposed operands": (needed * itemsize, held * itemsize,
+                                            self.dtype)} if needed else {}
+        needed = max((_whole16(a) + _whole16(b) for a, b, c in products), default=0)
         needed += sum(_whole16(n) for n in kept)
         ws = getattr(self, "_half_ws", None)
         held = sum(x.size for x in (ws, *self._shadows.values()) if x is not None)
-        itemsize = np.dtype(self.half_operands).itemsize
-        return needed * itemsize, held * itemsize
+        dtype = np.dtype(self.half_operands)
+        return {"16-bit operands": (needed * dtype.itemsize, held * dtype.itemsize, dtype)}
 
     def keep_operands(self, *arrays):
         """Where products copy their inputs to 16 bits (half_operands), the next copy of
@@ -492,22 +537,29 @@ class KernelBackend(Backend):
         def vendor():
             self._gemm_vendor_pieces(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
 
+        def vendor_t():
+            self._gemm_vendor_t(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
+
         def tensor():
             self._gemm_tensor_pieces(1.0, a, b, beta, c, trans_a, trans_b, m, n, k)
         return self._fastest_tiling((m, n, k, trans_a, trans_b), m, n, k, own, vendor, tensor,
-                                    restore=[c] if beta != 0 else [])
+                                    restore=[c] if beta != 0 else [], vendor_t=vendor_t)
 
-    def _fastest_tiling(self, key, m, n, k, own, vendor, tensor, restore=()):
-        """The fastest of the vendor's call, own(tiling) on each of `_candidates` and, where
-        the backend has one (`tensor_gemm`), tensor(): our tensor-core GEMM, measured
-        (`_fastest`) and remembered: the path's name in _routes[key], its tiling in
-        _route_tilings[key]."""
+    def _fastest_tiling(self, key, m, n, k, own, vendor, tensor, restore=(), vendor_t=None):
+        """The fastest of the vendor's call, own(tiling) on each of `_candidates`, where
+        the product is large (`_transposes`) vendor_t(): the vendor's on a transposed copy
+        of a, and where the backend has one (`tensor_gemm`), tensor(): our tensor-core
+        GEMM, measured (`_fastest`) and remembered: the path's name in _routes[key], its
+        tiling in _route_tilings[key]."""
         tilings = self._candidates(m, n, k)
         paths = {name: functools.partial(own, t) for name, t in tilings.items()}
         ws = max(t[1] * m * n for t in tilings.values())
         if ws > m * n:
             self._split_workspace(ws)      # grown first: the trials' replays all point at it
         paths["vendor"] = vendor
+        if vendor_t is not None and self._transposes(2 * m * n * k):
+            self._transposed_workspace(m * k)                   # likewise
+            paths["vendor_t"] = vendor_t
         if self.tensor_gemm and any(self._tensor_takes(kp) for _, kp in _k_pieces(k)):
             paths["tensor"] = tensor
         best = self._fastest(key, paths, restore)
@@ -1328,6 +1380,9 @@ ROUTING_REPEATS = 3        # timed calls per path and round when auto routing me
 ROUTING_ROUNDS = 3         # shape; the path's time is its fastest round
 ROUTING_MARGIN = 1.5       # a path this much slower than the best at its first call, and
 ROUTING_CLEAR = 1e-3       # this many seconds, is not timed again
+TRANSPOSED_FLOPS = 2**34   # the least product routing tries on a transposed copy of a (17 GFLOP)
+TILE, TILE_ROWS = 32, 8    # transpose's tiles and work-groups (elementwise.cl)
+MAX_GROUPS_1 = 65535       # the most work-groups in dimension 1 of a CUDA launch
 UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
 STEPS = 4                  # elements a work-item of bias_activation and momentum_updates takes
                            # (elementwise.cl's STEPS; test_kernel_sources holds them equal)

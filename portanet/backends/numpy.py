@@ -10,7 +10,8 @@ from ..rng import dropout_mask
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    CONV_WORKSPACE_BYTES, check_conv, check_gather, check_gemm,
                    check_found, check_loss_scale, check_norm_kind, check_pool, check_rows,
-                   check_skip, check_update, conv_out, features_first, log_beta)
+                   check_skip, check_transpose, check_update, conv_out, features_first,
+                   log_beta)
 
 
 def _skipped(op, skip):
@@ -80,6 +81,10 @@ class NumpyBackend(Backend):
 
     def copy(self, src, dst):
         dst[...] = src.reshape(dst.shape)
+
+    def transpose(self, x, out):
+        check_transpose(x, out)
+        out[...] = x.T
 
     def memory_info(self):
         """The host's available memory (what can be allocated without swapping) and its
