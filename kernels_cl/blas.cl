@@ -19,8 +19,8 @@ KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const in
     group_sum_into(partial, sum, y, y_off + GROUP_ID(1) * rows + i, alpha, beta);
 }
 
-/* z <- f'(z) . da, a layer's delta in place, and y <- alpha (z 1) + beta y, its bias
-   gradient, in one pass over z: gemv's row groups and pieces, each forming the delta as it
+/* z <- f'(z) . da, a layer's delta in place (where shadow is set, h <- its 16-bit copy:
+   STORE_HALF), and y <- alpha (z 1) + beta y, its bias gradient, in one pass over z: gemv's row groups and pieces, each forming the delta as it
    reads it (activation_grad and then gemv took two launches, a floor of 6-8 us each on
    NVIDIA's OpenCL). A work-item loads DELTA_RUN columns apart before it stores any: one
    load, store and load after another waited out the memory's latency each time (a conv
@@ -29,9 +29,10 @@ KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const in
 #define DELTA_RUN 4
 KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL real* RESTRICT z,
                                  const int z_off, const GLOBAL real* RESTRICT da,
-                                 const int da_off, const int kind, const real alpha,
-                                 const real beta, const int rows, const int cols,
-                                 const int chunk) {
+                                 const int da_off, GLOBAL unsigned short* RESTRICT h,
+                                 const int h_off, const int shadow, const int kind,
+                                 const real alpha, const real beta, const int rows,
+                                 const int cols, const int chunk) {
     LOCAL real partial[GROUP_THREADS];
     const int i = GROUP_ID(0), end = min(cols, (GROUP_ID(1) + 1) * chunk);
     real sum = 0;
@@ -49,6 +50,7 @@ KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL real* R
             if (k + u * GROUP_THREADS < end) {
                 const real d = activate_grad(kind, zs[u]) * ds[u];
                 z[z_off + i * cols + k + u * GROUP_THREADS] = d;
+                STORE_HALF(h, h_off + i * cols + k + u * GROUP_THREADS, d, shadow);
                 sum += d;
             }
         }

@@ -122,11 +122,13 @@ KERNEL void half_operands(GLOBAL unsigned short* y, const int y_off, const GLOBA
    3). The host sizes their launches with the same number (gpu.py's STEPS). */
 #define STEPS 4
 
-/* z <- z + b 1^T; a <- f(z). Dimension 0 runs along the batch; work-item (j, i) takes
-   rows i, i + g, ..., i + (STEPS - 1) g of column j, where g = ceil(rows / STEPS). */
+/* z <- z + b 1^T; a <- f(z), and where shadow is set h <- a's 16-bit copy (STORE_HALF).
+   Dimension 0 runs along the batch; work-item (j, i) takes rows i, i + g, ...,
+   i + (STEPS - 1) g of column j, where g = ceil(rows / STEPS). */
 KERNEL void bias_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
-                            const GLOBAL real* b, const int b_off, const int kind,
-                            const int rows, const int cols) {
+                            const GLOBAL real* b, const int b_off,
+                            GLOBAL unsigned short* h, const int h_off, const int shadow,
+                            const int kind, const int rows, const int cols) {
     const int j = GLOBAL_ID(0);
     const int g = (rows + STEPS - 1) / STEPS;
     if (j >= cols || GLOBAL_ID(1) >= g) return;
@@ -135,8 +137,10 @@ KERNEL void bias_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, con
         if (i < rows) zs[s] = z[z_off + i * cols + j] + b[b_off + i];
     for (int s = 0, i = GLOBAL_ID(1); s < STEPS; s++, i += g)
         if (i < rows) {
+            const real ai = activate(kind, zs[s]);
             z[z_off + i * cols + j] = zs[s];
-            a[a_off + i * cols + j] = activate(kind, zs[s]);
+            a[a_off + i * cols + j] = ai;
+            STORE_HALF(h, h_off + i * cols + j, ai, shadow);
         }
 }
 
@@ -151,11 +155,17 @@ KERNEL void add_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, cons
     }
 }
 
-/* z <- f'(z) . da: the layer's delta, in place in z */
+/* z <- f'(z) . da: the layer's delta, in place in z; where shadow is set, h <- its 16-bit
+   copy (STORE_HALF) */
 KERNEL void activation_grad(GLOBAL real* z, const int z_off, const GLOBAL real* da,
-                            const int da_off, const int kind, const int n) {
+                            const int da_off, GLOBAL unsigned short* h, const int h_off,
+                            const int shadow, const int kind, const int n) {
     const int i = GLOBAL_ID(0);
-    if (i < n) z[z_off + i] = activate_grad(kind, z[z_off + i]) * da[da_off + i];
+    if (i < n) {
+        const real d = activate_grad(kind, z[z_off + i]) * da[da_off + i];
+        z[z_off + i] = d;
+        STORE_HALF(h, h_off + i, d, shadow);
+    }
 }
 
 /* The optimizers' updates of a layer's flat parameter vector w (n): its first n_decay

@@ -26,6 +26,8 @@ DELTA_AND_BIAS = "delta and bias"
 class Layer:
     trainable = False
     capturable = True           # its step launches the same work every time (see train_step)
+    keeps_input = False         # its products read a_prev, kept (keep_operands) until read
+    output_kept = False         # the next layer keeps our output so (set by the network)
     decayed = ()                # parameters that weight decay applies to (listed first)
 
     def config(self):
@@ -173,6 +175,7 @@ class Dense(Layer):
     """Fully connected: z = w a_prev + b, a = f(z). Inputs of any per-sample shape are
     taken flattened, (prod(in_shape), batch), which is a free view."""
     trainable = True
+    keeps_input = True
     decayed = ("w",)
 
     def __init__(self, units, activation="linear"):
@@ -225,9 +228,11 @@ class Dense(Layer):
 
     def forward(self, training=True):
         # z <- w a_prev + b 1^T; a <- f(z). a_prev is not written until the weight gradient
-        # has read it (the river crossing): a 16-bit copy of it serves both products
+        # has read it (the river crossing): a 16-bit copy of it serves both products. An
+        # output the next layer keeps so is kept before it is written, so that the kernel
+        # that writes it writes that copy too
         if training:
-            self.backend.keep_operands(self.a_prev)
+            self.backend.keep_operands(self.a_prev, *[self.a][:self.output_kept])
         self.backend.dense(self.activation, self.w, self.a_prev, self.b, self.z, self.a)
 
     def forward_product(self, training=True):
@@ -245,9 +250,9 @@ class Dense(Layer):
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
         g, alpha, beta = train.gradient(self)
+        if not first:       # the delta, read by both products below: its kernel copies it
+            bk.keep_operands(self.z)
         self.delta_and_bias_grad(g, alpha, beta, delta_in_z)   # (1) dz; gb <- alpha dz 1 + beta gb
-        if not first:
-            bk.keep_operands(self.z)            # the delta: read by both products below
         # (2) gw <- alpha dz a_prev^T + beta gw: before a_prev is overwritten (the river
         # crossing); for SGD, gw is the velocity, alpha = -eta/m and beta = mu
         bk.gemm(alpha, self.z, self.a_prev, beta, g["w"], trans_b=True)
@@ -279,6 +284,7 @@ class Conv2D(Dense):
     or through patch matrices in the network's workspace, whose size is capped); the
     update is Dense's, its bias gradient summed over the output positions as the delta is
     formed (activation_bias_grad)."""
+    keeps_input = False         # its products read patch matrices, or gather from a_prev
 
     def __init__(self, filters, kernel_size, stride=1, padding=0, activation="linear"):
         super().__init__(_count("filters", filters, 1, "Conv2D"), activation)

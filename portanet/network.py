@@ -251,8 +251,9 @@ class Sequential:
         self.loss_sum = bk.view(self._loss_sum, (m,))
         self.hit_sum = bk.view(self._hit_sum, (m,))
         a = self.x
-        for layer in self.layers:
+        for layer, after in zip(self.layers, self.layers[1:] + [None]):
             layer.bind(a, m, self.shared)
+            layer.output_kept = after is not None and after.keeps_input
             a = layer.a
 
     def _grow(self, m):

@@ -322,6 +322,7 @@ class KernelBackend(Backend):
         is what decides small products on some drivers (6-8 us on NVIDIA's OpenCL)."""
         check_activation(kind)
         m, n, k = check_gemm(w, x, z, False, False)
+        self._fresh.discard(_kept_key(a))   # only bias_activation writes its copy too
         if kind == "softmax" or 0 in (m, n, k) or self.gemm_path == "vendor" or \
                 self._own_is_tensor:
             super().dense(kind, w, x, b, z, a)          # gemm, then bias_activation
@@ -423,11 +424,15 @@ class KernelBackend(Backend):
         """Where products copy their inputs to 16 bits (half_operands), the next copy of
         each array goes into a buffer of its own, made the first time and freed with the
         array (`_shadow`), and later products read it instead of copying again, until
-        drop_operands. The caller vouches that the array is not written in between."""
+        drop_operands; the kernels that write a layer's output (bias_activation, and
+        activation_grad and activation_bias_grad in place) write that copy beside it
+        (`_copy_beside`), so that no product copies it at all. The caller vouches that
+        nothing else writes the array in between. Keeping a kept array changes nothing."""
         if self.half_operands is not None:
             for key in map(_kept_key, arrays):
-                self._keeping.add(key)
-                self._fresh.discard(key)
+                if key not in self._keeping:
+                    self._keeping.add(key)
+                    self._fresh.discard(key)
 
     def drop_operands(self, *arrays):
         for key in map(_kept_key, arrays):
@@ -449,11 +454,24 @@ class KernelBackend(Backend):
                                                        label="kept 16-bit operands")
         return self.view(shadow, x.shape, place), key in self._fresh
 
+    def _copy_beside(self, x):
+        """(h, shadow) for a kernel that writes x and can write its 16-bit copy beside it
+        (STORE_HALF): x's kept copy and 1, which then holds x; else x itself (never
+        written through h) and 0."""
+        kept, _ = self._shadow(x) if self._keeping else (None, False)
+        if kept is None:
+            return x, 0
+        self._fresh.add(_kept_key(x))
+        return kept, 1
+
     def free(self, x):
         shadow = self._shadows.pop(x, None) if x.base is None else None
         if shadow is not None:
             super().free(shadow)
             self.generation += 1            # recorded steps read it
+        if x.base is None and self._keeping:    # a later array may get its id
+            self._keeping = {key for key in self._keeping if key[0] != id(x)}
+            self._fresh = {key for key in self._fresh if key[0] != id(x)}
         super().free(x)
 
     def _half_workspace(self, size):
@@ -913,6 +931,7 @@ class KernelBackend(Backend):
         if rows == 0 or cols == 0:
             self.gemv(alpha, z, ones, beta, gb)
             return
+        self._fresh.discard(_kept_key(z))   # each way writes z's copy where it is kept
         apart = functools.partial(super().activation_bias_grad, kind, z, da, alpha, beta,
                                   gb, ones)             # activation_grad, then gemv
         self._row_way("activation_bias_grad", rows, cols,
@@ -941,7 +960,7 @@ class KernelBackend(Backend):
         chunk = -(-cols // parts)
         parts, threads = -(-cols // chunk), self.gemv_threads
         name = "gemv" if kind is None else "activation_bias_grad"
-        operands = (a, x) if kind is None else (a, x, kind)
+        operands = (a, x) if kind is None else (a, x, *self._copy_beside(a), kind)
         out = y if parts == 1 else self._split_workspace(parts * rows)
         self._run(name, (rows * threads, parts), out, *operands,
                   *((alpha, beta) if parts == 1 else (1.0, 0.0)), rows, cols, chunk,
@@ -1135,14 +1154,16 @@ class KernelBackend(Backend):
         check_activation(kind)
         rows, cols = z.shape
         if kind == "softmax":
+            self._fresh.discard(_kept_key(a))
             self._run("bias_softmax", (cols,), a, z, b, rows, cols)
         else:
-            self._run("bias_activation", (cols, -(-rows // STEPS)), a, z, b, ACT[kind], rows,
-                      cols)
+            self._run("bias_activation", (cols, -(-rows // STEPS)), a, z, b,
+                      *self._copy_beside(a), ACT[kind], rows, cols)
 
     def activation_grad(self, kind, z, da):
         check_activation(kind)
-        self._run("activation_grad", (z.size,), z, da, ACT[kind], z.size)
+        self._run("activation_grad", (z.size,), z, da, *self._copy_beside(z), ACT[kind],
+                  z.size)
 
     def add_activation(self, kind, z, x, a):
         check_add_activation(kind, z, x, a)
