@@ -2,6 +2,7 @@
    row-major, activations (features, batch): element (i, j) of a rows x cols array is
    x[i * cols + j]. Every pointer is followed by its offset in elements. */
 #include "prelude.h"
+#include "copies.h"
 
 KERNEL void fill(GLOBAL real* x, const int x_off, const real value, const int n) {
     const int i = GLOBAL_ID(0);

@@ -99,15 +99,6 @@ DEVICE MAYBE_UNUSED unsigned short half_bits(const real x) {
 #define OPERAND(x) x                  /* (the token itself: fp32 kernels unchanged) */
 #endif
 
-/* h[at] <- x's 16 bits (half_bits) where shadow is set: a kernel that writes an array also
-   writing the 16-bit copy that products read in its place (the copy kept for them, gpu.py's
-   keep_operands), in bf16 and fp16; nothing in the other precisions */
-#if HALF_OPERANDS
-#define STORE_HALF(h, at, x, shadow) do { if (shadow) (h)[at] = half_bits(x); } while (0)
-#else
-#define STORE_HALF(h, at, x, shadow) do { } while (0)
-#endif
-
 /* whether x takes best's place in an argmax scan (argmax, maxpool): it is larger, or it
    is the first NaN. NumPy's argmax and max, the reference, rank NaN above every number. */
 #define BEATS(x, best) ((best) == (best) && !((x) <= (best)))

@@ -1,5 +1,6 @@
 /* blas.cu: BLAS-2 on row-major arrays. */
 #include "prelude.h"
+#include "copies.h"
 #include "groups.h"
 
 /* y <- alpha a x + beta y, a: rows x cols. One work-group of GROUP_THREADS per row and

@@ -79,9 +79,9 @@ class Layer:
         (Backend.operand_bytes)."""
         return []
 
-    def kept_operands(self, m, first):
+    def kept_operands(self, m):
         """Elements of each array the layer keeps (Backend.keep_operands) in a training
-        step of m samples; first: it computes no input gradient."""
+        step of m samples."""
         return []
 
     def sublayers(self):
@@ -242,16 +242,15 @@ class Dense(Layer):
             self.backend.keep_operands(self.a_prev)
         self.backend.gemm(1.0, self.w, self.a_prev, 0.0, self.z)
 
-    def kept_operands(self, m, first):
+    def kept_operands(self, m):
         """Elements of the arrays this layer keeps for a training step of m samples
-        (Backend.keep_operands): a_prev, and the delta where it computes an input gradient."""
-        return [self.n_in * m] + ([] if first else [self.units * m])
+        (Backend.keep_operands): a_prev and the delta."""
+        return [self.n_in * m, self.units * m]
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
         g, alpha, beta = train.gradient(self)
-        if not first:       # the delta, read by both products below: its kernel copies it
-            bk.keep_operands(self.z)
+        bk.keep_operands(self.z)    # the delta, which the products below read: kept before
         self.delta_and_bias_grad(g, alpha, beta, delta_in_z)   # (1) dz; gb <- alpha dz 1 + beta gb
         # (2) gw <- alpha dz a_prev^T + beta gw: before a_prev is overwritten (the river
         # crossing); for SGD, gw is the velocity, alpha = -eta/m and beta = mu
@@ -259,7 +258,7 @@ class Dense(Layer):
         bk.drop_operands(self.a_prev)
         if not first:
             self.input_grad()                                    # (3) da_prev <- w^T dz
-            bk.drop_operands(self.z)
+        bk.drop_operands(self.z)
         train.update(self)                                       # (4) the optimizer's kernel
 
     def delta_and_bias_grad(self, g, alpha, beta, delta_in_z):
@@ -316,7 +315,7 @@ class Conv2D(Dense):
         cap = CONV_WORKSPACE_BYTES // self.backend.dtype.itemsize
         return positions, min(self.n_in * positions, cap)
 
-    def kept_operands(self, m, first):
+    def kept_operands(self, m):
         return []                       # its products copy patch matrices, chunk by chunk
 
     def products(self, m):

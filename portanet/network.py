@@ -197,11 +197,10 @@ class Sequential:
             # the backend's own: the copies of a vendor GEMM's inputs (CUDA's bf16 and fp16
             # copy them to 16 bits, and keep those layers keep from the forward for the
             # backward; a large float32 product may run on a transposed copy of a)
-            first = {id(layer) for layer, f in zip(self.layers, self._first) if f}
             layers = [layer for _, layer in self.walk()]
             workspaces = self.backend.operand_bytes(
                 [p for layer in layers for p in layer.products(m)],
-                [n for layer in layers for n in layer.kept_operands(m, id(layer) in first)])
+                [n for layer in layers for n in layer.kept_operands(m)])
             for name, (needed, now, dtype) in workspaces.items():
                 held += min(now, needed)    # what it holds beyond is not room for ours
                 buffers.append(Buffer("backend", name, "workspace",

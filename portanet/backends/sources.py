@@ -17,13 +17,14 @@ def folder(lang):
                             f"{_PACKAGE}; reinstall portanet (pip install portanet)")
 
 
-HEADERS = ("prelude.h", "groups.h")     # what kernel sources #include, inlined by load
+HEADERS = ("prelude.h", "groups.h", "copies.h")    # what kernel sources #include, inlined
 
 
 def load(family, lang):
     """(path, source) of one kernel family with the headers it includes inlined (prelude.h
-    and, for the families that sum over a group, groups.h), so that the compiled-program
-    caches key on the whole text."""
+    and, for the families that sum over a group, groups.h, and for those that write an
+    array's 16-bit copy, copies.h), so that the compiled-program caches key on the whole
+    text."""
     d = folder(lang)
     path = d / f"{family}.{lang}"
     text = path.read_text()
