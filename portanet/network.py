@@ -367,6 +367,7 @@ class Sequential:
         self._check_nonfinite()
 
     def _forward(self, training=False):
+        self.backend.drop_all_operands()    # what a step stopped midway kept
         for layer in self.layers:
             layer.forward(training)
 
@@ -377,6 +378,7 @@ class Sequential:
         the loss also forms the layer's bias gradient from its delta (the gemv of its
         backward: bias_softmax_xent_grad). Returns backward's delta_in_z for the last
         layer: where the delta is, and whether its bias gradient is formed."""
+        self.backend.drop_all_operands()
         *hidden, last = self.layers
         if not (isinstance(last, layer_module.Dense) and last.activation == "softmax" and
                 self.loss.name == "softmax_cross_entropy"):

@@ -444,6 +444,29 @@ def test_copies_kept_from_the_forward_serve_the_backward(device_name, rng, lower
         assert np.array_equal(kept, weights[False][name]), name
 
 
+def test_a_step_stopped_midway_leaves_no_kept_copy_behind(device_name, rng, lower):
+    """A training forward keeps the batch's 16-bit copy until its backward; one stopped
+    before it (an interrupt, an error) leaves no word behind: the next step copies its own
+    batch again instead of reading the old one's copy (Backend.drop_all_operands)."""
+    bk = lower_backend(device_name, lower)
+    if getattr(bk, "half_operands", None) is None:
+        pytest.skip(f"{bk.name} keeps no copies in {lower}")
+    x1, x2 = (rng.standard_normal((96, 300)).astype(np.float32) for _ in range(2))
+    y = rng.integers(0, 10, 96)
+    weights = []
+    for stopped in (False, True):
+        net = pn.mlp((300,), 10, hidden=(200, 100), device=bk, seed=0)
+        optimizer = pn.SGD(0.05, 0.9)
+        net.train_batch(x1, y, optimizer)
+        if stopped:
+            net._forward(training=True)         # keeps x1's copy; no backward drops it
+        net.train_batch(x2, y, optimizer)
+        weights.append(net.get_weights())
+        net.free()
+    for name, w in weights[0].items():
+        assert np.array_equal(w, weights[1][name]), name
+
+
 # -- the command line and the bench ---------------------------------------------------------
 
 def test_train_and_plan_on_the_command_line(tmp_path):

@@ -281,6 +281,11 @@ class Backend:
     def drop_operands(self, *arrays):
         """The end of keep_operands' word for `arrays`."""
 
+    def drop_all_operands(self):
+        """The end of every keep_operands' word: a forward pass starts with none, so that a
+        step stopped midway (an interrupt, an error) leaves no word that the next one would
+        take for its own."""
+
     # -- BLAS-like, in place -------------------------------------------------------------
 
     def gemm(self, alpha, a, b, beta, c, trans_a=False, trans_b=False):

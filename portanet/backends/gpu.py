@@ -418,7 +418,8 @@ class KernelBackend(Backend):
         ws = getattr(self, "_half_ws", None)
         held = sum(x.size for x in (ws, *self._shadows.values()) if x is not None)
         dtype = np.dtype(self.half_operands)
-        return {"16-bit operands": (needed * dtype.itemsize, held * dtype.itemsize, dtype)}
+        return {"16-bit operands": (needed * dtype.itemsize, held * dtype.itemsize,
+                                    dtype)} if needed else {}
 
     def keep_operands(self, *arrays):
         """Where products copy their inputs to 16 bits (half_operands), the next copy of
@@ -438,6 +439,10 @@ class KernelBackend(Backend):
         for key in map(_kept_key, arrays):
             self._keeping.discard(key)
             self._fresh.discard(key)
+
+    def drop_all_operands(self):
+        self._keeping.clear()
+        self._fresh.clear()
 
     def _shadow(self, x):
         """x's kept 16-bit copy (a view of its owner's shadow, at x's place in the owner),
