@@ -70,7 +70,8 @@ def copy_split(dst, src):
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "activation_grad", "add_activation",
-                            "gather_columns", "gather_labels", "gather_batch", "features_first", "transpose",
+                            "gather_columns", "gather_labels", "gather_batch", "features_first",
+                            "transpose",
                             "momentum_updates", "sgd_update", "adam_update", "rmsprop_update",
                             "scale_by", "unscale_check", "adam_scalars", "update_loss_scale"),
             "loss": ("bias_softmax", "softmax_xent", "bias_softmax_xent",
@@ -382,13 +383,13 @@ class KernelBackend(Backend):
                                               m, n, kp, ldc or n))
 
     def _gemm_vendor_t(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k):
-        """The vendor's GEMM on a transposed copy of a (in the transposed-operand workspace):
-        c = alpha op(a^T^T) op(b) + beta c, the other orientation of the same product. The
-        vendor's kernels differ by orientation: on an H100, cuBLAS took 20.09 ms for
-        mlp-big's first forward product as our layout asks it (column-major NN) and 19.20
-        with w transposed (NT), whose copy takes 0.15 (bench/results/session-2026-11-25).
-        Routing offers it for float32 operands where the product is large enough for the
-        copy to be paid back (`_transposes`)."""
+        """c <- alpha op(a) op(b) + beta c by the vendor's GEMM on a^T, copied into the
+        transposed-operand workspace, with trans_a flipped: the same product in another
+        orientation, which the vendor's kernels take at another rate. On an H100 cuBLAS
+        took 20.09 ms for mlp-big's first forward product as our layout asks it
+        (column-major NN) and 19.20 with w transposed (NT), whose copy took 0.18
+        (bench/results/session-2026-11-25). Routing offers it for float32 operands where
+        the product is large enough for the copy to be paid back (`_transposes`)."""
         at = self.view(self._transposed_workspace(a.size), a.shape[::-1])
         self.transpose(a, at)
         self._gemm_vendor_pieces(alpha, at, b, beta, c, not trans_a, trans_b, m, n, k)
