@@ -21,12 +21,13 @@ KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const in
 }
 
 /* z <- f'(z) . da, a layer's delta in place (where shadow is set, h <- its 16-bit copy:
-   STORE_HALF), and y <- alpha (z 1) + beta y, its bias gradient, in one pass over z: gemv's row groups and pieces, each forming the delta as it
-   reads it (activation_grad and then gemv took two launches, a floor of 6-8 us each on
-   NVIDIA's OpenCL). A work-item loads DELTA_RUN columns apart before it stores any: one
-   load, store and load after another waited out the memory's latency each time (a conv
-   layer's 32 rows of 43264 took 121 us on an H100, gemv and activation_grad 24). The sums
-   run in gemv's order, so the results are the same bit for bit. */
+   STORE_HALF), and y <- alpha (z 1) + beta y, its bias gradient, in one pass over z:
+   gemv's row groups and pieces, each forming the delta as it reads it (activation_grad
+   and then gemv took two launches, a floor of 6-8 us each on NVIDIA's OpenCL). A
+   work-item loads DELTA_RUN columns apart before it stores any: one load, store and load
+   after another waited out the memory's latency each time (a conv layer's 32 rows of
+   43264 took 121 us on an H100, gemv and activation_grad 24). The sums run in gemv's
+   order, so the results are the same bit for bit. */
 #define DELTA_RUN 4
 KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL real* RESTRICT z,
                                  const int z_off, const GLOBAL real* RESTRICT da,

@@ -27,7 +27,7 @@ class Layer:
     trainable = False
     capturable = True           # its step launches the same work every time (see train_step)
     keeps_input = False         # its products read a_prev, kept (keep_operands) until read
-    output_kept = False         # the next layer keeps our output so (set by the network)
+    output_kept = False         # the next layer keeps our output so (set by its network)
     decayed = ()                # parameters that weight decay applies to (listed first)
 
     def config(self):

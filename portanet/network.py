@@ -84,9 +84,11 @@ class Sequential:
         # first[i]: layer i reads the network input directly, so it skips da_prev
         self._first = []
         seen_trainable = False
-        for layer in self.layers:
+        for layer, after in zip(self.layers, self.layers[1:] + [None]):
             self._first.append(not seen_trainable)
             seen_trainable = seen_trainable or layer.trainable
+            # the next layer keeps our output for its products (keep_operands)
+            layer.output_kept = after is not None and after.keeps_input
         self.capacity, self.m = 0, None
         self._batch_bytes = None        # (a, b): batch buffers of a m + b bytes (_inference_batch)
         self._graphs = {}               # (m, optimizer, data on device, staged) -> recorded step
@@ -250,9 +252,8 @@ class Sequential:
         self.loss_sum = bk.view(self._loss_sum, (m,))
         self.hit_sum = bk.view(self._hit_sum, (m,))
         a = self.x
-        for layer, after in zip(self.layers, self.layers[1:] + [None]):
+        for layer in self.layers:
             layer.bind(a, m, self.shared)
-            layer.output_kept = after is not None and after.keeps_input
             a = layer.a
 
     def _grow(self, m):
@@ -378,13 +379,13 @@ class Sequential:
         the loss also forms the layer's bias gradient from its delta (the gemv of its
         backward: bias_softmax_xent_grad). Returns backward's delta_in_z for the last
         layer: where the delta is, and whether its bias gradient is formed."""
-        self.backend.drop_all_operands()
         *hidden, last = self.layers
         if not (isinstance(last, layer_module.Dense) and last.activation == "softmax" and
                 self.loss.name == "softmax_cross_entropy"):
             self._forward(training)
             self._loss()
             return self.loss.fused
+        self.backend.drop_all_operands()    # as _forward does
         for layer in hidden:
             layer.forward(training)
         last.forward_product(training)

@@ -75,8 +75,8 @@ def test_train_lenet_subset(device_name):
         pn.load_dataset("fashion-mnist")
     except pn.DataError as e:
         pytest.skip(str(e))
-    result = run("train", "--model", "lenet", "--limit", "1280", "--test-limit", "1000", "--epochs", "1",
-                 "--device", device_name, "--json")
+    result = run("train", "--model", "lenet", "--limit", "1280", "--test-limit", "1000",
+                 "--epochs", "1", "--device", device_name, "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.output.strip().splitlines()[-1])
     assert report["model"] == "lenet" and report["test_accuracy"] > 0.5
