@@ -232,7 +232,7 @@ class Dense(Layer):
         # output the next layer keeps so is kept before it is written, so that the kernel
         # that writes it writes that copy too
         if training:
-            self.backend.keep_operands(self.a_prev, *[self.a][:self.output_kept])
+            self.backend.keep_operands(self.a_prev, *((self.a,) if self.output_kept else ()))
         self.backend.dense(self.activation, self.w, self.a_prev, self.b, self.z, self.a)
 
     def forward_product(self, training=True):

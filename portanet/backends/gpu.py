@@ -25,9 +25,10 @@ log = logging.getLogger("portanet")
 ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4, "leaky_relu": 5, "elu": 6,
        "gelu": 7, "silu": 8}
 
+MAX_GROUPS_1 = 65535       # the most work-groups in dimension 1 of a CUDA launch
 # the most samples one features_first launch lays out: its dimension 1 in groups of 8
-# stays within CUDA's 65535 blocks
-STAGED_SAMPLES = 8 * 65535
+# stays within MAX_GROUPS_1
+STAGED_SAMPLES = 8 * MAX_GROUPS_1
 
 # the least part of a batch write_samples sends through the copy lane: a smaller one (a
 # training step's batch) goes by a plain write, which the driver stages at once, without
@@ -1409,7 +1410,6 @@ ROUTING_MARGIN = 1.5       # a path this much slower than the best at its first 
 ROUTING_CLEAR = 1e-3       # this many seconds, is not timed again
 TRANSPOSED_FLOPS = 2**34   # the least product routing tries on a transposed copy of a (17 GFLOP)
 TILE, TILE_ROWS = 32, 8    # transpose's tiles and work-groups (elementwise.cl)
-MAX_GROUPS_1 = 65535       # the most work-groups in dimension 1 of a CUDA launch
 UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
 STEPS = 4                  # elements a work-item of bias_activation and momentum_updates takes
                            # (elementwise.cl's STEPS; test_kernel_sources holds them equal)
