@@ -1,0 +1,131 @@
+"""Our GEMM on one mid-size product, over many tilings and splits of K: how fast can the
+kernel as it is run one shape (issue 11: mlp-small's 500 x 1000 x 1000 products, where
+cuBLAS takes 35-38 us and routing's best tiling 45-50)?
+
+    python bench/mid_gemm.py opencl:0:0 500 1000 1000 NN --dense --seconds 120
+
+Times the vendor's call, routing's candidates (`_candidates`) and then random tilings of
+GEMM_SPACE with random splits of K until the seconds are spent; each path its fastest of
+ROUNDS rounds of REPEATS replays in a row. Prints the fastest 15 and the vendor's."""
+import argparse, random, sys, time
+
+import numpy as np
+
+from portanet import backends
+from portanet.backends import gpu
+
+ROUNDS, REPEATS = 5, 20
+
+ap = argparse.ArgumentParser()
+ap.add_argument("device")
+ap.add_argument("m", type=int)
+ap.add_argument("n", type=int)
+ap.add_argument("k", type=int)
+ap.add_argument("trans", choices=["NN", "NT", "TN"])
+ap.add_argument("--dense", action="store_true", help="NN with bias and relu in the epilogue")
+ap.add_argument("--seconds", type=float, default=60)
+ap.add_argument("--seed", type=int, default=0)
+args = ap.parse_args()
+
+bk = backends.device(args.device)
+m, n, k = args.m, args.n, args.k
+ta, tb = args.trans[0] == "T", args.trans[1] == "T"
+rng = np.random.default_rng(0)
+a = bk.upload(rng.standard_normal((k, m) if ta else (m, k), dtype=np.float32))
+b = bk.upload(rng.standard_normal((n, k) if tb else (k, n), dtype=np.float32))
+c, act = bk.empty((m, n)), bk.empty((m, n))
+bias = bk.upload(rng.standard_normal((m, 1), dtype=np.float32))
+then = ("relu", bias, act) if args.dense else None
+ha, hb = bk.download(a).astype(np.float64), bk.download(b).astype(np.float64)
+want = (ha.T if ta else ha) @ (hb.T if tb else hb) + (bk.download(bias) if args.dense else 0)
+bk._split_workspace(16 * m * n)
+bk._split_counts(4096)
+
+
+def timed(call):
+    call()
+    bk.synchronize()
+    run = bk.capture(call) or call
+    best = float("inf")
+    for _ in range(ROUNDS):
+        bk.synchronize()
+        t = time.perf_counter()
+        for _ in range(REPEATS):
+            run()
+        bk.synchronize()
+        best = min(best, (time.perf_counter() - t) / REPEATS)
+    return best
+
+
+def own(tiling):
+    def call():
+        if not bk._gemm_own(1.0, a, b, 0.0, c, ta, tb, m, n, k, then=then, tiling=tiling):
+            if then is not None:
+                bk.bias_activation("relu", c, bias, act)
+    return call
+
+
+def vendor():
+    bk._gemm_vendor_pieces(1.0, a, b, 0.0, c, ta, tb, m, n, k)
+    if then is not None:
+        bk.bias_activation("relu", c, bias, act)
+
+
+def label(t):
+    p, parts, chunk, *finish = t
+    keys = ("TSM", "TSN", "TSK", "WPTM", "WPTN", "MICRO", "PAD", "VW", "DB", "SUBGROUP",
+            "MIN_GROUPS")
+    return (" ".join(f"{key}={p.get(key, gpu.GEMM_DEFAULTS.get(key))}" for key in keys)
+            + f" parts={parts}" + (" summed" if finish == [False] else ""))
+
+
+results = []
+
+
+def trial(name, call):
+    try:
+        s = timed(call)
+    except Exception as e:                          # a tiling the driver will not build
+        print(f"  {name}: {type(e).__name__} {str(e)[:80]}", flush=True)
+        return
+    err = float(np.abs(bk.download(c) - want).max() / np.abs(want).max())
+    results.append((s, name, err))
+
+
+trial("vendor", vendor)
+for name, t in bk._candidates(m, n, k).items():
+    trial(f"candidate {name}: {label(t)}", own(t))
+print(f"{len(results)} candidates timed", flush=True)
+# GEMM_SPACE narrowed to what wins on the H100 (4-wide local reads and loads), the tile
+# and the work per item free
+space = dict(gpu.GEMM_SPACE, MICRO=(2,), PAD=(4,), VW=(4,), WPTM=(4, 8, 16), WPTN=(4, 8, 16),
+             SWIZZLE=(1,))
+pick = random.Random(args.seed)
+fits = bk.gemm_fits
+end = time.time() + args.seconds
+tried = set()
+while time.time() < end:
+    p = {key: pick.choice(values) for key, values in space.items()}
+    if not fits(p) or (p["TSM"] // p["WPTM"]) * (p["TSN"] // p["WPTN"]) < 64:
+        continue
+    tiles = gpu._tiles(p, m, n)
+    parts = pick.choice([1, 2, 3, 4, 6, 8])
+    count, chunk = gpu.k_parts(k, parts, p["TSK"])
+    if chunk < 2 * p["TSK"] or tiles * count > 16 * bk.compute_units:
+        continue
+    finish = pick.choice([True, False]) if count > 1 and bk._finishes(count) else True
+    t = (p, count, chunk) + (() if finish else (False,))
+    name = label(t)
+    if name in tried:
+        continue
+    tried.add(name)
+    trial(name, own(t))
+results.sort()
+print(f"{bk.name} {args.trans} {m}x{n}x{k}{' dense' if args.dense else ''}: "
+      f"{len(results)} timed, fastest first")
+for s, name, err in results[:15]:
+    print(f"  {1e6 * s:7.1f} us  {2 * m * n * k / s / 1e12:5.1f} TFLOP/s  err {err:.1e}  {name}")
+for s, name, err in results:
+    if name == "vendor":
+        print(f"  vendor {1e6 * s:.1f} us")
+sys.stdout.flush()
