@@ -5,7 +5,8 @@ cuBLAS takes 35-38 us and routing's best tiling 45-50)?
     python bench/mid_gemm.py opencl:0:0 500 1000 1000 NN --dense --seconds 120
 
 Times the vendor's call, routing's candidates (`_candidates`) and then random tilings of
-GEMM_SPACE with random splits of K until the seconds are spent; each path its fastest of
+GEMM_SPACE with random splits of K (--grid: GRID_TILES and their splits, in order) until
+the seconds are spent; each path its fastest of
 ROUNDS rounds of REPEATS replays in a row. Prints the fastest 15 and the vendor's."""
 import argparse, random, sys, time
 
@@ -25,6 +26,9 @@ ap.add_argument("trans", choices=["NN", "NT", "TN"])
 ap.add_argument("--dense", action="store_true", help="NN with bias and relu in the epilogue")
 ap.add_argument("--seconds", type=float, default=60)
 ap.add_argument("--seed", type=int, default=0)
+ap.add_argument("--grid", action="store_true",
+                help="after the candidates, GRID_TILES x TSK x MIN_GROUPS x parts x finish "
+                     "in order, not random tilings")
 args = ap.parse_args()
 
 bk = backends.device(args.device)
@@ -96,24 +100,47 @@ trial("vendor", vendor)
 for name, t in bk._candidates(m, n, k).items():
     trial(f"candidate {name}: {label(t)}", own(t))
 print(f"{len(results)} candidates timed", flush=True)
+# (TSM, TSN, WPTM, WPTN): cuBLAS's 64 x 64 of 8 x 4 per thread first, then its neighbours
+GRID_TILES = ((64, 64, 8, 4), (64, 64, 4, 8), (64, 64, 4, 4), (32, 64, 4, 4), (64, 32, 4, 4),
+              (128, 64, 8, 4), (64, 128, 4, 8), (128, 128, 8, 8))
+
+
+def grid():
+    base = dict(gpu.GEMM_DEFAULTS, MICRO=2, PAD=4, VW=4, SWIZZLE=1)
+    for tsm, tsn, wptm, wptn in GRID_TILES:
+        for tsk in (16, 32):
+            for groups in (2, 1):
+                p = dict(base, TSM=tsm, TSN=tsn, WPTM=wptm, WPTN=wptn, TSK=tsk,
+                         MIN_GROUPS=groups)
+                for parts in (1, 2, 3, 4, 6):
+                    for finish in (True, False):
+                        yield p, parts, finish
+
+
+def randomly():
+    pick = random.Random(args.seed)
+    while True:
+        p = {key: pick.choice(values) for key, values in space.items()}
+        yield p, pick.choice([1, 2, 3, 4, 6, 8]), pick.choice([True, False])
+
+
 # GEMM_SPACE narrowed to what wins on the H100 (4-wide local reads and loads), the tile
 # and the work per item free
 space = dict(gpu.GEMM_SPACE, MICRO=(2,), PAD=(4,), VW=(4,), WPTM=(4, 8, 16), WPTN=(4, 8, 16),
              SWIZZLE=(1,))
-pick = random.Random(args.seed)
 fits = bk.gemm_fits
 end = time.time() + args.seconds
 tried = set()
-while time.time() < end:
-    p = {key: pick.choice(values) for key, values in space.items()}
+for p, parts, finish in grid() if args.grid else randomly():
+    if time.time() > end:
+        break
     if not fits(p) or (p["TSM"] // p["WPTM"]) * (p["TSN"] // p["WPTN"]) < 64:
         continue
     tiles = gpu._tiles(p, m, n)
-    parts = pick.choice([1, 2, 3, 4, 6, 8])
     count, chunk = gpu.k_parts(k, parts, p["TSK"])
     if chunk < 2 * p["TSK"] or tiles * count > 16 * bk.compute_units:
         continue
-    finish = pick.choice([True, False]) if count > 1 and bk._finishes(count) else True
+    finish = finish if count > 1 and bk._finishes(count) else True
     t = (p, count, chunk) + (() if finish else (False,))
     name = label(t)
     if name in tried:
@@ -123,7 +150,7 @@ while time.time() < end:
 results.sort()
 print(f"{bk.name} {args.trans} {m}x{n}x{k}{' dense' if args.dense else ''}: "
       f"{len(results)} timed, fastest first")
-for s, name, err in results[:15]:
+for s, name, err in results[:25]:
     print(f"  {1e6 * s:7.1f} us  {2 * m * n * k / s / 1e12:5.1f} TFLOP/s  err {err:.1e}  {name}")
 for s, name, err in results:
     if name == "vendor":
