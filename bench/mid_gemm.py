@@ -27,7 +27,7 @@ ap.add_argument("--dense", action="store_true", help="NN with bias and relu in t
 ap.add_argument("--seconds", type=float, default=60)
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--grid", action="store_true",
-                help="after the candidates, GRID_TILES x TSK x MIN_GROUPS x parts x finish "
+                help="after the candidates, GRID_TILES x TSK x SUBGROUP x parts x finish "
                      "in order, not random tilings")
 args = ap.parse_args()
 
@@ -109,9 +109,9 @@ def grid():
     base = dict(gpu.GEMM_DEFAULTS, MICRO=2, PAD=4, VW=4, SWIZZLE=1)
     for tsm, tsn, wptm, wptn in GRID_TILES:
         for tsk in (16, 32):
-            for groups in (2, 1):
+            for sub in (32, 0):
                 p = dict(base, TSM=tsm, TSN=tsn, WPTM=wptm, WPTN=wptn, TSK=tsk,
-                         MIN_GROUPS=groups)
+                         SUBGROUP=sub, MIN_GROUPS=2)
                 for parts in (1, 2, 3, 4, 6):
                     for finish in (True, False):
                         yield p, parts, finish
