@@ -203,40 +203,22 @@ DEVICE real spread(const GLOBAL real* RESTRICT dz, const int dz_off, const int r
 
 /* the e-th run of VW elements a work-group loads from a slab starts at (i, k) of the A slab,
    (k, j) of the B slab; a run goes along the operand's rows in memory (k for a, j for b
-   untransposed), and its v-th element is (ie, ke) of the A slab, (ke, je) of the B slab.
-   Runs along i or j: consecutive work-items take consecutive runs, each stored into the
-   slab as one vector (STORE_RUN). Runs along k (K_RUN): one element of a run per slab row,
-   so the stores are scalar and it is the work-items' spread over the rows that avoids bank
-   conflicts. With VW = 4 two work-items take a row's 8 terms (a 32-byte sector) and the
-   next pairs the next rows: a warp's v-th stores then fall in two rows of k 4 apart, on 32
-   distinct banks where a slab row is 4 mod 8 words long (TSM + PAD or TSN + PAD with
-   PAD 4). Four work-items a row, one of each slab row's runs, put 2 stores on a bank at
-   TSK 16, 4 at TSK 32 (NVIDIA's profiler: half the store wavefronts of mlp-small's NT
-   product were conflicts). Else (VW = 1, or TSK not a multiple of 8) consecutive
-   work-items take consecutive runs of a row. */
-#if VW == 4 && TSK % 8 == 0
-#define K_RUN(e, i, k, TS) const int i = (e) / 2 % (TS), k = ((e) / (2 * (TS)) * 2 + (e) % 2) * VW
-#else
-#define K_RUN(e, i, k, TS) const int k = (e) % (TSK / VW) * VW, i = (e) / (TSK / VW)
-#endif
+   untransposed), consecutive work-items take consecutive runs, and its v-th element is
+   (ie, ke) of the A slab, (ke, je) of the B slab */
 #if TRANS_A
 #define A_RUN(e, i, k) const int i = (e) % (TSM / VW) * VW, k = (e) / (TSM / VW)
 #define A_ELEMENT(i, k, v, ie, ke) const int ie = (i) + (v), ke = (k)
 #else
-#define A_RUN(e, i, k) K_RUN(e, i, k, TSM)
+#define A_RUN(e, i, k) const int k = (e) % (TSK / VW) * VW, i = (e) / (TSK / VW)
 #define A_ELEMENT(i, k, v, ie, ke) const int ie = (i), ke = (k) + (v)
 #endif
 #if TRANS_B
-#define B_RUN(e, k, j) K_RUN(e, j, k, TSN)
+#define B_RUN(e, k, j) const int k = (e) % (TSK / VW) * VW, j = (e) / (TSK / VW)
 #define B_ELEMENT(k, j, v, ke, je) const int ke = (k) + (v), je = (j)
 #else
 #define B_RUN(e, k, j) const int j = (e) % (TSN / VW) * VW, k = (e) / (TSN / VW)
 #define B_ELEMENT(k, j, v, ke, je) const int ke = (k), je = (j) + (v)
 #endif
-/* whether runs along i (A) or j (B) store into the slab as one 4-wide vector: 16-byte
-   aligned where the slab rows are (PAD a multiple of 4) */
-#define A_VECTOR_STORE (TRANS_A && VW == 4 && PAD % 4 == 0)
-#define B_VECTOR_STORE (!TRANS_B && VW == 4 && PAD % 4 == 0)
 #define A_LOADS (TSM * TSK / (THREADS * VW))   /* runs per work-item per slab */
 #define B_LOADS (TSN * TSK / (THREADS * VW))
 #if A_LOADS * THREADS * VW != TSM * TSK || B_LOADS * THREADS * VW != TSN * TSK
@@ -252,9 +234,6 @@ DEVICE real spread(const GLOBAL real* RESTRICT dz, const int dz_off, const int r
 #else
 #error "VW must be 1 or 4"
 #endif
-/* the 4-wide local slot at p <- r[0 .. 4), each rounded as the product multiplies it */
-#define STORE_RUN(p, r) { real4 x_; x_.x = OPERAND(r[0]); x_.y = OPERAND(r[1]); \
-    x_.z = OPERAND(r[2]); x_.w = OPERAND(r[3]); *(LOCAL_PTR real4*)(p) = x_; }
 
 /* local slabs: as[stage][k][i] and bs[stage][k][j], rows TSM + PAD (TSN + PAD) long,
    declared as real4 so that 4-wide reads of them are aligned */
@@ -402,28 +381,20 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
 #pragma unroll
             for (int l = 0; l < A_LOADS; ++l) {
                 A_RUN(tid + l * THREADS, i, k);
-#if A_VECTOR_STORE
-                STORE_RUN(&AS(s, k, i), a_next[l]);
-#else
 #pragma unroll
                 for (int v = 0; v < VW; ++v) {
                     A_ELEMENT(i, k, v, ie, ke);
                     AS(s, ke, ie) = OPERAND(a_next[l][v]);
                 }
-#endif
             }
 #pragma unroll
             for (int l = 0; l < B_LOADS; ++l) {
                 B_RUN(tid + l * THREADS, k, j);
-#if B_VECTOR_STORE
-                STORE_RUN(&BS(s, k, j), b_next[l]);
-#else
 #pragma unroll
                 for (int v = 0; v < VW; ++v) {
                     B_ELEMENT(k, j, v, ke, je);
                     BS(s, ke, je) = OPERAND(b_next[l][v]);
                 }
-#endif
             }
             BARRIER();
         }

@@ -879,8 +879,7 @@ def check_every_transpose(backend, rng, m, n, k, transposes=TRANSPOSES):
     dict(TSM=32, TSN=32, TSK=8, WPTM=8, WPTN=4, MICRO=2, PAD=4, VW=4, DB=1, MIN_GROUPS=2),
     dict(TSM=32, TSN=64, TSK=16, WPTM=4, WPTN=4, MICRO=2, PAD=4, VW=4, SUBGROUP=32),
     dict(TSM=16, TSN=32, TSK=16, WPTM=4, WPTN=8, MICRO=2, PAD=0, VW=4, DB=0),
-    # cuBLAS's mid-size tile (64 x 64 of 8 x 4, 128 work-items), 32 deep: each slab row's
-    # runs along k in four pairs of work-items
+    # cuBLAS's mid-size tile (64 x 64 of 8 x 4, 128 work-items), 32 deep
     dict(TSM=64, TSN=64, TSK=32, WPTM=8, WPTN=4, MICRO=2, PAD=4, VW=4),
     # tiles handed out in bands of 4 tile rows, the last band short
     dict(TSM=16, TSN=16, TSK=8, WPTM=2, WPTN=2, SWIZZLE=4)])
