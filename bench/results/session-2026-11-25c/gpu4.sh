@@ -1,7 +1,7 @@
 # session 25c, call 4: gemm.cl's slab stores without bank conflicts (runs along k in pairs of
 # work-items, runs along i/j stored as vectors): the grid on mlp-small's big products with
 # warp blocks (SUBGROUP 32), then the steps on the kernel before (build/gemm-before, carried)
-# and after, alternating
+# and after (build/gemm-before: kernels_cl/gemm.cl and kernels_cu/gemm.cu as at f384e9b)
 source bench/gpu_setup.sh
 export PYTHONPATH=$PWD:$PYTHONPATH
 run() { name=$1; shift; timeout $(( ${S} + 60 )) python3 bench/mid_gemm.py opencl:0:0 "$@" --grid \
