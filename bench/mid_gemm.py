@@ -30,7 +30,8 @@ ap.add_argument("m", type=int)
 ap.add_argument("n", type=int)
 ap.add_argument("k", type=int)
 ap.add_argument("trans", choices=["NN", "NT", "TN"])
-ap.add_argument("--dense", action="store_true", help="the product of a layer's dense (NN), its bias and relu added")
+ap.add_argument("--dense", action="store_true",
+                help="the product of a layer's dense (NN), its bias and relu added")
 ap.add_argument("--seconds", type=float, default=60)
 ap.add_argument("--seed", type=int, default=0)
 ap.add_argument("--grid", action="store_true",
