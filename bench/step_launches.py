@@ -52,11 +52,10 @@ def opencl(bk, net, repeats):
     print("  #  op                              global          local      us alone  host us")
     for i, op in enumerate(replay.ops):
         if hasattr(op, "kernel"):
-            name, g, l = op.kernel.function_name, tuple(op.global_size), tuple(op.local_size)
+            name, g, l = op.kernel.function_name, tuple(op.args[3]), tuple(op.args[4])
 
             def one(op=op):
-                replay.enqueue(bk.queue.int_ptr, op.handle, op.dims, None, op.global_size,
-                               op.local_size, 0, None, None)
+                replay.enqueue(ctypes.c_void_p(bk.queue.int_ptr), *op.args)
         else:
             name, g, l = getattr(op, "__qualname__", "vendor call"), "", ""
 
