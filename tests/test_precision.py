@@ -103,13 +103,32 @@ def test_a_precision_that_is_not_one_is_refused(precision_name, dtype, said):
 def test_a_device_without_the_precision_says_what_it_has():
     for spec in ("opencl:pocl", "opencl:intel"):
         try:
-            pn.device(spec)
+            has = pn.device(spec).precisions
         except pn.DeviceError:
             continue
-        for name in LOWER:
+        for name in set(LOWER) - set(has):
+            where = "OpenCL devices with half arithmetic" if name == "fp16" else "CUDA devices"
             with pytest.raises(PrecisionError, match=rf"OpenCL\) does not compute in {name}: "
-                                                     rf"it has fp32; {name} runs on CUDA devices"):
+                                                     rf"it has {', '.join(has)}; {name} runs on "
+                                                     rf"{where}"):
                 pn.device(spec, precision=name)
+
+
+def test_opencl_devices_compute_in_fp16_where_they_have_half_arithmetic():
+    """fp16 on OpenCL where the device reports cl_khr_fp16 (Intel's CPU runtime does, PoCL
+    3 and Oclgrind do not), with our own kernels: CLBlast's HGEMM would sum in half."""
+    from portanet.backends import opencl
+    seen = 0
+    for spec, _ in opencl.enumerate_devices():
+        bk = pn.device(spec)
+        half = "cl_khr_fp16" in bk.device.extensions.split()
+        assert ("fp16" in bk.precisions) == half
+        assert "tf32" not in bk.precisions and "bf16" not in bk.precisions
+        if half:
+            assert not pn.device(spec, precision="fp16").vendor_gemm
+            seen += 1
+    if not seen:
+        pytest.skip("no OpenCL device here has cl_khr_fp16")
 
 
 def test_float64_networks_are_fp64_whatever_the_variable_says(monkeypatch, tmp_path):

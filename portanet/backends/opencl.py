@@ -22,7 +22,7 @@ from .. import config, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import icd, sources
 from .gpu import (BEHIND, PINNED, SMALL_TILES, DeviceArray, KernelBackend, Recorded, copy_split,
-                  default_local, gemm_options, gemm_params)
+                  default_local, gemm_options, gemm_params, operand_options)
 
 log = logging.getLogger("portanet")
 
@@ -163,9 +163,13 @@ def enumerate_devices():
 
 
 def device_precisions(dev, dtype=np.float32):
-    """What an OpenCL device computes in (portanet/precision.py): fp32 (fp64 for float64
-    networks, where it has doubles)."""
-    return ("fp64",) if np.dtype(dtype) == np.float64 else ("fp32",)
+    """What an OpenCL device computes in (portanet/precision.py): fp32, and fp16 where the
+    device has half arithmetic (cl_khr_fp16); fp64 for float64 networks, where it has
+    doubles. fp16's products go to portanet's own kernels, which round each input to half
+    and sum in float32 as CUDA's fp16 does: CLBlast's HGEMM sums in half, another precision."""
+    if np.dtype(dtype) == np.float64:
+        return ("fp64",)
+    return ("fp32",) + (("fp16",) if "cl_khr_fp16" in dev.extensions.split() else ())
 
 
 def platform_number(word):
@@ -393,6 +397,7 @@ class OpenCLBackend(KernelBackend):
         self.queue = cl.CommandQueue(self.ctx)
         real = "double" if self.dtype == np.float64 else "float"
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
+        self.options += operand_options(self.precision)
         if self.device.single_fp_config & cl.device_fp_config.CORRECTLY_ROUNDED_DIVIDE_SQRT:
             self.options.append("-cl-fp32-correctly-rounded-divide-sqrt")
         if self.simulator:
@@ -410,7 +415,9 @@ class OpenCLBackend(KernelBackend):
         self._pending = collections.deque()     # background copies' events (_pending_copy)
         self._lane = None                       # made by the first write_samples
         self._retired = []                      # freed buffers the simulator keeps
-        self.vendor_gemm = pyclblast is not None and not self.simulator
+        # CLBlast multiplies its inputs as they are: fp16's products are our kernels'
+        self.vendor_gemm = (pyclblast is not None and not self.simulator
+                            and self.precision in ("fp32", "fp64"))
         self._load_kernels()
         self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
         tuning.apply(self)              # `portanet tune`'s parameters for this device
@@ -427,8 +434,9 @@ class OpenCLBackend(KernelBackend):
             return (f"; {self.precision} runs on CUDA devices of compute capability 8.0 or "
                     f"newer (cuda:N), and emulated on cpu")
         if self.precision == "fp16":
-            return ("; fp16 runs on CUDA devices of compute capability 7.0 or newer (cuda:N), "
-                    "and emulated on cpu; on OpenCL devices it is not built yet")
+            return ("; fp16 runs on OpenCL devices with half arithmetic (cl_khr_fp16: most "
+                    "AMD and Intel GPUs, Intel's CPU runtime), on CUDA devices of compute "
+                    "capability 7.0 or newer (cuda:N), and emulated on cpu")
         return super().precision_hint()
 
     @functools.cached_property
