@@ -1076,14 +1076,25 @@ def adam_scalars(lr, beta1, beta2, t):
     return np.array([lr / (1 - beta1 ** t), math.sqrt(1 - beta2 ** t)])
 
 
+@pytest.fixture(params=["fused", "a layer a launch"])
+def updates(request, bk, monkeypatch):
+    """Both ways of SGD's momentum update on every device: momentum_updates' layers in one
+    launch (GPUs' way) and momentum_update's launch a layer (CPUs')."""
+    if hasattr(bk, "fused_updates"):
+        monkeypatch.setattr(bk, "fused_updates", request.param == "fused")
+    elif request.param == "fused":
+        pytest.skip("the reference has one way")
+    return request.param
+
+
 @pytest.mark.parametrize("decay", [0.0, 3e-3])
-def test_momentum_update(bk, rng, decay):
+def test_momentum_update(bk, rng, decay, updates):
     _check_steps(bk, rng, lambda b, x, _: b.momentum_update(*x, decay, N_DECAY),
                  _state(bk, rng, 1.0, 0.1), grad=None)
 
 
 @pytest.mark.parametrize("layers", [1, 3, 6])
-def test_momentum_updates_of_several_layers(bk, rng, layers):
+def test_momentum_updates_of_several_layers(bk, rng, layers, updates):
     """momentum_updates on several layers' vectors of odd sizes at odd offsets in one
     buffer (more layers than a launch takes: two launches), each as momentum_update would
     have updated it alone."""
@@ -1153,7 +1164,7 @@ def _updates():
 
 
 @pytest.mark.parametrize("skip", [0, -1])
-def test_updates_obey_their_skip_flag(bk, rng, skip):
+def test_updates_obey_their_skip_flag(bk, rng, skip, updates):
     """Every update kernel changes nothing where its skip flag is set (a loss-scaled step
     that overflowed), and updates as the reference does where it is 0."""
     host = _state(bk, rng, 1.0, 1.0, 0.1, -0.01)

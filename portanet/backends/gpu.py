@@ -73,7 +73,8 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "activation_grad", "add_activation",
                             "gather_columns", "gather_labels", "gather_batch", "features_first",
                             "transpose",
-                            "momentum_updates", "sgd_update", "adam_update", "rmsprop_update",
+                            "momentum_updates", "momentum_update", "sgd_update", "adam_update",
+                            "rmsprop_update",
                             "scale_by", "unscale_check", "adam_scalars", "update_loss_scale"),
             "loss": ("bias_softmax", "softmax_xent", "bias_softmax_xent",
                      "bias_softmax_xent_grad", "sigmoid_bce", "mse", "argmax"),
@@ -185,6 +186,12 @@ class KernelBackend(Backend):
         # build a variant in a second or less; not on CPUs (PoCL takes several), nor on a
         # CPU held to a GPU's limits (PORTANET_CL_LIMITS) in the tests
         self.searches_tilings = self.is_gpu and tuning._capped(self) is None
+        # SGD's update of up to UPDATE_LAYERS layers in one launch of STEPS elements a
+        # work-item on GPUs (a launch costs NVIDIA's OpenCL 6-8 us of host time, and one
+        # element a work-item left an H100's bandwidth unused); a launch a layer of one
+        # element a work-item on CPUs, where that kernel ran 1.5-2.5 times (PoCL) and 5 to
+        # several hundred times (Intel's runtime) faster (elementwise.cl, momentum_update)
+        self.fused_updates = self.is_gpu
 
     def build_all(self):
         """Build every kernel family (`portanet devices --check` does, to see that each
@@ -1013,10 +1020,16 @@ class KernelBackend(Backend):
         self.momentum_updates([(w, v, n_decay)], decay, skip)
 
     def momentum_updates(self, layers, decay, skip=None):
-        """momentum_updates' kernel on UPDATE_LAYERS layers a launch."""
+        """momentum_updates' kernel on UPDATE_LAYERS layers a launch, or where updates are
+        not fused (CPUs) momentum_update's a layer at a time."""
         for w, v, n_decay in layers:
             check_update("momentum_update", n_decay, w, v)
         skip = self._skip("momentum_update", skip)
+        if not self.fused_updates:
+            for w, v, n_decay in layers:
+                self._run("momentum_update", (w.size,), skip, float(decay), w, v, w.size,
+                          n_decay)
+            return
         for first in range(0, len(layers), UPDATE_LAYERS):
             group = layers[first:first + UPDATE_LAYERS]
             args = [a for w, v, n_decay in group for a in (w, v, w.size, n_decay)]
