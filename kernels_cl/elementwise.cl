@@ -198,9 +198,9 @@ DEVICE void momentum_steps(GLOBAL real* w, GLOBAL real* v, const int i, const in
 }
 
 /* momentum_steps of one layer, an element a work-item: how CPUs update (gpu.py's
-   fused_updates). On half a million elements Intel's CPU runtime took 0.29-34 ms for
-   momentum_updates, by which buffers it was given, and 45-63 us for this; PoCL 0.5-1.8
-   ms and 0.23-0.79 (bench/README.md, "CPU devices"). */
+   fused_updates). On half a million elements Intel's CPU runtime took 0.37-13.6 ms for
+   momentum_updates, by which buffers it was given, and 61-63 us for this; PoCL 0.91-1.77
+   ms and 0.37-0.79 (bench/README.md, "CPU devices"). */
 KERNEL void momentum_update(const GLOBAL int* skip, const int skip_off, const real decay,
                             GLOBAL real* w, const int w_off, GLOBAL real* v, const int v_off,
                             const int n, const int n_decay) {

@@ -99,10 +99,10 @@ class OptimizerState:
         averaging the layer's gradient target over the ranks, this one weighted by its
         share of the global batch (`share`). A target in the optimizer's own state (SGD's
         velocity) is the layer's alone, so its kernel waits for `finish`, which updates
-        the step's layers together (Optimizer.update_layers: one launch where a layer took
-        one, 6-8 us of host time each on NVIDIA's OpenCL). No later layer's backward reads
-        the parameters, so the results are the same bit for bit. The shared gradient
-        workspace is the next layer's to write: its kernel goes at once."""
+        the step's layers together (Optimizer.update_layers: on GPUs one launch where a
+        layer took one, 6-8 us of host time each on NVIDIA's OpenCL). No later layer's
+        backward reads the parameters, so the results are the same bit for bit. The shared
+        gradient workspace is the next layer's to write: its kernel goes at once."""
         target = layer.grad_flat[self._slot]
         group = distributed.current()
         if group is not None:

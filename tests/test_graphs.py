@@ -202,13 +202,13 @@ def test_with_the_set_on_the_device_steps_allocate_nothing(device_name):
 
 
 def test_opencl_replays_enqueue_each_launch_without_pyopencl(device_name, monkeypatch):
-    """An OpenCL replay calls clEnqueueNDRangeKernel itself, its sizes made once and no
-    event made per launch; what it computes is the eager launches'."""
+    """An OpenCL replay calls clEnqueueNDRangeKernel itself, its arguments converted to C
+    once and no event made per launch; what it computes is the eager launches'."""
     bk = pn.device(device_name)
     if bk.kind != "opencl":
         pytest.skip("replays through clEnqueueNDRangeKernel are the OpenCL backend's")
     from portanet.backends import opencl
-    assert opencl._enqueue_api() is not None            # pyopencl's library, on Linux
+    assert opencl._enqueue_api(typed=False) is not None     # pyopencl's library, on Linux
     x = bk.upload(np.arange(10.0))
     y = bk.upload(np.ones(10))
     bk.axpy(1.0, x, y)                                  # built, as before a step is recorded

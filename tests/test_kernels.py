@@ -1076,7 +1076,7 @@ def adam_scalars(lr, beta1, beta2, t):
     return np.array([lr / (1 - beta1 ** t), math.sqrt(1 - beta2 ** t)])
 
 
-@pytest.fixture(params=["fused", "a layer a launch"])
+@pytest.fixture(params=["fused", "per_layer"])
 def updates(request, bk, monkeypatch):
     """Both ways of SGD's momentum update on every device: momentum_updates' layers in one
     launch (GPUs' way) and momentum_update's launch a layer (CPUs')."""

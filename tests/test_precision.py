@@ -118,8 +118,12 @@ def test_opencl_devices_compute_in_fp16_where_they_have_half_arithmetic():
     """fp16 on OpenCL where the device reports cl_khr_fp16 (Intel's CPU runtime does, PoCL
     3 and Oclgrind do not), with our own kernels: CLBlast's HGEMM would sum in half."""
     from portanet.backends import opencl
+    try:
+        listed = opencl.enumerate_devices()
+    except pn.DeviceError as e:
+        pytest.skip(str(e))
     seen = 0
-    for spec, _ in opencl.enumerate_devices():
+    for spec, _ in listed:
         bk = pn.device(spec)
         half = "cl_khr_fp16" in bk.device.extensions.split()
         assert ("fp16" in bk.precisions) == half

@@ -171,7 +171,7 @@ class CudaBackend(KernelBackend):
         self._prepared = {}
         self._load_kernels()
         self.vendor_gemm = cublas is not None
-        self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
+        self.gemm_path = self.gemm_path_asked()
         if cublas is not None:
             self._cublas = cublas.create()
             cublas.set_stream(self._cublas, self.stream.handle)

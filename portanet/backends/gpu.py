@@ -189,9 +189,16 @@ class KernelBackend(Backend):
         # SGD's update of up to UPDATE_LAYERS layers in one launch of STEPS elements a
         # work-item on GPUs (a launch costs NVIDIA's OpenCL 6-8 us of host time, and one
         # element a work-item left an H100's bandwidth unused); a launch a layer of one
-        # element a work-item on CPUs, where that kernel ran 1.5-2.5 times (PoCL) and 5 to
-        # several hundred times (Intel's runtime) faster (elementwise.cl, momentum_update)
+        # element a work-item on CPUs, where that kernel ran 1.3-4.6 times (PoCL) and 6-220
+        # times (Intel's runtime) faster (elementwise.cl, momentum_update)
         self.fused_updates = self.is_gpu
+
+    def gemm_path_asked(self):
+        """PORTANET_GEMM's path, "own" where it asks for a vendor GEMM the backend lacks.
+        auto without one still routes among our own paths: tilings, gemv's row splits, the
+        fused loss, the convolution paths."""
+        path = config.gemm_path()
+        return "own" if path == "vendor" and not self.vendor_gemm else path
 
     def build_all(self):
         """Build every kernel family (`portanet devices --check` does, to see that each
@@ -588,7 +595,8 @@ class KernelBackend(Backend):
         ws = max(t[1] * m * n for t in tilings.values())
         if ws > m * n:
             self._split_workspace(ws)      # grown first: the trials' replays all point at it
-        paths["vendor"] = vendor
+        if self.vendor_gemm:
+            paths["vendor"] = vendor
         if vendor_t is not None and self._transposes(2 * m * n * k):
             self._transposed_workspace(m * k)                   # likewise
             paths["vendor_t"] = vendor_t
@@ -608,6 +616,9 @@ class KernelBackend(Backend):
         trials write into the outputs themselves, so routing allocates nothing (but the
         split-K workspace, grown to the largest trial's first: _fastest_tiling); the arrays
         in `restore` (outputs the call also reads) are put back afterwards."""
+        if len(paths) == 1:                 # nothing to choose between
+            self._routes[key] = best = next(iter(paths))
+            return best
         saved = [(x, self.download(x)) for x in restore]
         kept = set(self._fresh)         # each trial copies what the step's call would copy
         paths = {name: functools.partial(self._with_fresh, kept, call)

@@ -355,7 +355,9 @@ def _enqueue_api(typed=True):
     try:
         with open("/proc/self/maps", encoding="utf-8") as f:
             paths = [line.split()[-1] for line in f if "libOpenCL" in line]
-        function = ctypes.CDLL(paths[0]).clEnqueueNDRangeKernel    # an object per library
+        # a fresh CDLL, so a function object of its own: the typed and untyped variants'
+        # argtypes stay apart
+        function = ctypes.CDLL(paths[0]).clEnqueueNDRangeKernel
     except (OSError, IndexError, AttributeError):
         return None
     function.restype = ctypes.c_int32
@@ -419,7 +421,7 @@ class OpenCLBackend(KernelBackend):
         self.vendor_gemm = (pyclblast is not None and not self.simulator
                             and self.precision in ("fp32", "fp64"))
         self._load_kernels()
-        self.gemm_path = config.gemm_path() if self.vendor_gemm else "own"
+        self.gemm_path = "own" if self.simulator else self.gemm_path_asked()
         tuning.apply(self)              # `portanet tune`'s parameters for this device
 
     @property
