@@ -414,8 +414,8 @@ class OpenCLBackend(KernelBackend):
         # where a group runs on one core and Intel's runtime pays for each of its
         # work-items (a Fashion-MNIST MLP epoch 2.0-2.2 -> 1.5-1.8 s there, PoCL alike);
         # a simulator keeps a GPU's 256, whose group sums its checks are for
-        rows = 256 if lim.gpu or self.simulator else CPU_GEMV_THREADS
-        self.gemv_threads = 1 << (min(rows, lim.work_group).bit_length() - 1)
+        threads = 256 if lim.gpu or self.simulator else CPU_GEMV_THREADS
+        self.gemv_threads = 1 << (min(threads, lim.work_group).bit_length() - 1)
         self._programs = {}
         self._bound, self._wrappers = {}, {}    # see _launch and _wrapper
         self._checked = set()                   # (kernel, group) held to the limits
