@@ -108,7 +108,7 @@ class _CopyLane:
     def __init__(self):
         self.stream = drv.Stream()
         self.pinned, self.copied, self.next = [None] * PINNED, [None] * PINNED, 0
-        self.read = [None, None]
+        self.read = [BEHIND, BEHIND]        # no send yet: after all before the first
 
     def send(self, part, address, dtype, after):
         i, self.next = self.next, (self.next + 1) % PINNED

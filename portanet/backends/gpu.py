@@ -142,6 +142,7 @@ class KernelBackend(Backend):
     _derived = None             # what _per_tiling made from each tiling, by tiling and use
     stages_samples = True
     _turn = 0                   # the half of a staging buffer write_samples used last
+    _staged_in = None           # and that buffer: (id of its memory, offset, size)
     tensor_gemm = False         # a tensor-core GEMM of ours computes this backend's products in
     #                             its precision (CUDA's mma.cu in tf32, wgmma.cu in bf16 and
     #                             fp16 on Hopper, `_tensor_takes`): `_gemm_tensor_pieces`,
@@ -1094,6 +1095,10 @@ class KernelBackend(Backend):
         self._run("update_loss_scale", (1,), s, found, int(growth_interval), float(low),
                   float(high))
 
+    def _reclaim(self, key, nbytes, buf):
+        self._staged_in = None          # the memory may come back as another staging buffer
+        super()._reclaim(key, nbytes, buf)
+
     def write_samples(self, dst, host, staging=None, bad=None, first=0):
         """The batch in parts of whole samples. Each (of LANE_BYTES or more: a smaller one
         goes by a plain write) is copied by the host into
@@ -1109,6 +1114,12 @@ class KernelBackend(Backend):
             raise ShapeError(f"write_samples: host array of {host.shape} into device array "
                              f"{dst.shape} (features, samples)")
         host = host.reshape(m, rows)
+        if self._staged_in != (id(staging.buf), staging.offset, staging.size):
+            # other memory than the lane's events speak for: its first send in each half
+            # waits for all the device has been given (a fill, another use of the memory)
+            self._staged_in = (id(staging.buf), staging.offset, staging.size)
+            for turn in (0, 1):
+                self._laid_out(turn, False)
         halves = 2 if staging.size >= 2 * rows else 1
         step = max(1, min(staging.size // (halves * rows), STAGED_SAMPLES))
         for j in range(0, m, step):

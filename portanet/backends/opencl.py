@@ -79,7 +79,7 @@ class _CopyLane:
     def __init__(self, ctx):
         self.ctx, self.queue = ctx, cl.CommandQueue(ctx)
         self.pinned, self.copied, self.next = [None] * PINNED, [None] * PINNED, 0
-        self.read = [None, None]
+        self.read = [BEHIND, BEHIND]        # no send yet: after all before the first
 
     def send(self, part, slot, after):
         i, self.next = self.next, (self.next + 1) % PINNED
