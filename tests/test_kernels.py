@@ -821,24 +821,29 @@ def test_write_samples_finds_nan_and_inf(backend, rng):
 
 @pytest.mark.parametrize("fresh", ["filled", "freed"])
 def test_the_copy_lane_waits_for_what_the_device_was_given(backend, rng, monkeypatch, fresh):
-    """The lane's first send into staging waits for the work before it on the backend's
-    own stream or queue: a fill of staging given just before (filled), or another staging
-    buffer in the place of a freed one (freed). A send that went at once raced the fill: on
-    the H100 a sample of one element came out NaN, the fill's value."""
+    """The lane's first send into a staging buffer waits for the work before it on the
+    backend's own stream or queue: fills of that buffer given just before (filled), or of
+    another buffer in the place of a freed one (freed). The lane is made and its pinned
+    buffers filled by a batch before, so that nothing slow stands between the fills and the
+    send. A send that went at once raced them (on the H100 a sample of one element came out
+    NaN, what a write had put there just before)."""
     if not backend.stages_samples or backend.simulator:
         pytest.skip("no copy lane here: the host lays batches out" if not
                     backend.stages_samples else "the simulator runs each queue in turn")
     from portanet.backends import gpu
     monkeypatch.setattr(gpu, "LANE_BYTES", 0)
-    n = (1 << 24) if backend.is_gpu else (1 << 18)      # a fill the device takes a while over
+    n = (1 << 24) if backend.is_gpu else (1 << 16)      # fills the device takes a while over
     dst, x = backend.empty((1, 3)), rng.standard_normal((3, 1))
-    for _ in range(2 if fresh == "freed" else 1):
-        staging = backend.empty((n,))
-        backend.fill(staging, np.nan)
+    backend.write_samples(dst, x, backend.empty((n,)))
+    staging = backend.empty((n,))
+    if fresh == "freed":
         backend.write_samples(dst, x, staging)
-        assert np.array_equal(backend.download(dst), x.T.astype(backend.dtype))
-        if fresh == "freed":
-            backend.free(staging)
+        backend.free(staging)
+        staging = backend.empty((n,))
+    for _ in range(16):
+        backend.fill(staging, np.nan)
+    backend.write_samples(dst, x, staging)
+    assert np.array_equal(backend.download(dst), x.T.astype(backend.dtype))
 
 
 def test_write_samples_refuses_a_wrong_size(backend, rng):
