@@ -1,8 +1,9 @@
 """Fashion-MNIST test accuracy after 5 epochs (batch 64, SGD 0.02 momentum 0.9) of
 `portanet train`'s LeNet and MLP, for the seeds given, in each precision on the device given
 (issue 18's criterion: within 0.3 pp of fp32 on the same seed). One JSON line a run.
-python3 precision_accuracy.py DEVICE SEED [SEED ...]"""
+python3 precision_accuracy.py DEVICE SEED [SEED ...]; MODELS=mlp (default lenet,mlp)"""
 import json
+import os
 import sys
 import time
 
@@ -10,7 +11,7 @@ import portanet as pn
 
 device, seeds = sys.argv[1], [int(s) for s in sys.argv[2:]]
 (x, y), (xt, yt) = pn.load_dataset("fashion-mnist")
-for model in ("lenet", "mlp"):                  # as `portanet train --model M` builds them
+for model in os.environ.get("MODELS", "lenet,mlp").split(","):                  # as `portanet train --model M` builds them
     for seed in seeds:
         for precision in ("fp32", "tf32", "bf16", "fp16"):
             start = time.perf_counter()
