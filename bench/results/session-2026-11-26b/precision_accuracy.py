@@ -11,7 +11,7 @@ import portanet as pn
 
 device, seeds = sys.argv[1], [int(s) for s in sys.argv[2:]]
 (x, y), (xt, yt) = pn.load_dataset("fashion-mnist")
-for model in os.environ.get("MODELS", "lenet,mlp").split(","):                  # as `portanet train --model M` builds them
+for model in os.environ.get("MODELS", "lenet,mlp").split(","):   # as `portanet train` builds
     for seed in seeds:
         for precision in os.environ.get("PRECISIONS", "fp32,tf32,bf16,fp16").split(","):
             start = time.perf_counter()
