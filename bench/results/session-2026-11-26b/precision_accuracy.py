@@ -1,7 +1,8 @@
 """Fashion-MNIST test accuracy after 5 epochs (batch 64, SGD 0.02 momentum 0.9) of
 `portanet train`'s LeNet and MLP, for the seeds given, in each precision on the device given
 (issue 18's criterion: within 0.3 pp of fp32 on the same seed). One JSON line a run.
-python3 precision_accuracy.py DEVICE SEED [SEED ...]; MODELS=mlp (default lenet,mlp), PRECISIONS=fp32 (default all four)"""
+python3 precision_accuracy.py DEVICE SEED [SEED ...]
+MODELS=mlp (default lenet,mlp), PRECISIONS=fp32 (default all four)"""
 import json
 import os
 import sys
