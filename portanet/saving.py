@@ -35,8 +35,9 @@ def resume(net, path, settings, epochs):
     """The training.Run saved in checkpoint `path`, after writing its parameters, optimizer
     state, step count and Dropout steps into net, whose optimizer state fit has prepared.
     The file must come from fit(checkpoint=...) of this architecture with the same
-    settings (batch size, optimizer, schedule, seed, shuffling, samples): else resuming
-    could not end where the uninterrupted run would; and hold fewer than `epochs` epochs.
+    settings (precision, batch size, optimizer, schedule, seed, shuffling, samples, loss
+    scale): else resuming could not end where the uninterrupted run would; and hold fewer
+    than `epochs` epochs.
     Everything is checked before anything is written."""
     from . import training
     with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
@@ -45,12 +46,20 @@ def resume(net, path, settings, epochs):
             raise ModelFileError(f"{path} holds a network but no training state; resume "
                                  f"from a file written by fit(checkpoint=...)")
         run, step, dropout_steps = training.read_training(f.metadata["training"], path)
+        # (checkpoints written before the precision was recorded hold none to compare)
+        run.settings.setdefault("precision", settings.get("precision"))
         differ = [f"{k}: {run.settings.get(k)!r} in the file, {v!r} now"
                   for k, v in settings.items() if run.settings.get(k) != v]
         if differ:
-            where = ("; the loss scale is the network's: make it with the same loss_scale "
-                     "(Sequential, the models, load)"
-                     if run.settings.get("loss_scale") != settings.get("loss_scale") else "")
+            if run.settings["precision"] != settings.get("precision"):
+                where = (f"; the precision is the network's: make it in "
+                         f"{run.settings['precision']} (precision= on Sequential, the models "
+                         f"and load; --precision; PORTANET_PRECISION)")
+            elif run.settings.get("loss_scale") != settings.get("loss_scale"):
+                where = ("; the loss scale is the network's: make it with the same "
+                         "loss_scale (Sequential, the models, load)")
+            else:
+                where = ""
             raise InputError(f"cannot resume from {path} with other settings ("
                              f"{'; '.join(differ)}); give fit the same ones{where}")
         if run.epoch >= epochs:

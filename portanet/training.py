@@ -425,7 +425,8 @@ def _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_dat
         files.check_destination(checkpoint)         # before the training, not after it
     n = len(x)
     seed = net.seed if seed is None else check_count("seed", seed, 0)
-    settings = {"batch_size": batch_size, "optimizer": optimizer_config(optimizer),
+    settings = {"precision": net.backend.precision,
+                "batch_size": batch_size, "optimizer": optimizer_config(optimizer),
                 "schedule": repr(schedule), "seed": seed, "shuffle": bool(shuffle),
                 "samples": n, "loss_scale": None}
     if net.loss_scaling is not None:

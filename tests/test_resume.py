@@ -10,11 +10,12 @@ import portanet as pn
 DEVICES = ["cpu", "opencl:pocl"]
 
 
-def network(device):
+def network(device, precision=None, loss_scale="auto"):
     return pn.Sequential([pn.Conv2D(4, 3, padding=1), pn.BatchNorm("relu"),
                           pn.Residual([pn.Conv2D(4, 3, padding=1), pn.BatchNorm()], "relu"),
                           pn.MaxPool2D(2), pn.Flatten(), pn.Dropout(0.3, seed=5),
-                          pn.Dense(3, "softmax")], (1, 8, 8), device=device, seed=3)
+                          pn.Dense(3, "softmax")], (1, 8, 8), device=device, seed=3,
+                         precision=precision, loss_scale=loss_scale)
 
 
 def data():
@@ -83,6 +84,9 @@ def test_resume_refuses_other_settings_and_files(tmp_path):
         fresh.fit(x, y, epochs=1, resume=path, **SETTINGS)
     after = fresh.get_weights()                 # a refused resume left the network alone
     assert all(np.array_equal(before[k], after[k]) for k in before)
+    with pytest.raises(pn.InputError, match=r"precision: 'fp32' in the file, 'bf16' now.*"
+                                            r"make it in fp32"):
+        network("cpu", "bf16").fit(x, y, epochs=3, resume=path, **SETTINGS)
     plain = tmp_path / "model.safetensors"
     network("cpu").save(plain)
     with pytest.raises(pn.ModelFileError, match="no training state"):
@@ -90,3 +94,21 @@ def test_resume_refuses_other_settings_and_files(tmp_path):
     other = pn.Sequential([pn.Flatten(), pn.Dense(3, "softmax")], (1, 8, 8), device="cpu")
     with pytest.raises(pn.ModelFileError, match="different architecture"):
         other.fit(x, y, epochs=2, resume=path, **SETTINGS)
+
+
+@pytest.mark.parametrize("trained,now", [("bf16", "fp32"), ("fp32", "tf32"), ("fp16", "bf16")])
+def test_resume_refuses_another_precision(tmp_path, trained, now):
+    """A checkpoint's precision is one of its settings: resumed in another, the run could
+    not end where the uninterrupted one would. The error names the precision first, even
+    where the loss scale differs too (fp16's), and says how to make the network."""
+    x, y = data()
+    path = tmp_path / "run.safetensors"
+    network("cpu", trained).fit(x, y, epochs=1, checkpoint=path, **SETTINGS)
+    fresh = network("cpu", now, pn.LossScale() if trained == "fp16" else "auto")
+    before = fresh.get_weights()
+    with pytest.raises(pn.InputError, match=rf"precision: '{trained}' in the file, '{now}' "
+                                            rf"now.*make it in {trained} \(precision="):
+        fresh.fit(x, y, epochs=3, resume=path, **SETTINGS)
+    after = fresh.get_weights()
+    assert all(np.array_equal(before[k], after[k]) for k in before)
+    network("cpu", trained).fit(x, y, epochs=2, resume=path, **SETTINGS)   # its own: resumes
