@@ -365,8 +365,8 @@ def run(devices=None, workloads=None, peer=True, progress=print, precisions=()):
     for w in workloads:
         if w not in WORKLOADS:
             raise PortanetError(f"unknown workload {w!r}: see `portanet bench --list`")
-    precisions = [precision_module.resolve(p, np.float32)
-                  for p in (precisions or [config.precision()])]
+    precisions = list(dict.fromkeys(precision_module.resolve(p, np.float32)   # once each
+                                    for p in (precisions or [config.precision()])))
     if not devices:
         devices = [spec for spec, _ in backends.list_devices()[0]]
     report = {"schema": SCHEMA, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -521,7 +521,7 @@ def _row(workload, case, device, timing=None, error=None, gemm_path=None, peak_b
 def _line(r):
     if r["status"] != "ok":
         return (f"{r['device']:12s} {r['precision']:4s} {r['workload']:12s} {r['case']:22s} "
-                f"FAILED {r['error'][:80]}")
+                f"FAILED {r['error'].splitlines()[0]}")
     return (f"{r['device']:12s} {r['precision']:4s} {r['workload']:12s} {r['case']:22s} "
             f"{r['median_s'] * 1e3:10.3f} ms  {r['throughput']:12.1f} {r['throughput_unit']}")
 
@@ -536,7 +536,7 @@ def table(report):
         if r["status"] != "ok":
             lines.append(f"{r['device']:12s} {r['precision']:4s} {r['workload']:12s} "
                          f"{r['case']:22s} FAILED: "
-                         f"{(r['error'] or '').splitlines()[0][:90]}")
+                         f"{(r['error'] or '').splitlines()[0]}")
             continue
         peers = ""
         for key in ("torch", "torch_graph"):

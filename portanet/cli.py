@@ -307,6 +307,8 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
     click.echo(bench_module.table(report))
+    if not any(r["status"] == "ok" for r in report["results"]):
+        raise click.ClickException("nothing ran: every row above failed")
 
 
 @main.command()
@@ -420,7 +422,7 @@ def export(model_file, out, opset):
     samples-first input (N, ...) with N free, the output activation included."""
     from . import onnx_io, saving
     try:
-        net = saving.load(model_file)
+        net = saving.load(model_file, device="cpu", precision="fp32")   # computes nothing
         path = onnx_io.to_onnx(net, out, opset)
     except PortanetError as e:
         raise click.ClickException(str(e)) from e

@@ -69,8 +69,8 @@ class Sequential:
         self.input_shape = _input_shape(input_shape)
         self.loss = losses.get(loss)
         self.seed = check_count("seed", seed, 0)
-        # precision: fp32 or tf32 (portanet/precision.py); None: a backend's own, else
-        # PORTANET_PRECISION for float32, else fp32 (fp64 for float64)
+        # precision: fp32, tf32, bf16 or fp16 (portanet/precision.py); None: a backend's
+        # own, else PORTANET_PRECISION for float32, else fp32 (fp64 for float64)
         if not isinstance(device, backends.Backend):
             precision = precisions.default(precision, dtype)
         self.backend = backends.device(device, dtype, precision)
@@ -417,6 +417,18 @@ class Sequential:
 
     # -- the user's API ------------------------------------------------------------------
 
+    @property
+    def loss_scale(self):
+        """The loss scale now and the steps it has skipped since training began, (scale,
+        skipped), read from the device (as torch's GradScaler.get_scale); None where the
+        network does not scale its loss. fit's history has them an epoch at a time, for
+        train_batch this is the way to see them."""
+        if self.loss_scaling is None:
+            return None
+        state = self.optimizer_state
+        return state.scale_now() if state is not None and state.scaling is not None \
+            else (self.loss_scaling.initial, 0)
+
     def train_batch(self, x, y, optimizer=training.DEFAULT_OPTIMIZER):
         """One forward, loss, backward and update on one batch (no host synchronisation)."""
         training.train_batch(self, x, y, optimizer)
@@ -572,7 +584,28 @@ class Sequential:
                 f"values too large for {self.backend.dtype} (they become inf)"  # 1e39 in f32
             rows = cast.reshape(len(cast), -1)
             raise _nonfinite(what, int(np.argwhere(~np.isfinite(rows))[0][0]))
+        self._check_half_range(cast)
         return cast
+
+    def _check_half_range(self, x):
+        """In fp16 the first product rounds the input to half: from 65520 up, inf, and the
+        network's outputs NaN. Refused here, naming the range, where the input goes to a
+        product as it is (a Dense or Conv2D first, after a Flatten or not)."""
+        if self.backend.precision != "fp16":
+            return
+        first = next((layer for layer in self.layers
+                      if not isinstance(layer, layer_module.Flatten)), None)
+        limit = precisions.HALF_OVERFLOW
+        if not isinstance(first, layer_module.Dense) or \
+                (x.max(initial=0) < limit and x.min(initial=0) > -limit):
+            return
+        rows = x.reshape(len(x), -1)
+        sample = int(np.argwhere(np.abs(rows) >= limit)[0][0])
+        top = float(np.abs(rows).max())
+        raise InputError(f"input holds values of magnitude up to {top:.4g} "
+                         f"(first at sample {sample}), beyond fp16's range: from 65520 the "
+                         f"first layer's products round them to inf (half's largest is 65504); "
+                         f"scale the inputs, or compute in bf16 or fp32")
 
     def _check_data(self, x, y, finite=True):
         x = self._check_x(x, finite)

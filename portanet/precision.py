@@ -34,6 +34,14 @@ PRECISIONS = {p.name: p for p in (Precision("fp32", 23), Precision("tf32", 10),
 # the relative error one rounding to the precision may make (half a unit in the last place)
 UNIT_ROUNDOFF = {name: 2.0 ** -(p.mantissa + 1) for name, p in PRECISIONS.items()}
 
+# other names users bring: PyTorch's dtypes and Keras's mixed-precision policies
+ALIASES = {"float32": "fp32", "tensorfloat32": "tf32", "bfloat16": "bf16",
+           "mixed_bfloat16": "bf16", "float16": "fp16", "half": "fp16",
+           "mixed_float16": "fp16", "float64": "fp64", "double": "fp64"}
+
+# fp16: the least magnitude that rounds to inf (half's largest finite is 65504)
+HALF_OVERFLOW = 65520.0
+
 
 def resolve(precision, dtype):
     """The precision's name for a backend of `dtype` (None: fp64 for float64, else the
@@ -42,11 +50,13 @@ def resolve(precision, dtype):
     if precision is None:
         return "fp64" if dtype == np.float64 else "fp32"
     name = str(precision).strip().lower() if isinstance(precision, str) else precision
+    name = ALIASES.get(name, name) if isinstance(name, str) else name
     if name not in PRECISIONS:
-        raise InputError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}: "
-                         f"use fp32 (the default), tf32, bf16 or fp16")
+        raise InputError(f"precision {precision!r} is not one of fp32 (the default), tf32, "
+                         f"bf16, fp16 (or fp64, a float64 network's)")
     if (name == "fp64") != (dtype == np.float64):
-        fix = ("give dtype='float64' for fp64" if name == "fp64" else
+        fix = ("fp64 is a float64 network's precision: give dtype='float64' (the command "
+               "line trains float32 networks)" if name == "fp64" else
                "float64 networks compute in fp64 only: give dtype='float32' to use " + name)
         raise InputError(f"precision {name} with dtype {dtype}: {fix}")
     return name
@@ -57,7 +67,12 @@ def default(precision, dtype):
     PORTANET_PRECISION for float32 (a float64 network is fp64 whatever it says), else None
     (resolve's default)."""
     if precision is None and np.dtype(dtype) == np.float32:
-        return config.precision()
+        precision = config.precision()
+        if precision is not None:
+            try:
+                resolve(precision, dtype)
+            except InputError as e:
+                raise InputError(f"PORTANET_PRECISION={precision!r}: {e}") from e
     return precision
 
 
@@ -70,7 +85,7 @@ def round_to(x, precision):
         return x
     if np.asarray(x).dtype != np.float32:   # a float64 input would be rounded twice
         raise InputError(f"round_to takes float32 arrays, not {np.asarray(x).dtype}")
-    if precision == "fp16":                 # from 65520 up: inf, as the kernels round
+    if precision == "fp16":                 # from HALF_OVERFLOW up: inf, as the kernels round
         with np.errstate(over="ignore"):
             return x.astype(np.float16).astype(np.float32)
     drop = 23 - PRECISIONS[precision].mantissa          # low bits of float32's mantissa

@@ -91,9 +91,11 @@ def test_a_backend_per_device_dtype_and_precision():
 
 
 @pytest.mark.parametrize("precision_name,dtype,said", [
-    ("fp8", np.float32, "not one of fp32, tf32, bf16, fp16, fp64"),
+    ("fp8", np.float32, r"not one of fp32 \(the default\), tf32, bf16, fp16 \(or fp64, a "
+                        r"float64 network's\)"),
     ("tf32", np.float64, "float64 networks compute in fp64 only"),
-    ("fp64", np.float32, "give dtype='float64'"),
+    ("fp64", np.float32, r"give dtype='float64' \(the command line trains float32 networks\)"),
+    ("double", np.float32, "give dtype='float64'"),
 ])
 def test_a_precision_that_is_not_one_is_refused(precision_name, dtype, said):
     with pytest.raises(InputError, match=said):
@@ -153,24 +155,84 @@ def test_networks_take_the_precision_or_the_variable(monkeypatch):
     assert pn.lenet(device="cpu").backend.precision == "tf32"
     assert pn.lenet(device="cpu", precision="fp32").backend.precision == "fp32"
     assert pn.lenet(device=pn.device("cpu")).backend.precision == "fp32"    # the backend's
-    monkeypatch.setenv("PORTANET_PRECISION", "half")
-    with pytest.raises(InputError, match="precision 'half' is not one of"):
+    monkeypatch.setenv("PORTANET_PRECISION", "quarter")
+    with pytest.raises(InputError, match="PORTANET_PRECISION='quarter': precision 'quarter' "
+                                         "is not one of"):
         pn.mlp((4,), 3, device="cpu")
+    monkeypatch.setenv("PORTANET_PRECISION", "half")           # PyTorch's name
+    assert pn.mlp((4,), 3, device="cpu").backend.precision == "fp16"
 
 
-def test_devices_list_their_precisions():
-    found, _ = backends.list_devices()
-    assert all("precisions fp32" in description for _, description in found)
-    assert "precisions fp32, tf32, bf16, fp16 (emulated)" in dict(found)["cpu"]
+@pytest.mark.parametrize("alias,name", [("half", "fp16"), ("float16", "fp16"),
+                                        ("mixed_float16", "fp16"), ("bfloat16", "bf16"),
+                                        ("mixed_bfloat16", "bf16"), ("float32", "fp32"),
+                                        ("TensorFloat32", "tf32")])
+def test_pytorch_and_keras_names_are_taken(alias, name):
+    assert pn.mlp((4,), 3, hidden=(5,), device="cpu", precision=alias).backend.precision == name
 
 
-def test_a_saved_network_loads_in_another_precision(tmp_path, rng):
-    net = pn.mlp((6,), 3, hidden=(5,), device="cpu", precision="tf32")
-    net.save(tmp_path / "n.safetensors")
-    back = pn.load(tmp_path / "n.safetensors", device="cpu")
-    assert back.backend.precision == "fp32"
-    for name, w in net.get_weights().items():
-        assert np.array_equal(back.get_weights()[name], w)
+def test_a_device_without_the_variables_precision_names_the_variable(monkeypatch):
+    monkeypatch.setenv("PORTANET_PRECISION", "bf16")
+    with pytest.raises(PrecisionError, match=r"does not compute in bf16.*\(PORTANET_PRECISION "
+                                             r"is bf16: unset it"):
+        pn.mlp((4,), 3, device="opencl:pocl")
+
+
+def test_export_computes_nothing_and_takes_no_precision(monkeypatch, tmp_path):
+    pytest.importorskip("onnx")
+    from click.testing import CliRunner
+    from portanet.cli import main
+    pn.mlp((4,), 3, hidden=(5,), device="cpu").save(tmp_path / "n.safetensors")
+    monkeypatch.setenv("PORTANET_PRECISION", "bf16")
+    monkeypatch.setenv("PORTANET_DEVICE", "opencl:pocl")        # which has no bf16
+    result = CliRunner().invoke(main, ["export", str(tmp_path / "n.safetensors"),
+                                       str(tmp_path / "n.onnx")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "n.onnx").exists()
+
+
+@pytest.mark.parametrize("first", ["dense", "flatten-dense", "conv", "batchnorm"])
+def test_fp16_refuses_inputs_beyond_half_where_a_product_takes_them(first, rng):
+    """In fp16 the first product rounds the input to half: 65520 and above would be inf and
+    every output NaN. fit, predict and evaluate refuse such inputs, naming the range; 65504,
+    half's largest, is taken; a network whose first layer is no product takes any."""
+    head = {"dense": [], "flatten-dense": [pn.Flatten()], "conv": [pn.Conv2D(2, 3)],
+            "batchnorm": [pn.BatchNorm()]}[first]
+    net = pn.Sequential(head + [pn.Flatten(), pn.Dense(3, "softmax")], (1, 4, 4),
+                        device="cpu", precision="fp16")
+    x, y = rng.standard_normal((6, 1, 4, 4)).astype(np.float32), rng.integers(0, 3, 6)
+    x[2, 0, 1, 1] = 65504.0
+    net.predict(x)
+    x[4, 0, 2, 3] = -7e4
+    if first == "batchnorm":
+        net.predict(x)
+        return
+    before = net.get_weights()
+    for call in (lambda: net.predict(x), lambda: net.evaluate(x, y),
+                 lambda: net.fit(x, y, epochs=1, batch_size=3),
+                 lambda: net.train_batch(x, y)):
+        with pytest.raises(InputError, match=r"magnitude up to 7e\+04 \(first at sample 4\), "
+                                             r"beyond fp16's range.*compute in bf16 or fp32"):
+            call()
+    assert all(np.array_equal(before[k], w) for k, w in net.get_weights().items())
+    net.fit(x / 4, y, epochs=1, batch_size=3)
+
+
+def test_the_loss_scale_is_seen_without_fit(rng):
+    """train_batch's user reads the scale and the steps skipped as GradScaler's get_scale
+    gives them: what fit's history says after the same steps; None where the network does
+    not scale."""
+    assert pn.mlp((4,), 3, hidden=(5,), device="cpu").loss_scale is None
+    x, y = rng.standard_normal((8, 4)).astype(np.float32) * 300, rng.integers(0, 3, 8)
+    nets = [pn.mlp((4,), 3, hidden=(5,), device="cpu", precision="fp16",
+                   loss_scale=pn.LossScale(2.0 ** 24, growth_interval=2)) for _ in range(2)]
+    assert nets[0].loss_scale == (2.0 ** 24, 0)
+    for _ in range(6):
+        nets[0].train_batch(x, y, pn.SGD(0.01))
+    history = nets[1].fit(x, y, epochs=6, batch_size=8, optimizer=pn.SGD(0.01), shuffle=False)
+    assert sum(history["skipped_steps"]) > 0
+    assert nets[0].loss_scale == nets[1].loss_scale == \
+        (history["loss_scale"][-1], sum(history["skipped_steps"]))
 
 
 # -- the reference's emulation ----------------------------------------------------------------
@@ -519,3 +581,19 @@ def test_bench_rows_say_their_precision():
         assert rows["opencl:pocl", "fp32"]["status"] == "ok"
         assert "PrecisionError" in rows["opencl:pocl", "tf32"]["error"]
     assert "tf32 mlp-small" in bench.table(report)
+
+
+def test_bench_runs_a_precision_once_and_fails_when_nothing_ran():
+    from click.testing import CliRunner
+    from portanet import bench
+    from portanet.cli import main
+    report = bench.run(["cpu"], ["mlp-small"], peer=False, progress=lambda line: None,
+                       precisions=["fp16", "FP16", "half"])
+    assert [r["precision"] for r in report["results"]] == ["fp16"]
+    result = CliRunner().invoke(main, ["bench", "--device", "opencl:pocl", "--workload",
+                                       "mlp-small", "--precision", "bf16", "--no-torch"])
+    if "no OpenCL" in result.output or "not available" in result.output:
+        pytest.skip("no PoCL here")
+    assert result.exit_code != 0, result.output
+    assert "nothing ran" in result.output
+    assert "it has fp32; bf16 runs on CUDA devices" in result.output     # not cut short

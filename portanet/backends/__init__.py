@@ -65,8 +65,12 @@ def device(spec=None, dtype=np.float32, precision=None):
         if key not in _instances:
             try:
                 _instances[key] = _get(_canonical(name, match), *key[1:])
-            except PrecisionError:
-                raise                       # the device is there: the message says what it has
+            except PrecisionError as e:     # the device is there: the message says what it has
+                asked = config.precision()
+                if precisions.ALIASES.get(asked, asked) == precision:
+                    raise PrecisionError(f"{e} (PORTANET_PRECISION is {precision}: unset it, "
+                                         f"or give a precision the device has)") from e
+                raise
             except DeviceError as e:
                 text = f"{origin or f'device {spec!r}'} is not available: {e}"
                 raise DeviceError(f"{text}. {_available_text(text)}") from e
