@@ -430,7 +430,8 @@ class Sequential:
             else (self.loss_scaling.initial, 0)
 
     def train_batch(self, x, y, optimizer=training.DEFAULT_OPTIMIZER):
-        """One forward, loss, backward and update on one batch (no host synchronisation)."""
+        """One forward, loss, backward and update on one batch (no host synchronisation;
+        `loss_scale` reads what a loss-scaled step did)."""
         training.train_batch(self, x, y, optimizer)
 
     def fit(self, x, y, epochs=1, batch_size=32, optimizer=training.DEFAULT_OPTIMIZER,
@@ -438,7 +439,8 @@ class Sequential:
             callbacks=None, schedule=None, checkpoint=None, resume=None, progress=None,
             on_epoch=None, data_on_device="auto"):
         """Train; returns a History (a dict) of per-epoch lists: loss, accuracy, lr,
-        seconds, and val_loss, val_accuracy when validating.
+        seconds, val_loss and val_accuracy when validating, and loss_scale and
+        skipped_steps where the network scales its loss (fp16's default).
 
         x, y (and validation_data): NumPy arrays, or any with __dlpack__ (PyTorch, CuPy,
         JAX). Host memory is read without a copy. On cuda, an array on the network's GPU
