@@ -366,7 +366,8 @@ def run(devices=None, workloads=None, peer=True, progress=print, precisions=()):
         if w not in WORKLOADS:
             raise PortanetError(f"unknown workload {w!r}: see `portanet bench --list`")
     precisions = list(dict.fromkeys(precision_module.resolve(p, np.float32)   # once each
-                                    for p in (precisions or [config.precision()])))
+                                    for p in (precisions or
+                                              [precision_module.default(None, np.float32)])))
     if not devices:
         devices = [spec for spec, _ in backends.list_devices()[0]]
     report = {"schema": SCHEMA, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
