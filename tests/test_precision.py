@@ -235,6 +235,21 @@ def test_the_loss_scale_is_seen_without_fit(rng):
         (history["loss_scale"][-1], sum(history["skipped_steps"]))
 
 
+def test_devices_list_their_precisions():
+    found, _ = backends.list_devices()
+    assert all("precisions fp32" in description for _, description in found)
+    assert "precisions fp32, tf32, bf16, fp16 (emulated)" in dict(found)["cpu"]
+
+
+def test_a_saved_network_loads_in_another_precision(tmp_path, rng):
+    net = pn.mlp((6,), 3, hidden=(5,), device="cpu", precision="tf32")
+    net.save(tmp_path / "n.safetensors")
+    back = pn.load(tmp_path / "n.safetensors", device="cpu")
+    assert back.backend.precision == "fp32"
+    for name, w in net.get_weights().items():
+        assert np.array_equal(back.get_weights()[name], w)
+
+
 # -- the reference's emulation ----------------------------------------------------------------
 
 def test_the_reference_rounds_each_products_inputs(rng, lower):
