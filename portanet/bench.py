@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from . import __version__, backends, config, models, training
+from . import __version__, backends, models, training
 from . import precision as precision_module
 from .errors import PortanetError
 from .layers import Dense
