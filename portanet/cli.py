@@ -7,7 +7,6 @@ import time
 import click
 
 from . import backends, checkpoint as files, data, models, optim, schedules
-from .precision import default as default_precision
 from .errors import PortanetError
 
 CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
@@ -326,7 +325,7 @@ def profile(workload, device, batch_size, precision, json_path):
     import numpy as np
     from . import bench as bench_module, profiler
     try:
-        bk = backends.device(device, precision=default_precision(precision, "float32"))
+        bk = backends.device_for(device, "float32", precision)
         net, step = bench_module.training_step(workload, bk, batch_size,
                                                np.random.default_rng(0), eager=True)
         report = profiler.profile(bk, step, warmup_seconds=0.5)

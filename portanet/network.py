@@ -71,9 +71,7 @@ class Sequential:
         self.seed = check_count("seed", seed, 0)
         # precision: fp32, tf32, bf16 or fp16 (portanet/precision.py); None: a backend's
         # own, else PORTANET_PRECISION for float32, else fp32 (fp64 for float64)
-        if not isinstance(device, backends.Backend):
-            precision = precisions.default(precision, dtype)
-        self.backend = backends.device(device, dtype, precision)
+        self.backend = backends.device_for(device, dtype, precision)
         # loss_scale: "auto" (dynamic in fp16), None, or an optim.LossScale
         self.loss_scaling = optim.loss_scale(loss_scale, self.backend.precision)
         shape = self.input_shape
@@ -419,10 +417,11 @@ class Sequential:
 
     @property
     def loss_scale(self):
-        """The loss scale now and the steps it has skipped since training began, (scale,
-        skipped), read from the device (as torch's GradScaler.get_scale); None where the
-        network does not scale its loss. fit's history has them an epoch at a time, for
-        train_batch this is the way to see them."""
+        """The loss scale now and the steps it has skipped, (scale, skipped), read from the
+        device (as torch's GradScaler.get_scale); None where the network does not scale its
+        loss. Both count from the optimizer's state, made by the first fit or train_batch
+        (and anew for another optimizer; before it, the initial scale and 0). fit's history
+        has them an epoch at a time; for train_batch this is the way to see them."""
         if self.loss_scaling is None:
             return None
         state = self.optimizer_state
@@ -591,19 +590,21 @@ class Sequential:
 
     def _check_half_range(self, x):
         """In fp16 the first product rounds the input to half: from 65520 up, inf, and the
-        network's outputs NaN. Refused here, naming the range, where the input goes to a
-        product as it is (a Dense or Conv2D first, after a Flatten or not)."""
-        if self.backend.precision != "fp16":
+        network's outputs NaN. Refused here, naming the range, where the input reaches a
+        product with its magnitude (through layers that pass values on: Flatten, Dropout,
+        pooling, a Residual block's first layer); NaN and inf are left to their own check."""
+        if self.backend.precision != "fp16" or not _input_meets_product(self.layers):
             return
-        first = next((layer for layer in self.layers
-                      if not isinstance(layer, layer_module.Flatten)), None)
         limit = precisions.HALF_OVERFLOW
-        if not isinstance(first, layer_module.Dense) or \
-                (x.max(initial=0) < limit and x.min(initial=0) > -limit):
+        with np.errstate(invalid="ignore"):
+            if np.nanmax(x, initial=0) < limit and np.nanmin(x, initial=0) > -limit:
+                return
+            rows = x.reshape(len(x), -1)
+            large = (np.abs(rows) >= limit) & np.isfinite(rows)
+        if not large.any():                 # only inf: the finite check's to report
             return
-        rows = x.reshape(len(x), -1)
-        sample = int(np.argwhere(np.abs(rows) >= limit)[0][0])
-        top = float(np.abs(rows).max())
+        sample = int(np.argwhere(large)[0][0])
+        top = float(np.abs(rows[large]).max())
         raise InputError(f"input holds values of magnitude up to {top:.4g} "
                          f"(first at sample {sample}), beyond fp16's range: from 65520 the "
                          f"first layer's products round them to inf (half's largest is 65504); "
@@ -704,6 +705,22 @@ class Sequential:
 
     def _describe(self):
         return saving.describe(self.architecture())
+
+
+def _input_meets_product(layers):
+    """Whether a network's input reaches a matrix product (Dense, Conv2D) with its own
+    magnitude: through Flatten, Dropout and pooling, into a Residual block's first layer or
+    its projection (an identity shortcut adds the input unrounded), not through BatchNorm or
+    a layer unknown here."""
+    for layer in layers:
+        if isinstance(layer, layer_module.Dense):           # Conv2D too
+            return True
+        if isinstance(layer, layer_module.Residual):
+            return layer.projection is not None or _input_meets_product(layer.layers)
+        if not isinstance(layer, (layer_module.Flatten, layer_module.Dropout,
+                                  layer_module.MaxPool2D, layer_module.AvgPool2D)):
+            return False
+    return False
 
 
 def _nonfinite(what, sample):

@@ -6,7 +6,7 @@ architecture it declares before anything is allocated or written: the layers mus
 ones portanet has, with valid arguments; the tensors exactly the parameters those layers
 have, of their shapes, real and finite; their bytes within the device's memory.
 """
-from . import checkpoint, layers as layer_module, precision as precisions
+from . import checkpoint, layers as layer_module
 from .errors import InputError, ModelFileError, ShapeError
 
 
@@ -95,10 +95,8 @@ def load(path, device=None, dtype="float32", precision=None, loss_scale="auto"):
     file holds float32 weights whatever the precision they were trained in, as PyTorch's
     state dicts do. loss_scale as Sequential's."""
     from .network import Sequential
-    from .backends import Backend, device as get_device
-    if not isinstance(device, Backend):
-        precision = precisions.default(precision, dtype)
-    backend = get_device(device, dtype, precision)
+    from .backends import device_for
+    backend = device_for(device, dtype, precision)
     with checkpoint.read(path, max_bytes=_cap(backend)) as f:
         arch = _architecture(f.architecture, path)
         try:

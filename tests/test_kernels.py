@@ -822,11 +822,12 @@ def test_write_samples_finds_nan_and_inf(backend, rng):
 @pytest.mark.parametrize("fresh", ["filled", "freed"])
 def test_the_copy_lane_waits_for_what_the_device_was_given(backend, rng, monkeypatch, fresh):
     """The lane's first send into a staging buffer waits for the work before it on the
-    backend's own stream or queue: fills of that buffer given just before (filled), or of
-    another buffer in the place of a freed one (freed). The lane is made and its pinned
-    buffers filled by a batch before, so that nothing slow stands between the fills and the
-    send. A send that went at once raced them (on the H100 a sample of one element came out
-    NaN, what a write had put there just before)."""
+    backend's own stream or queue: fills of that buffer given just before (filled), or of a
+    new buffer that took a freed one's place and its id, after batches through both halves
+    of the freed one (freed: the lane's events speak for the old buffer). The lane is made
+    and its pinned buffers filled first, so that nothing slow stands between the fills and
+    the send. A send that went at once raced them (on the H100 a sample of one element came
+    out NaN, what a write had put there just before)."""
     if not backend.stages_samples or backend.simulator:
         pytest.skip("no copy lane here: the host lays batches out" if not
                     backend.stages_samples else "the simulator runs each queue in turn")
@@ -837,10 +838,19 @@ def test_the_copy_lane_waits_for_what_the_device_was_given(backend, rng, monkeyp
     backend.write_samples(dst, x, backend.empty((n,)))
     staging = backend.empty((n,))
     if fresh == "freed":
-        backend.write_samples(dst, x, staging)
-        backend.free(staging)
-        staging = backend.empty((n,))
-    for _ in range(16):
+        wide = rng.standard_normal((n // 2 + 1, 1))          # both halves, every pinned buffer
+        for _ in range(2):
+            backend.write_samples(backend.empty((1, len(wide))), wide, staging)
+        for _ in range(20):                                  # until a new one takes its id
+            old = id(staging.buf)
+            backend.free(staging)
+            del staging
+            staging = backend.empty((n,))
+            if id(staging.buf) == old:
+                break
+        else:
+            pytest.skip("no new buffer took the freed one's id in 20 tries")
+    for _ in range(16 if backend.is_gpu else 64):
         backend.fill(staging, np.nan)
     backend.write_samples(dst, x, staging)
     assert np.array_equal(backend.download(dst), x.T.astype(backend.dtype))

@@ -96,15 +96,17 @@ def test_resume_refuses_other_settings_and_files(tmp_path):
         other.fit(x, y, epochs=2, resume=path, **SETTINGS)
 
 
-@pytest.mark.parametrize("trained,now", [("bf16", "fp32"), ("fp32", "tf32"), ("fp16", "bf16")])
-def test_resume_refuses_another_precision(tmp_path, trained, now):
+@pytest.mark.parametrize("trained,now,scale", [("bf16", "fp32", "auto"), ("fp32", "tf32", "auto"),
+                                               ("fp16", "bf16", "auto"),
+                                               ("fp16", "bf16", "the same")])
+def test_resume_refuses_another_precision(tmp_path, trained, now, scale):
     """A checkpoint's precision is one of its settings: resumed in another, the run could
     not end where the uninterrupted one would. The error names the precision first, even
     where the loss scale differs too (fp16's), and says how to make the network."""
     x, y = data()
     path = tmp_path / "run.safetensors"
     network("cpu", trained).fit(x, y, epochs=1, checkpoint=path, **SETTINGS)
-    fresh = network("cpu", now, pn.LossScale() if trained == "fp16" else "auto")
+    fresh = network("cpu", now, pn.LossScale() if scale == "the same" else "auto")
     before = fresh.get_weights()
     with pytest.raises(pn.InputError, match=rf"precision: '{trained}' in the file, '{now}' "
                                             rf"now.*make it in {trained} \(precision="):

@@ -65,16 +65,28 @@ def device(spec=None, dtype=np.float32, precision=None):
         if key not in _instances:
             try:
                 _instances[key] = _get(_canonical(name, match), *key[1:])
-            except PrecisionError as e:     # the device is there: the message says what it has
-                asked = config.precision()
-                if precisions.ALIASES.get(asked, asked) == precision:
-                    raise PrecisionError(f"{e} (PORTANET_PRECISION is {precision}: unset it, "
-                                         f"or give a precision the device has)") from e
-                raise
+            except PrecisionError:
+                raise                       # the device is there: the message says what it has
             except DeviceError as e:
                 text = f"{origin or f'device {spec!r}'} is not available: {e}"
                 raise DeviceError(f"{text}. {_available_text(text)}") from e
         return _instances[key]
+
+
+def device_for(spec, dtype, precision):
+    """device() for a network or a command: precision None is PORTANET_PRECISION for
+    float32 (precision.default), and a device's refusal of the variable's precision names
+    the variable. A Backend given is taken as device() takes it."""
+    if isinstance(spec, Backend):
+        return device(spec, dtype, precision)
+    chosen = precisions.default(precision, dtype)
+    try:
+        return device(spec, dtype, chosen)
+    except PrecisionError as e:
+        if precision is None and chosen is not None:
+            raise PrecisionError(f"{e} (PORTANET_PRECISION={chosen!r} asked for it: unset it, "
+                                 f"or give a precision the device has)") from e
+        raise
 
 
 def _canonical(name, match):
