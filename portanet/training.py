@@ -518,8 +518,10 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
             raise DivergedError(
                 f"training diverged in epoch {epoch + 1}: the loss is {loss} at learning "
                 f"rate {lr:g}; lower the learning rate (e.g. {lr / 10:g}), scale the "
-                f"inputs, or add a schedule with warmup", epoch=epoch, loss=loss, lr=lr,
-                history=history)
+                f"inputs, or add a schedule with warmup"
+                + ("; in fp16 a product's inputs from 65520 up are inf: bf16 keeps float32's "
+                   "range" if net.backend.precision == "fp16" else ""),
+                epoch=epoch, loss=loss, lr=lr, history=history)
         if validation_data is not None:
             logs["val_loss"], logs["val_accuracy"] = net.evaluate(*validation_data)
         for k, v in logs.items():

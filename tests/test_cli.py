@@ -125,7 +125,12 @@ def test_divergence_fails_the_run_and_says_why(device_name):
                  "--lr", "1e4", "--json")
     assert result.exit_code == 1, result.output
     assert "diverged in epoch 1" in result.output and "learning rate 10000" in result.output
-    assert "Traceback" not in result.output
+    assert "Traceback" not in result.output and "fp16" not in result.output
+    if device_name == "cpu":            # fp16's range is named where it may be the cause
+        result = run("train", "--limit", "1000", "--epochs", "2", "--device", device_name,
+                     "--lr", "1e4", "--precision", "fp16")
+        assert result.exit_code == 1 and "diverged in epoch 1" in result.output
+        assert "in fp16 a product's inputs from 65520 up are inf" in result.output
 
 
 def test_piped_output_has_no_progress_noise(tmp_path):
