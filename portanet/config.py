@@ -18,6 +18,10 @@ PORTANET_CONV    convolution path on GPU backends: auto (the default: each shape
                  it has one); a path that does not apply to a layer leaves it to auto
 PORTANET_PRECISION  the precision networks and benchmarks compute in where none is given:
                  fp32 (the default), tf32, bf16 or fp16 (portanet/precision.py)
+PORTANET_ROUTES  a file (JSON) of the paths auto routing measured on each device: a backend
+                 takes a shape's path from it instead of timing it again, and adds the
+                 ones it times, so that every process computes as the first did and a seed
+                 trains alike (backends/routes.py); unset: each process measures anew
 PORTANET_GRAPHS  on (default) or off: record a training step once (a CUDA graph; on OpenCL
                  its bound launches) and replay it
 PORTANET_TUNING  on (default) or off: use the GEMM tilings `portanet tune` measured for
@@ -82,6 +86,12 @@ def precision():
     """PORTANET_PRECISION as set (checked where it is used: precision.resolve), or None."""
     value = os.environ.get("PORTANET_PRECISION", "").strip().lower()
     return value or None
+
+
+def routes_file():
+    """PORTANET_ROUTES as a Path, or None where unset or empty."""
+    value = os.environ.get("PORTANET_ROUTES", "").strip()
+    return Path(value).expanduser() if value else None
 
 
 def graphs():

@@ -7,13 +7,14 @@ import logging
 import math
 import time
 import weakref
+from pathlib import Path
 
 import numpy as np
 
 from .. import config, tuning
 from ..errors import ShapeError
 from ..precision import PRECISIONS
-from . import sources
+from . import routes, sources
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    check_conv, check_found, check_gather, check_gemm, check_loss_scale,
                    check_norm_kind, check_pool, check_rows, check_skip, check_transpose,
@@ -174,6 +175,7 @@ class KernelBackend(Backend):
         the thirty, and a first build is slow on some drivers (PoCL compiles each kernel
         again for each work-group size, a second or so each)."""
         self._routes, self._route_tilings = {}, {}
+        self._route_file = None             # PORTANET_ROUTES' routes of this backend (_kept_route)
         self._kernels = {}
         self._announced = False
         self._shadows = weakref.WeakKeyDictionary()     # keep_operands: array -> 16-bit copy
@@ -608,6 +610,22 @@ class KernelBackend(Backend):
             self._route_tilings[key] = tilings[best]
         return best
 
+    def _kept_route(self, key):
+        """The path PORTANET_ROUTES' file keeps for key under this backend's scope (see
+        backends/routes.py: the device, driver and kernels, this routing code, the dtype,
+        precision, paths and tilings), or None."""
+        path = config.routes_file()
+        if path is None:
+            self._route_file = None
+            return None
+        if self._route_file is None or self._route_file.path != path:
+            code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
+            self._route_file = routes.RouteFile(path, routes.scope(
+                self._sources_id(), code, str(self.dtype), self.precision, self.gemm_path,
+                self.conv_path, self.gemm_params, sorted(self.gemm_sizes.items()),
+                config.graphs(), self.gemv_threads, getattr(self, "limits", None)))
+        return self._route_file.get(key)
+
     def _fastest(self, key, paths, restore=()):
         """The fastest of `paths` ({name: call}), each timed now on the real operands as a
         recorded training step runs it, where the backend records steps: replayed, without
@@ -620,6 +638,10 @@ class KernelBackend(Backend):
         if len(paths) == 1:                 # nothing to choose between
             self._routes[key] = best = next(iter(paths))
             return best
+        kept = self._kept_route(key)
+        if kept in paths:                   # measured by an earlier process (PORTANET_ROUTES)
+            self._routes[key] = kept
+            return kept
         saved = [(x, self.download(x)) for x in restore]
         kept = set(self._fresh)         # each trial copies what the step's call would copy
         paths = {name: functools.partial(self._with_fresh, kept, call)
@@ -653,6 +675,8 @@ class KernelBackend(Backend):
         self._fresh = kept
         best = min(seconds, key=seconds.get)
         self._routes[key] = best
+        if self._route_file is not None:
+            self._route_file.put(key, best)
         log.debug("%s on %s: %s -> %s", _key_text(key), self.name,
                   ", ".join(f"{name} {1e6 * t:.0f} us"
                             for name, t in seconds.items()), best)
@@ -911,6 +935,7 @@ class KernelBackend(Backend):
         self.gemm_sizes = {int(n): {**GEMM_DEFAULTS, **p} for n, p in (sizes or {}).items()}
         self._derived = {}
         self._routes, self._route_tilings = {}, {}      # measured with the old tiling
+        self._route_file = None                         # another scope (_kept_route)
         self.generation += 1                # recorded steps launch the old kernels
         for key in [k for k in self._kernels if isinstance(k, tuple) and k[0] == "gemm"]:
             del self._kernels[key]

@@ -1,0 +1,129 @@
+"""Routes kept in a file (PORTANET_ROUTES, portanet/backends/routes.py): what routing
+measured is written there and read back instead of measured again, under each backend's
+own scope, so that later processes compute as the first one did."""
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import portanet as pn
+from portanet.errors import PortanetError
+
+M, N, K = 37, 67, 257                   # a product with several paths to time
+
+
+def routed(backend, monkeypatch):
+    """The backend with no routes in memory, as in a new process (the cpu reference does
+    not route: skipped)."""
+    if not hasattr(backend, "_fastest"):
+        pytest.skip("the NumPy reference has no routing")
+    monkeypatch.setattr(backend, "gemm_path", "auto")
+    monkeypatch.setattr(backend, "_routes", {})
+    monkeypatch.setattr(backend, "_route_tilings", {})
+    monkeypatch.setattr(backend, "_route_file", None)
+    return backend
+
+
+def product(bk, rng):
+    a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
+    c = bk.empty((M, N))
+    bk.gemm(1.0, bk.upload(a), bk.upload(b), 0.0, c)
+    assert np.allclose(bk.download(c), a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_routes_are_kept_and_read_back(backend, rng, monkeypatch, tmp_path):
+    """A measured route goes into the file; another process's backend (here: the same with
+    its routes forgotten) takes the file's path without timing anything, whichever of the
+    shape's paths the file names."""
+    bk = routed(backend, monkeypatch)
+    path = tmp_path / "routes.json"
+    monkeypatch.setenv("PORTANET_ROUTES", str(path))
+    key = (M, N, K, False, False)
+    product(bk, rng)
+    (scope, kept), = json.loads(path.read_text()).items()
+    assert kept[repr(key)] == bk._routes[key]
+    paths = list(bk._candidates(M, N, K)) + (["vendor"] if bk.vendor_gemm else [])
+    other = next((p for p in paths if p != kept[repr(key)]), None)
+    if other is None:
+        pytest.skip("one path only for this product here")
+    path.write_text(json.dumps({scope: {**kept, repr(key): other}}))
+    routed(bk, monkeypatch)
+
+    def timed(*args):
+        raise AssertionError("a route the file holds was timed again")
+    monkeypatch.setattr(bk, "_timed", timed)
+    product(bk, rng)
+    assert bk._routes[key] == other
+
+
+def test_each_backend_keeps_its_own_scope(backend, monkeypatch, tmp_path):
+    """A backend of another dtype or precision on the same device reads none of this
+    one's routes: its paths and tilings are other ones."""
+    bk = routed(backend, monkeypatch)
+    monkeypatch.setenv("PORTANET_ROUTES", str(tmp_path / "routes.json"))
+    bk._kept_route(("probe",))
+    scopes = [bk._route_file.scope]
+    for dtype, precision in (("float64", None), ("float32", "fp16")):
+        try:
+            other = routed(pn.device(backend.name, dtype, precision), monkeypatch)
+        except pn.DeviceError:
+            continue
+        other._kept_route(("probe",))
+        scopes.append(other._route_file.scope)
+    if len(scopes) == 1:
+        pytest.skip("no other dtype or precision on this device")
+    assert len(set(scopes)) == len(scopes)
+
+
+def test_a_bad_routes_file_is_named(backend, rng, monkeypatch, tmp_path):
+    bk = routed(backend, monkeypatch)
+    path = tmp_path / "routes.json"
+    path.write_text("[1, 2")
+    monkeypatch.setenv("PORTANET_ROUTES", str(path))
+    with pytest.raises(PortanetError, match=r"PORTANET_ROUTES=.*routes.json' is not a "
+                                            r"routes file.*delete it"):
+        product(bk, rng)
+    path.write_text("[]")
+    with pytest.raises(PortanetError, match="is not a routes file"):
+        product(bk, rng)
+
+
+TRAIN = """
+import sys
+import numpy as np
+import portanet as pn
+from portanet.backends import gpu
+timed = []
+real = gpu.KernelBackend._timed
+gpu.KernelBackend._timed = lambda self, *a: timed.append(1) or real(self, *a)
+rng = np.random.default_rng(0)
+x, y = rng.standard_normal((96, 20)).astype(np.float32), rng.integers(0, 4, 96)
+net = pn.Sequential([pn.Dense(24, "relu"), pn.Dense(4, "softmax")], 20, device=sys.argv[1])
+net.fit(x, y, epochs=2, batch_size=32)
+np.save(sys.argv[2], np.concatenate([w.ravel() for w in net.get_weights().values()]))
+print(len(timed))
+"""
+
+
+def test_a_second_process_trains_as_the_first(device_name, monkeypatch, tmp_path):
+    """Two processes with the same routes file and seed: the second times nothing and
+    ends with the first's weights, bit for bit."""
+    if device_name == "cpu":
+        pytest.skip("the NumPy reference has no routing")
+    try:
+        pn.device(device_name)
+    except pn.DeviceError as e:
+        pytest.skip(str(e))
+    monkeypatch.setenv("PORTANET_ROUTES", str(tmp_path / "routes.json"))
+    runs = []
+    for i in range(2):
+        out = tmp_path / f"w{i}.npy"
+        done = subprocess.run([sys.executable, "-c", TRAIN, device_name, str(out)],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        runs.append((int(done.stdout.split()[-1]), np.load(out)))
+    assert runs[0][0] > 0 and runs[1][0] == 0             # timed, then read back
+    assert np.array_equal(runs[0][1], runs[1][1])
+
