@@ -124,6 +124,8 @@ def test_a_second_process_trains_as_the_first(device_name, monkeypatch, tmp_path
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         runs.append((int(done.stdout.split()[-1]), np.load(out)))
-    assert runs[0][0] > 0 and runs[1][0] == 0             # timed, then read back
+    scopes = json.loads((tmp_path / "routes.json").read_text())
+    assert runs[0][0] > 0 and runs[1][0] == 0, \
+        f"timed {runs[0][0]}, then {runs[1][0]}; scopes in the file: {len(scopes)}"
     assert np.array_equal(runs[0][1], runs[1][1])
 

@@ -1,6 +1,7 @@
 """What the OpenCL and CUDA backends share: device arrays (buffer + offset + shape), the
 argument packing and dispatch of the kernel twins in kernels_cl/ and kernels_cu/, and GEMM
 parameter choice. Each backend supplies memory, `_launch` and its two GEMM paths."""
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -623,7 +624,7 @@ class KernelBackend(Backend):
             self._route_file = routes.RouteFile(path, routes.scope(
                 self._sources_id(), code, str(self.dtype), self.precision, self.gemm_path,
                 self.conv_path, self.gemm_params, sorted(self.gemm_sizes.items()),
-                config.graphs(), self.gemv_threads, getattr(self, "limits", None)))
+                config.graphs(), self.gemv_threads, _steady(getattr(self, "limits", None))))
         return self._route_file.get(key)
 
     def _fastest(self, key, paths, restore=()):
@@ -1725,6 +1726,16 @@ def k_parts(k, parts, tsk):
     the part may leave fewer parts)."""
     k_chunk = -(-(-(-k // parts)) // tsk) * tsk
     return -(-k // k_chunk), k_chunk
+
+
+def _steady(limits):
+    """An OpenCL backend's limits without the memory sizes, which PoCL takes from the
+    memory free when it starts (they moved between two processes on the H100's host, and
+    the routes file then held none for the second); None elsewhere."""
+    if limits is None:
+        return None
+    return {k: v for k, v in dataclasses.asdict(limits).items()
+            if k not in ("memory", "max_alloc")}
 
 
 def split_lanes(parts, threads):
