@@ -33,29 +33,47 @@ def product(bk, rng):
     assert np.allclose(bk.download(c), a @ b, rtol=1e-4, atol=1e-3)
 
 
+def only_entry(path, key):
+    """The file's one scope, its routes, and the file's key of `key` (with its paths)."""
+    (scope, kept), = json.loads(path.read_text()).items()
+    (entry,) = [k for k in kept if k.startswith(repr(key)[:-1] + ", (")]
+    return scope, kept, entry
+
+
 def test_routes_are_kept_and_read_back(backend, rng, monkeypatch, tmp_path):
-    """A measured route goes into the file; another process's backend (here: the same with
-    its routes forgotten) takes the file's path without timing anything, whichever of the
-    shape's paths the file names."""
+    """A measured route goes into the file with the paths it was chosen from; another
+    process's backend (here: the same with its routes forgotten) takes the file's path, and
+    its tiling, without timing anything, whichever of the shape's paths the file names; a
+    name that is not among the paths is timed again and left as it was."""
     bk = routed(backend, monkeypatch)
     path = tmp_path / "routes.json"
     monkeypatch.setenv("PORTANET_ROUTES", str(path))
     key = (M, N, K, False, False)
     product(bk, rng)
-    (scope, kept), = json.loads(path.read_text()).items()
-    assert kept[repr(key)] == bk._routes[key]
-    paths = list(bk._candidates(M, N, K)) + (["vendor"] if bk.vendor_gemm else [])
-    other = next((p for p in paths if p != kept[repr(key)]), None)
-    if other is None:
+    scope, kept, entry = only_entry(path, key)
+    assert kept[entry] == bk._routes[key]
+    tilings = bk._candidates(M, N, K)
+    paths = [p for p in eval(entry)[-1] if p != kept[entry]]
+    if not paths:
         pytest.skip("one path only for this product here")
-    path.write_text(json.dumps({scope: {**kept, repr(key): other}}))
+    other = next((p for p in paths if p in tilings and tilings[p] is not None), paths[0])
+    path.write_text(json.dumps({scope: {**kept, entry: other}}))
     routed(bk, monkeypatch)
+    real = bk._timed
 
     def timed(*args):
         raise AssertionError("a route the file holds was timed again")
     monkeypatch.setattr(bk, "_timed", timed)
     product(bk, rng)
     assert bk._routes[key] == other
+    if other in tilings:
+        assert bk._route_tilings[key] == tilings[other]
+    path.write_text(json.dumps({scope: {**kept, entry: "no such path"}}))
+    routed(bk, monkeypatch)
+    monkeypatch.setattr(bk, "_timed", real)
+    product(bk, rng)
+    assert bk._routes[key] in eval(entry)[-1]
+    assert only_entry(path, key)[1][entry] == "no such path"      # the first one stays
 
 
 def test_each_backend_keeps_its_own_scope(backend, monkeypatch, tmp_path):
@@ -63,14 +81,14 @@ def test_each_backend_keeps_its_own_scope(backend, monkeypatch, tmp_path):
     one's routes: its paths and tilings are other ones."""
     bk = routed(backend, monkeypatch)
     monkeypatch.setenv("PORTANET_ROUTES", str(tmp_path / "routes.json"))
-    bk._kept_route(("probe",))
+    bk._kept_route(("probe",), {})
     scopes = [bk._route_file.scope]
     for dtype, precision in (("float64", None), ("float32", "fp16")):
         try:
             other = routed(pn.device(backend.name, dtype, precision), monkeypatch)
         except pn.DeviceError:
             continue
-        other._kept_route(("probe",))
+        other._kept_route(("probe",), {})
         scopes.append(other._route_file.scope)
     if len(scopes) == 1:
         pytest.skip("no other dtype or precision on this device")
@@ -88,6 +106,57 @@ def test_a_bad_routes_file_is_named(backend, rng, monkeypatch, tmp_path):
     path.write_text("[]")
     with pytest.raises(PortanetError, match="is not a routes file"):
         product(bk, rng)
+    path.write_text("")                                 # made empty: nothing kept yet
+    routed(bk, monkeypatch)
+    product(bk, rng)
+    assert json.loads(path.read_text())
+
+
+def test_a_file_that_cannot_be_written_is_warned_of_once(backend, rng, monkeypatch, tmp_path):
+    """Routes are an optimisation: where the file cannot be written (here its folder is a
+    file), routing goes on in memory after one warning."""
+    bk = routed(backend, monkeypatch)
+    (tmp_path / "folder").write_text("a file")
+    monkeypatch.setenv("PORTANET_ROUTES", str(tmp_path / "folder" / "routes.json"))
+    with pytest.warns(RuntimeWarning, match="cannot be (read|written).*stay in this process "
+                                            "only"):
+        product(bk, rng)
+    assert bk._routes
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        bk._routes.clear()
+        product(bk, rng)
+
+
+def test_writers_at_once_lose_no_route(tmp_path):
+    """Processes and threads that add routes to one file at once keep every one of them,
+    and the first written for an entry stays."""
+    from portanet.backends.routes import RouteFile
+    path = tmp_path / "routes.json"
+    script = (f"from portanet.backends.routes import RouteFile\n"
+              f"import sys\n"
+              f"f = RouteFile({str(path)!r}, 'scope')\n"
+              f"for i in range(60):\n"
+              f"    f.put((int(sys.argv[1]), i), 'p' + sys.argv[1])\n"
+              f"    f.put(('shared', i), 'p' + sys.argv[1])\n")
+    procs = [subprocess.Popen([sys.executable, "-c", script, str(r)]) for r in range(3)]
+    import threading
+    threads = [threading.Thread(target=lambda r=r: [RouteFile(path, "scope").put((r, i), "t")
+                                                    for i in range(60)])
+               for r in (10, 11)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert all(p.wait(timeout=120) == 0 for p in procs)
+    kept = json.loads(path.read_text())["scope"]
+    assert len(kept) == 5 * 60 + 60
+    assert all(kept[repr((r, i))] == f"p{r}" for r in range(3) for i in range(60))
+    firsts = [kept[repr(("shared", i))] for i in range(60)]
+    assert set(firsts) <= {"p0", "p1", "p2"}
+    f = RouteFile(path, "scope")
+    assert all(f.put(("shared", i), "late") == firsts[i] for i in range(60))
 
 
 TRAIN = """

@@ -8,7 +8,6 @@ import logging
 import math
 import time
 import weakref
-from pathlib import Path
 
 import numpy as np
 
@@ -611,21 +610,22 @@ class KernelBackend(Backend):
             self._route_tilings[key] = tilings[best]
         return best
 
-    def _kept_route(self, key):
-        """The path PORTANET_ROUTES' file keeps for key under this backend's scope (see
-        backends/routes.py: the device, driver and kernels, this routing code, the dtype,
-        precision, paths and tilings), or None."""
+    def _kept_route(self, key, paths):
+        """The path PORTANET_ROUTES' file keeps for key among `paths` under this backend's
+        scope (see backends/routes.py), or None."""
         path = config.routes_file()
         if path is None:
             self._route_file = None
             return None
         if self._route_file is None or self._route_file.path != path:
-            code = hashlib.sha256(Path(__file__).read_bytes()).hexdigest()[:16]
             self._route_file = routes.RouteFile(path, routes.scope(
-                self._sources_id(), code, str(self.dtype), self.precision, self.gemm_path,
-                self.conv_path, self.gemm_params, sorted(self.gemm_sizes.items()),
-                config.graphs(), self.gemv_threads, _steady(getattr(self, "limits", None))))
-        return self._route_file.get(key)
+                self._sources_id(), routes.code_id(), str(self.dtype), self.precision,
+                self.gemm_path, self.conv_path, self.gemm_params,
+                sorted(self.gemm_sizes.items()), self.vendor_k, config.graphs(),
+                self.gemv_threads, self.compute_units, getattr(self, "gemm_limits", None),
+                _steady(getattr(self, "limits", None)), bool(self.vendor_gemm),
+                routes.versions("pyclblast", "nvmath-python")))
+        return self._route_file.get(_file_key(key, paths))
 
     def _fastest(self, key, paths, restore=()):
         """The fastest of `paths` ({name: call}), each timed now on the real operands as a
@@ -639,7 +639,7 @@ class KernelBackend(Backend):
         if len(paths) == 1:                 # nothing to choose between
             self._routes[key] = best = next(iter(paths))
             return best
-        kept = self._kept_route(key)
+        kept = self._kept_route(key, paths)
         if kept in paths:                   # measured by an earlier process (PORTANET_ROUTES)
             self._routes[key] = kept
             return kept
@@ -675,9 +675,10 @@ class KernelBackend(Backend):
             self.write(x, host)
         self._fresh = kept
         best = min(seconds, key=seconds.get)
+        if self._route_file is not None:    # another process's, where it was first
+            first = self._route_file.put(_file_key(key, paths), best)
+            best = first if first in paths else best
         self._routes[key] = best
-        if self._route_file is not None:
-            self._route_file.put(key, best)
         log.debug("%s on %s: %s -> %s", _key_text(key), self.name,
                   ", ".join(f"{name} {1e6 * t:.0f} us"
                             for name, t in seconds.items()), best)
@@ -1397,6 +1398,7 @@ class KernelBackend(Backend):
             paths.pop("im2col", None)
         if len(paths) == 1:
             return next(iter(paths))
+        key += (tuple(sorted(paths)),)      # im2col's room differs between networks
         return self._routes.get(key) or self._fastest(key, paths, restore)
 
     def _patch_chunks(self, g, workspace):
@@ -1726,6 +1728,20 @@ def k_parts(k, parts, tsk):
     the part may leave fewer parts)."""
     k_chunk = -(-(-(-k // parts)) // tsk) * tsk
     return -(-k // k_chunk), k_chunk
+
+
+def _file_key(key, paths):
+    """A routing key as the routes file keeps it: with the names of the paths there were
+    to choose from (which paths exist can differ between processes and networks: a vendor
+    library, a conv workspace's room), and numbers and flags as Python's own, so that its
+    text is the same in every process."""
+    def plain(x):
+        if isinstance(x, tuple):
+            return tuple(plain(v) for v in x)
+        if isinstance(x, (bool, np.bool_)):
+            return bool(x)
+        return int(x) if isinstance(x, np.integer) else x
+    return plain(key) + (tuple(sorted(paths)),)
 
 
 def _steady(limits):
