@@ -639,10 +639,10 @@ class KernelBackend(Backend):
         if len(paths) == 1:                 # nothing to choose between
             self._routes[key] = best = next(iter(paths))
             return best
-        kept = self._kept_route(key, paths)
-        if kept in paths:                   # measured by an earlier process (PORTANET_ROUTES)
-            self._routes[key] = kept
-            return kept
+        stored = self._kept_route(key, paths)
+        if stored in paths:                 # measured by an earlier process (PORTANET_ROUTES)
+            self._routes[key] = stored
+            return stored
         saved = [(x, self.download(x)) for x in restore]
         kept = set(self._fresh)         # each trial copies what the step's call would copy
         paths = {name: functools.partial(self._with_fresh, kept, call)
