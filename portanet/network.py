@@ -606,7 +606,7 @@ class Sequential:
         sample = int(np.argwhere(large)[0][0])
         top = float(np.abs(rows[large]).max())
         raise InputError(f"input holds values of magnitude up to {top:.4g} "
-                         f"(first at sample {sample}), beyond fp16's range: from 65520 the "
+                         f"(first at sample {sample}), beyond fp16's range: from {limit:g} the "
                          f"first layer's products round them to inf (half's largest is 65504); "
                          f"scale the inputs, or compute in bf16 or fp32")
 

@@ -28,6 +28,7 @@ import time
 import numpy as np
 
 from . import callbacks as callback_module, distributed, dlpack, optim, schedules
+from . import precision as precisions
 from .errors import DivergedError, InputError, ModelFileError, check_count
 from .layers import Dropout, parameter_views
 from .memory import Buffer, MemoryPlan, allocate, elements, refuse
@@ -519,8 +520,9 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
                 f"training diverged in epoch {epoch + 1}: the loss is {loss} at learning "
                 f"rate {lr:g}; lower the learning rate (e.g. {lr / 10:g}), scale the "
                 f"inputs, or add a schedule with warmup"
-                + ("; in fp16 a product's inputs from 65520 up are inf: bf16 keeps float32's "
-                   "range" if net.backend.precision == "fp16" else ""),
+                + (f"; in fp16 a product's inputs from {precisions.HALF_OVERFLOW:g} up are "
+                   f"inf: bf16 keeps float32's range" if net.backend.precision == "fp16"
+                   else ""),
                 epoch=epoch, loss=loss, lr=lr, history=history)
         if validation_data is not None:
             logs["val_loss"], logs["val_accuracy"] = net.evaluate(*validation_data)
