@@ -9,3 +9,17 @@
 #else
 #define STORE_HALF(h, at, x, shadow) do { } while (0)
 #endif
+
+/* STORED: the type of an array the kernel may write or read in 16-bit storage (a Dense's z
+   and a where another Dense reads a, the batch a Dense reads first: portanet/precision.py);
+   built with STORED_HALF its 16 bits (TO_STORED rounds as half_bits, FROM_STORED is
+   half_value), else real as it is. */
+#if STORED_HALF
+#define STORED unsigned short
+#define TO_STORED(x) half_bits(x)
+#define FROM_STORED(h) half_value(h)
+#else
+#define STORED real
+#define TO_STORED(x) (x)
+#define FROM_STORED(h) (h)
+#endif

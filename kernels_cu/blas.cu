@@ -27,9 +27,11 @@ KERNEL void gemv(GLOBAL real* y, const int y_off, const GLOBAL real* a, const in
    work-item loads DELTA_RUN columns apart before it stores any: one load, store and load
    after another waited out the memory's latency each time (a conv layer's 32 rows of
    43264 took 121 us on an H100, gemv and activation_grad 24). The sums run in gemv's
-   order, so the results are the same bit for bit. */
+   order, so the results are the same bit for bit. Built with STORED_HALF, z is a 16-bit
+   Dense's (copies.h): read and written in 16 bits, the bias gradient summed before the
+   delta rounds. */
 #define DELTA_RUN 4
-KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL real* RESTRICT z,
+KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL STORED* RESTRICT z,
                                  const int z_off, const GLOBAL real* RESTRICT da,
                                  const int da_off, GLOBAL unsigned short* RESTRICT h,
                                  const int h_off, const int shadow, const int kind,
@@ -44,14 +46,14 @@ KERNEL void activation_bias_grad(GLOBAL real* y, const int y_off, GLOBAL real* R
         for (int u = 0; u < DELTA_RUN; ++u) {
             const int at = i * cols + k + u * GROUP_THREADS;
             const bool in = k + u * GROUP_THREADS < end;
-            zs[u] = in ? z[z_off + at] : (real)0;
+            zs[u] = in ? FROM_STORED(z[z_off + at]) : (real)0;
             ds[u] = in ? da[da_off + at] : (real)0;
         }
 #pragma unroll
         for (int u = 0; u < DELTA_RUN; ++u) {
             if (k + u * GROUP_THREADS < end) {
                 const real d = activate_grad(kind, zs[u]) * ds[u];
-                z[z_off + i * cols + k + u * GROUP_THREADS] = d;
+                z[z_off + i * cols + k + u * GROUP_THREADS] = TO_STORED(d);
                 STORE_HALF(h, h_off + i * cols + k + u * GROUP_THREADS, d, shadow);
                 sum += d;
             }

@@ -30,14 +30,14 @@ KERNEL void gather_columns(GLOBAL real* out, const int out_off, const GLOBAL rea
    (first + col0 + j) of a sample holding NaN or inf goes into *bad, which the caller set
    high and reads when it waits anyway. Dimension 0 runs along a sample's features
    (reads in runs), 1 along the samples (writes in runs of the group's 8). */
-KERNEL void features_first(GLOBAL real* out, const int out_off, const GLOBAL real* x,
+KERNEL void features_first(GLOBAL STORED* out, const int out_off, const GLOBAL real* x,
                            const int x_off, GLOBAL int* bad, const int bad_off,
                            const int check, const int first, const int rows, const int cols,
                            const int ld, const int col0) {
     const int r = GLOBAL_ID(0), j = GLOBAL_ID(1);
     if (r < rows && j < cols) {
         const real v = x[x_off + j * rows + r];
-        out[out_off + r * ld + col0 + j] = v;
+        out[out_off + r * ld + col0 + j] = TO_STORED(v);
         if (check && !isfinite(v)) ATOMIC_MIN(bad + bad_off, first + col0 + j);
     }
 }
@@ -77,14 +77,14 @@ KERNEL void gather_labels(GLOBAL int* out, const int out_off, const GLOBAL int* 
 /* gather_columns and gather_labels by the same indices in one launch: a training batch's
    inputs out (rows, cols) and its integer targets out_labels (cols,), the work-items of
    row 0 taking the labels */
-KERNEL void gather_batch(GLOBAL real* out, const int out_off, const GLOBAL real* x,
+KERNEL void gather_batch(GLOBAL STORED* out, const int out_off, const GLOBAL real* x,
                          const int x_off, GLOBAL int* out_labels, const int out_labels_off,
                          const GLOBAL int* labels, const int labels_off, const GLOBAL int* idx,
                          const int idx_off, const int rows, const int cols) {
     const int j = GLOBAL_ID(0), r = GLOBAL_ID(1);
     if (j >= cols || r >= rows) return;
     const int sample = idx[idx_off + j];
-    out[out_off + r * cols + j] = x[x_off + sample * rows + r];
+    out[out_off + r * cols + j] = TO_STORED(x[x_off + sample * rows + r]);
     if (r == 0) out_labels[out_labels_off + j] = labels[labels_off + sample];
 }
 
@@ -142,6 +142,25 @@ KERNEL void bias_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, con
             z[z_off + i * cols + j] = zs[s];
             a[a_off + i * cols + j] = ai;
             STORE_HALF(h, h_off + i * cols + j, ai, shadow);
+        }
+}
+
+/* bias_activation where the layer stores z and a in 16 bits (built with STORED_HALF): zs <- z + b 1^T, a <- f(z + b),
+   each rounded as it is stored; z is the product's float32 sum, which only this reads */
+KERNEL void bias_activation_stored(GLOBAL STORED* a, const int a_off, GLOBAL STORED* zs,
+                                   const int zs_off, const GLOBAL real* z, const int z_off,
+                                   const GLOBAL real* b, const int b_off, const int kind,
+                                   const int rows, const int cols) {
+    const int j = GLOBAL_ID(0);
+    const int g = (rows + STEPS - 1) / STEPS;
+    if (j >= cols || GLOBAL_ID(1) >= g) return;
+    real v[STEPS];
+    for (int s = 0, i = GLOBAL_ID(1); s < STEPS; s++, i += g)
+        if (i < rows) v[s] = z[z_off + i * cols + j] + b[b_off + i];
+    for (int s = 0, i = GLOBAL_ID(1); s < STEPS; s++, i += g)
+        if (i < rows) {
+            zs[zs_off + i * cols + j] = TO_STORED(v[s]);
+            a[a_off + i * cols + j] = TO_STORED(activate(kind, v[s]));
         }
 }
 

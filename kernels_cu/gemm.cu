@@ -235,14 +235,43 @@ DEVICE real spread(const GLOBAL real* RESTRICT dz, const int dz_off, const int r
 #error "VW must be 1 or 4"
 #endif
 
+/* 16-bit operands (A_HALF, B_HALF: an array in bf16's or fp16's 16-bit storage,
+   portanet/precision.py): their elements are half_bits' 16 bits, read as prelude.h's
+   half_value reads them, a run of VW as one 8-byte load; OPERAND leaves them as they are */
+#if VW == 4
+#define LOAD_RUN16(r, p) { const ushort4 h_ = *(const GLOBAL ushort4*)(p); \
+    r[0] = half_value(h_.x); r[1] = half_value(h_.y); r[2] = half_value(h_.z); \
+    r[3] = half_value(h_.w); }
+#else
+#define LOAD_RUN16(r, p) r[0] = half_value(*(p))
+#endif
+#if A_HALF
+#define A_TYPE unsigned short
+#define A_VALUE(x) half_value(x)
+#define A_LOAD_RUN(r, p) LOAD_RUN16(r, p)
+#else
+#define A_TYPE real
+#define A_VALUE(x) x
+#define A_LOAD_RUN(r, p) LOAD_RUN(r, p)
+#endif
+#if B_HALF
+#define B_TYPE unsigned short
+#define B_VALUE(x) half_value(x)
+#define B_LOAD_RUN(r, p) LOAD_RUN16(r, p)
+#else
+#define B_TYPE real
+#define B_VALUE(x) x
+#define B_LOAD_RUN(r, p) LOAD_RUN(r, p)
+#endif
+
 /* local slabs: as[stage][k][i] and bs[stage][k][j], rows TSM + PAD (TSN + PAD) long,
    declared as real4 so that 4-wide reads of them are aligned */
 #define AS(s, k, i) as[((s) * TSK + (k)) * (TSM + PAD) + (i)]
 #define BS(s, k, j) bs[((s) * TSK + (k)) * (TSN + PAD) + (j)]
 
 KERNEL GROUP_SIZE(RTSN, RTSM, 1, MIN_GROUPS)
-void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const int a_off,
-          const GLOBAL real* RESTRICT b, const int b_off, const real alpha, const real beta,
+void gemm(GLOBAL real* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, const int a_off,
+          const GLOBAL B_TYPE* RESTRICT b, const int b_off, const real alpha, const real beta,
           const int M, const int N, const int K, const int lda, const int ldb,
           const int k_chunk, const int vec_a, const int vec_b
 #if CONV
@@ -312,15 +341,15 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
                 A_RUN(tid + l * THREADS, i, k);
 #if CONV != 2                            /* (a gathered operand loads one by one) */
                 if (vec_a && inside && m0 + TSM <= M) {
-                    LOAD_RUN(a_next[l], &A_AT(m0 + i, k1 + k));
+                    A_LOAD_RUN(a_next[l], &A_AT(m0 + i, k1 + k));
                 } else
 #endif
                 {
 #pragma unroll
                     for (int v = 0; v < VW; ++v) {
                         A_ELEMENT(i, k, v, ie, ke);
-                        a_next[l][v] = (m0 + ie < M && k1 + ke < k_end) ? A_AT(m0 + ie, k1 + ke)
-                                                                        : (real)0;
+                        a_next[l][v] = (m0 + ie < M && k1 + ke < k_end)
+                                           ? A_VALUE(A_AT(m0 + ie, k1 + ke)) : (real)0;
                     }
                 }
             }
@@ -329,7 +358,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
                 B_RUN(tid + l * THREADS, k, j);
 #if !CONV
                 if (vec_b && inside && n0 + TSN <= N) {
-                    LOAD_RUN(b_next[l], &B_AT(k1 + k, n0 + j));
+                    B_LOAD_RUN(b_next[l], &B_AT(k1 + k, n0 + j));
                 } else
 #elif CONV != 2 && VW > 1                /* runs of samples of one pixel */
                 if (vec_b && inside && n0 + TSN <= N) {
@@ -340,8 +369,8 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL real* RESTRICT a, const 
 #pragma unroll
                     for (int v = 0; v < VW; ++v) {
                         B_ELEMENT(k, j, v, ke, je);
-                        b_next[l][v] = (k1 + ke < k_end && n0 + je < N) ? B_AT(k1 + ke, n0 + je)
-                                                                        : (real)0;
+                        b_next[l][v] = (k1 + ke < k_end && n0 + je < N)
+                                           ? B_VALUE(B_AT(k1 + ke, n0 + je)) : (real)0;
                     }
                 }
             }

@@ -87,6 +87,21 @@ DEVICE MAYBE_UNUSED unsigned short half_bits(const real x) {
     return (unsigned short)(mag > 0x7F800000u ? sign | 0x7FC0u : u >> 16);
 #endif
 }
+
+/* the value of 16 bits that half_bits stored (16-bit storage: the batch, a Dense's z and a,
+   its delta), exactly: bf16 is a float32's upper half; fp16's exponent moves 15 -> 127, its
+   subnormals are multiples of 2^-24, inf and NaN stay so */
+DEVICE MAYBE_UNUSED real half_value(const unsigned short h) {
+#if OPERAND_HALF
+    const unsigned int sign = ((unsigned int)h & 0x8000u) << 16;
+    const unsigned int e = ((unsigned int)h >> 10) & 0x1Fu, m = (unsigned int)h & 0x3FFu;
+    if (e == 0u) return AS_FLOAT(sign | AS_BITS((real)m * 5.9604644775390625e-8f));
+    if (e == 31u) return AS_FLOAT(sign | 0x7F800000u | (m << 13));
+    return AS_FLOAT(sign | ((e + 112u) << 23) | (m << 13));
+#else
+    return AS_FLOAT((unsigned int)h << 16);
+#endif
+}
 #endif
 #else
 #define OPERAND(x) x                  /* (the token itself: fp32 kernels unchanged) */

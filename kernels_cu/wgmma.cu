@@ -44,8 +44,16 @@
    lies at x[x_off + i s_row + kk s_col]: op(a) is (s_row, s_col) = (lda, 1), or (1, lda)
    transposed. A block of 32 x 8 threads copies 32 rows of 64 columns, two columns a thread
    written as one 32-bit word; a tile read across x's rows (s_row 1) goes through shared
-   memory, so that reads and writes are both coalesced. */
-KERNEL void kmajor16(GLOBAL unsigned short* y, const int y_off, const GLOBAL real* x,
+   memory, so that reads and writes are both coalesced. Built with SOURCE_HALF, x is in
+   16-bit storage already (portanet/precision.py) and its bits are copied as they are. */
+#if SOURCE_HALF
+#define SOURCE unsigned short
+#define SOURCE_BITS(v) (v)
+#else
+#define SOURCE real
+#define SOURCE_BITS(v) half_bits(v)
+#endif
+KERNEL void kmajor16(GLOBAL unsigned short* y, const int y_off, const GLOBAL SOURCE* x,
                      const int x_off, const int rows, const int cols, const int s_row,
                      const int s_col) {
     __shared__ unsigned short tile[64][33];
@@ -56,9 +64,9 @@ KERNEL void kmajor16(GLOBAL unsigned short* y, const int y_off, const GLOBAL rea
         for (int r = ty; r < 32; r += 8) {
             const int i = i0 + r;
             if (i < rows && kk < cols) {
-                const GLOBAL real* from = x + x_off + (size_t)i * s_row + kk;
+                const GLOBAL SOURCE* from = x + x_off + (size_t)i * s_row + kk;
                 words[((size_t)i * cols + kk) / 2] =
-                    half_bits(from[0]) | ((unsigned int)half_bits(from[1]) << 16);
+                    SOURCE_BITS(from[0]) | ((unsigned int)SOURCE_BITS(from[1]) << 16);
             }
         }
         return;
@@ -66,7 +74,7 @@ KERNEL void kmajor16(GLOBAL unsigned short* y, const int y_off, const GLOBAL rea
     for (int r = ty; r < 64; r += 8) {
         const int i = i0 + tx;
         if (i < rows && k0 + r < cols)
-            tile[r][tx] = half_bits(x[x_off + i + (size_t)(k0 + r) * s_col]);
+            tile[r][tx] = SOURCE_BITS(x[x_off + i + (size_t)(k0 + r) * s_col]);
     }
     __syncthreads();
     for (int r = ty; r < 32; r += 8) {

@@ -28,6 +28,13 @@ class Layer:
     capturable = True           # its step launches the same work every time (see train_step)
     keeps_input = False         # its products read a_prev, kept (keep_operands) until read
     output_kept = False         # the next layer keeps our output so (set by its network)
+    half_storage = False        # its z and a may be 16-bit, and it reads a 16-bit a_prev
+    #                             (Dense: docs/ARCHITECTURE.md, "16-bit storage")
+    half_out = False            # its z and a are 16-bit (set by its network: bf16 or fp16,
+    #                             and the next layer reads them so)
+    half_in = False             # its a_prev is 16-bit (the previous layer's, or the batch)
+    half_grad = False           # and the previous layer's: dL/da_prev goes to the network's
+    #                             float32 products buffer, where that layer reads it
     decayed = ()                # parameters that weight decay applies to (listed first)
 
     def config(self):
@@ -71,6 +78,10 @@ class Layer:
         """(ones, workspace) elements this layer needs from the network's shared buffers
         for a batch of m: the ones vector of bias gradients, the conv workspace."""
         return 0, 0
+
+    def product_size(self, m):
+        """Elements of the network's float32 products buffer this layer uses (half_out)."""
+        return 0
 
     def products(self, m):
         """[(elements of a, of b, of c)] of the matrix products c = op(a) op(b) a vendor
@@ -176,6 +187,7 @@ class Dense(Layer):
     taken flattened, (prod(in_shape), batch), which is a free view."""
     trainable = True
     keeps_input = True
+    half_storage = True
     decayed = ("w",)
 
     def __init__(self, units, activation="linear"):
@@ -210,10 +222,15 @@ class Dense(Layer):
         return elements(in_shape)
 
     def batch_buffers(self, m):
-        return {"_z": (self.n_out * m, None), "_a": (self.n_out * m, None)}
+        dtype = self.backend.storage_dtype if self.half_out else None
+        return {"_z": (self.n_out * m, dtype), "_a": (self.n_out * m, dtype)}
 
     def shared_sizes(self, m):
         return m, 0
+
+    def product_size(self, m):
+        """A 16-bit layer's product sums, and dL/da where it arrives."""
+        return self.n_out * m if self.half_out else 0
 
     def products(self, m):
         w, x, dz = self.units * self.n_in, self.n_in * m, self.units * m
@@ -225,6 +242,12 @@ class Dense(Layer):
         self.a = self.backend.view(self._a, (self.units, m))
         self.ones = self.backend.view(shared.ones, (m,))
         self.da_prev = self.a_prev          # where dL/da_prev goes (Residual's projection: apart)
+        self.da = self.a                    # where dL/da arrives
+        self.zf = self.z                    # where the product's sum goes
+        if self.half_out:                   # float32 sums beside 16-bit z and a
+            self.zf = self.da = self.backend.view(shared.products, (self.units, m))
+        if self.half_grad:
+            self.da_prev = self.backend.view(shared.products, (self.n_in, m))
 
     def forward(self, training=True):
         # z <- w a_prev + b 1^T; a <- f(z). a_prev is not written until the weight gradient
@@ -233,6 +256,11 @@ class Dense(Layer):
         # that writes it writes that copy too
         if training:
             self.backend.keep_operands(self.a_prev, *((self.a,) if self.output_kept else ()))
+        if self.half_out:                   # the sum in float32, z and a stored in 16 bits
+            self.backend.gemm(1.0, self.w, self.a_prev, 0.0, self.zf)
+            self.backend.bias_activation(self.activation, self.zf, self.b, self.a,
+                                         stored=self.z)
+            return
         self.backend.dense(self.activation, self.w, self.a_prev, self.b, self.z, self.a)
 
     def forward_product(self, training=True):
@@ -244,8 +272,9 @@ class Dense(Layer):
 
     def kept_operands(self, m):
         """Elements of the arrays this layer keeps for a training step of m samples
-        (Backend.keep_operands): a_prev and the delta."""
-        return [self.n_in * m, self.units * m]
+        (Backend.keep_operands): a_prev and the delta, where they are not 16-bit already."""
+        return [n for n, half in ((self.n_in * m, self.half_in), (self.units * m, self.half_out))
+                if not half]
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
@@ -269,7 +298,7 @@ class Dense(Layer):
         if delta_in_z:
             self.backend.gemv(alpha, self.z, self.ones, beta, g["b"])
         else:
-            self.backend.activation_bias_grad(self.activation, self.z, self.a, alpha, beta,
+            self.backend.activation_bias_grad(self.activation, self.z, self.da, alpha, beta,
                                               g["b"], self.ones)
 
     def input_grad(self):
@@ -284,6 +313,7 @@ class Conv2D(Dense):
     update is Dense's, its bias gradient summed over the output positions as the delta is
     formed (activation_bias_grad)."""
     keeps_input = False         # its products read patch matrices, or gather from a_prev
+    half_storage = False        # (its kernels read and write float32)
 
     def __init__(self, filters, kernel_size, stride=1, padding=0, activation="linear"):
         super().__init__(_count("filters", filters, 1, "Conv2D"), activation)
@@ -334,6 +364,7 @@ class Conv2D(Dense):
         self.a = self.backend.view(self._a, (self.units, positions))
         self.ones = self.backend.view(shared.ones, (positions,))
         self.da_prev = self.a_prev
+        self.da = self.a
 
     def forward(self, training=True):
         left = self.backend.conv(self.activation, self.w, self.a_prev, self.b, self.z,

@@ -36,14 +36,16 @@ PREDICTIONS_BYTES = 16 * 2**20
 
 
 class Shared:
-    """Buffers all layers of a network share: a ones vector (bias gradients by gemv) and
-    the conv workspace (patch matrices, at most CONV_WORKSPACE_BYTES), sized once for the
-    largest layer; workspace_holds is the id of the conv layer whose patch matrix it holds
-    (an id, not the layer: no reference cycle, so a dropped network is freed at once, not
-    at the next cycle collection)."""
+    """Buffers all layers of a network share: a ones vector (bias gradients by gemv), the
+    conv workspace (patch matrices, at most CONV_WORKSPACE_BYTES) and in bf16 and fp16 the
+    float32 products buffer (16-bit layers' product sums and the gradients that reach them:
+    Dense.half_out), sized once for the largest layer; workspace_holds is the id of the conv
+    layer whose patch matrix it holds (an id, not the layer: no reference cycle, so a
+    dropped network is freed at once, not at the next cycle collection)."""
 
-    def __init__(self, ones, workspace):
+    def __init__(self, ones, workspace, products=None):
         self.ones, self.workspace, self.workspace_holds = ones, workspace, None
+        self.products = products
 
 
 class Sequential:
@@ -82,11 +84,20 @@ class Sequential:
         # first[i]: layer i reads the network input directly, so it skips da_prev
         self._first = []
         seen_trainable = False
+        # 16-bit storage (bf16, fp16): what only the products of Dense layers read, the
+        # batch where one comes first and each Dense's z and a where another follows
+        half = self.backend.storage_dtype is not None
+        self._half_x = half and self.layers[0].half_storage
+        self.layers[0].half_in = self._half_x
         for layer, after in zip(self.layers, self.layers[1:] + [None]):
             self._first.append(not seen_trainable)
             seen_trainable = seen_trainable or layer.trainable
             # the next layer keeps our output for its products (keep_operands)
             layer.output_kept = after is not None and after.keeps_input
+            layer.half_out = (half and layer.half_storage and after is not None
+                              and after.half_storage)
+            if after is not None:
+                after.half_in = after.half_grad = layer.half_out
         self.capacity, self.m = 0, None
         self._batch_bytes = None        # (a, b): batch buffers of a m + b bytes (_inference_batch)
         self._graphs = {}               # (m, optimizer, data on device, staged) -> recorded step
@@ -98,6 +109,7 @@ class Sequential:
                          if type(l).begin_step is not layer_module.Layer.begin_step]
         self._batch = []                # (owner, Buffer, device array) of the batch buffers
         self._staging = None            # the batch buffer write_samples goes through
+        self._products = None           # 16-bit layers' float32 sums (Shared.products)
         self._params = []               # the same for parameters and saved buffers
         self.optimizer_state = None     # training.OptimizerState, made by the first fit
         self.stop_training = False      # a callback sets it to end fit after this epoch
@@ -154,12 +166,16 @@ class Sequential:
         real = self.backend.dtype
         target = np.dtype(np.int32) if self.loss.name == "softmax_cross_entropy" else real
         sizes = [layer.shared_sizes(m) for layer in self.layers]     # Residual: its inner
-        own = [("_x", "batch", self.n_in * m, real), ("_y", "batch", self.n_out * m, target),
+        x = self.backend.storage_dtype if self._half_x else real
+        products = max(layer.product_size(m) for layer in self.layers)
+        own = [("_x", "batch", self.n_in * m, x), ("_y", "batch", self.n_out * m, target),
                ("_loss_sum", "batch", m, real), ("_hit_sum", "batch", m, real),
                ("_order", "batch", m, np.dtype(np.int32)),
                ("_nonfinite", "workspace", 1, np.dtype(np.int32)),     # see _upload_batch
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
+        if products:                        # 16-bit layers' float32 sums (Shared)
+            own.append(("_products", "workspace", products, real))
         if self.backend.stages_samples:     # two halves of whole samples (write_samples)
             room = max(1, min(m, STAGING_BYTES // (2 * self.n_in * real.itemsize)))
             own.append(("_staging", "workspace", 2 * self.n_in * room, real))
@@ -278,7 +294,7 @@ class Sequential:
         self._batch = self._allocate(self._batch_buffers(m))
         for owner, buf, x in self._batch:
             setattr(owner or self, buf.name, x)
-        self.shared = Shared(self._ones, self._workspace)
+        self.shared = Shared(self._ones, self._workspace, self._products)
         self.backend.fill(self._ones, 1.0)
         # train_batch adds into the sums without an epoch to zero them (Oclgrind saw the
         # loss kernel read them unwritten)

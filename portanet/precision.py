@@ -9,10 +9,12 @@
            subnormal below 2^-14); its networks scale their loss (optim.LossScale)
     fp64   float64 networks (dtype="float64"): their one precision
 
-Storage stays float32 in every precision so far: activations, gradients, the weights and
-the optimizer's state. Only the matrix products' inputs round (16-bit copies of them where
-a vendor GEMM reads 16-bit types); 16-bit activations are the next step
-(docs/ARCHITECTURE.md, "Precisions").
+In bf16 and fp16 what only products read is stored in 16 bits (`STORAGE`): the input
+batch where a Dense reads it first, and a Dense's z and a where another Dense reads a
+(docs/ARCHITECTURE.md, "16-bit storage"). Everything else stays float32: the weights (the
+master copy) and the optimizer's state, gradients, the last layer's outputs and the other
+layers' activations. Elsewhere only the matrix products' inputs round (16-bit copies of
+them where a vendor GEMM reads 16-bit types).
 
 A backend is made per device, dtype and precision (backends.device), and says which
 precisions it computes (`Backend.precisions`); the NumPy reference emulates each by
@@ -38,6 +40,10 @@ UNIT_ROUNDOFF = {name: 2.0 ** -(p.mantissa + 1) for name, p in PRECISIONS.items(
 ALIASES = {"float32": "fp32", "tensorfloat32": "tf32", "bfloat16": "bf16",
            "mixed_bfloat16": "bf16", "float16": "fp16", "half": "fp16",
            "mixed_float16": "fp16", "float64": "fp64", "double": "fp64"}
+
+# the dtype of 16-bit storage: IEEE half is NumPy's float16; bfloat16, which NumPy lacks,
+# is held as its bits (the upper half of a float32's)
+STORAGE = {"bf16": np.dtype(np.uint16), "fp16": np.dtype(np.float16)}
 
 # fp16: the least magnitude that rounds to inf (half's largest finite is 65504)
 HALF_OVERFLOW = 65520.0
@@ -95,3 +101,27 @@ def round_to(x, precision):
     rounded = (bits + (half - np.uint32(1)) + odd) & ~np.uint32((1 << drop) - 1)
     finite = np.isfinite(x)                              # inf and NaN keep their bits
     return np.where(finite, rounded, bits).view(np.float32).reshape(np.shape(x))
+
+
+def to_storage(x, precision):
+    """x (float32 values) as `precision` stores them in 16 bits (STORAGE's dtype): rounded
+    as round_to rounds, NaN kept a NaN."""
+    x = np.ascontiguousarray(x, np.float32)
+    if precision == "fp16":
+        with np.errstate(over="ignore"):
+            return x.astype(np.float16)
+    bits = round_to(x, precision).view(np.uint32) >> np.uint32(16)
+    nan = np.isnan(x)
+    if nan.any():                           # a NaN whose payload sat in the low bits
+        bits = np.where(nan, bits | np.uint32(0x7FC0), bits)
+    return bits.astype(np.uint16)
+
+
+def from_storage(x, precision):
+    """The float32 values of 16-bit storage (to_storage's inverse); float32 as it is."""
+    x = np.asarray(x)
+    if x.dtype == np.float16:
+        return x.astype(np.float32)
+    if x.dtype == np.uint16:
+        return (x.astype(np.uint32) << np.uint32(16)).view(np.float32)
+    return x

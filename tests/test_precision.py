@@ -518,7 +518,7 @@ def test_the_memory_plan_counts_the_16_bit_copies(device_name, rng, lower, monke
     if getattr(bk, "half_operands", None) is None:
         assert copies is None
         return
-    kept = [300 * 96, 200 * 96, 200 * 96, 10 * 96]      # each Dense's a_prev and delta
+    kept = [10 * 96]        # the last Dense's delta: the batch, z and a are 16-bit already
     assert copies.nbytes == (200 * 300 + 300 * 96 + sum(kept)) * 2
     monkeypatch.setattr(bk, "gemm_path", "vendor")        # every product copied
     monkeypatch.setattr(bk, "_half_ws", None, raising=False)   # grown anew
@@ -534,9 +534,11 @@ def test_copies_kept_from_the_forward_serve_the_backward(device_name, rng, lower
     """Dense keeps its input's 16-bit copy from the forward product for the weight
     gradient, and the delta's from the weight gradient for the input gradient
     (Backend.keep_operands); the kernels that write a hidden layer's output and delta
-    write their copies beside them: a step of a 3-layer MLP copies 7 operands, not 16 (x,
-    the weights for each product, and the delta the loss writes), and computes the same
-    bits, steps recorded and replayed after it included."""
+    write their copies beside them. In 16-bit storage (bf16, fp16) the batch and the hidden
+    layers' z and a are 16-bit already, so a step of a 3-layer MLP copies the weights for
+    each product and the delta the loss writes (kept for both its products): 6 operands, 7
+    without keeping. It computes the same bits either way, steps recorded and replayed
+    after it included."""
     bk = lower_backend(device_name, lower)
     if getattr(bk, "half_operands", None) is None:
         pytest.skip(f"{bk.name} copies no operands in {lower}")
@@ -557,7 +559,7 @@ def test_copies_kept_from_the_forward_serve_the_backward(device_name, rng, lower
         monkeypatch.setattr(bk, "_run", counted)
         net.train_batch(x, y, optimizer)
         monkeypatch.setattr(bk, "_run", run)
-        assert sum(copies) == (7 if keep else 16)
+        assert sum(copies) == (6 if keep else 7)
         for _ in range(3):                      # recorded, then replayed
             net.train_batch(x, y, optimizer)
         weights[keep] = net.get_weights()

@@ -389,9 +389,18 @@ class Backend:
 
     # -- fused neural-network kernels ----------------------------------------------------
 
-    def bias_activation(self, kind, z, b, a):
-        """z <- z + b 1^T; a <- f(z). z, a: (features, batch); b: (features,)."""
+    def bias_activation(self, kind, z, b, a, stored=None):
+        """z <- z + b 1^T; a <- f(z). z, a: (features, batch); b: (features,). With stored,
+        a layer's 16-bit storage (bf16, fp16: precision.STORAGE): z is a product's float32
+        sum, and stored <- z + b 1^T, a <- f(z + b 1^T) are written in 16 bits, z as it
+        was."""
         raise NotImplementedError
+
+    @property
+    def storage_dtype(self):
+        """The dtype of this precision's 16-bit storage (precision.STORAGE), or None: none
+        in fp32, tf32 and fp64."""
+        return precisions.STORAGE.get(self.precision)
 
     def activation_grad(self, kind, z, da):
         """z <- f'(z) * da, the layer's delta, in place in z."""
@@ -406,7 +415,9 @@ class Backend:
     def activation_bias_grad(self, kind, z, da, alpha, beta, gb, ones):
         """A layer's delta and its bias gradient: z <- f'(z) * da (in place), then
         gb <- alpha z ones + beta gb (ones: the layer's vector of z's columns). Here the
-        two calls; kernel backends make it one pass over z."""
+        two calls; kernel backends make it one pass over z. z may be in 16-bit storage
+        (storage_dtype): the delta is then stored rounded, and gb sums it before it
+        rounds."""
         self.activation_grad(kind, z, da)
         self.gemv(alpha, z, ones, beta, gb)
 
@@ -648,6 +659,19 @@ def check_conv(op, x, k, stride, pad, **arrays):
                              f"{tuple(x.shape)} with {k}x{k} windows, stride {stride}, "
                              f"padding {pad} and {F} filters: it must be {shape}")
     return ConvShape(F, C, H, W, N, k, stride, pad, Ho, Wo)
+
+
+def check_stored(bk, z, a, stored):
+    """bias_activation into 16-bit storage: z the product's float32 sum, a and stored (where
+    z + b is kept) 16-bit arrays of z's shape."""
+    want = bk.storage_dtype
+    if want is None or stored is None or a.dtype != want or stored.dtype != want or \
+            z.dtype != bk.dtype or a.shape != z.shape or stored.shape != z.shape:
+        raise ShapeError(f"bias_activation into 16-bit storage: z {z.shape} {z.dtype}, a "
+                         f"{a.shape} {a.dtype}, stored "
+                         f"{None if stored is None else (stored.shape, stored.dtype)}; a and "
+                         f"stored must be {bk.precision}'s 16-bit storage "
+                         f"({want}) and of z's shape")
 
 
 def check_activation(kind):

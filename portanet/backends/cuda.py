@@ -415,16 +415,24 @@ class CudaBackend(KernelBackend):
 
     def _kmajor16(self, a, b, trans_a, trans_b, m, n, k):
         """op(a) (m x k) and op(b)^T (n x k) rounded to 16 bits in the operand workspace,
-        rows of K (kmajor16: rounded as the vendor path's copies)."""
-        ws = self._half_workspace(_whole16(m * k) + _whole16(n * k))
-        copy = self._kernel("wgmma", "kmajor16", arch="sm_90a")
-        a16, b16 = self.view(ws, (m, k)), self.view(ws, (n, k), _whole16(m * k))
-        lda, ldb = a.shape[1], b.shape[1]
-        for y, x, rows, (s_row, s_col) in ((a16, a, m, (1, lda) if trans_a else (lda, 1)),
-                                           (b16, b, n, (ldb, 1) if trans_b else (1, ldb))):
+        rows of K (kmajor16: rounded as the vendor path's copies). An operand in 16-bit
+        storage whose rows are K already, at whole 16 bytes (a weight gradient's delta and
+        input), is read where it is; one laid out otherwise is copied as it is."""
+        out = []
+        for x, rows, start, kmajor in ((a, m, 0, not trans_a), (b, n, _whole16(m * k), trans_b)):
+            stored = x.dtype == self.half_operands
+            if stored and kmajor and x.shape == (rows, k) and x.offset % 8 == 0:
+                out.append(x)
+                continue
+            ws = self._half_workspace(_whole16(m * k) + _whole16(n * k))
+            y = self.view(ws, (rows, k), start)
+            s_row, s_col = (x.shape[1], 1) if kmajor else (1, x.shape[1])
+            copy = self._kernel("wgmma", "kmajor16", ["-DSOURCE_HALF=1"] if stored else [],
+                                arch="sm_90a")
             self._run(copy, (-(-k // 64) * 32, -(-rows // 32) * 8), y, x, rows, k, s_row,
                       s_col, local=(32, 8), label=f"{self.precision} operands")
-        return a16, b16
+            out.append(y)
+        return out
 
     def _wgmma(self, alpha, a16, b16, beta, c, label="gemm_wgmma"):
         """c (m x n) <- alpha a16 b16^T + beta c, a16 (m x k) and b16 (n x k) 16-bit and

@@ -13,12 +13,12 @@ import numpy as np
 
 from .. import config, tuning
 from ..errors import ShapeError
-from ..precision import PRECISIONS
+from ..precision import PRECISIONS, to_storage
 from . import routes, sources
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    check_conv, check_found, check_gather, check_gemm, check_loss_scale,
-                   check_norm_kind, check_pool, check_rows, check_skip, check_transpose,
-                   check_update, conv_out, log_beta)
+                   check_norm_kind, check_pool, check_rows, check_skip, check_stored,
+                   check_transpose, check_update, conv_out, log_beta)
 
 log = logging.getLogger("portanet")
 
@@ -71,6 +71,7 @@ def copy_split(dst, src):
 
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
+                            "bias_activation_stored",
                             "activation_grad", "add_activation",
                             "gather_columns", "gather_labels", "gather_batch", "features_first",
                             "transpose",
@@ -218,6 +219,20 @@ class KernelBackend(Backend):
             kernel = self._kernels[name] = self._build(FAMILY_OF[name], name)
         return kernel
 
+    def _stored_named(self, name):
+        """The kernel `name` built for 16-bit storage (copies.h's STORED_HALF: the arrays
+        it declares STORED are 16-bit), on first use."""
+        key = (name, "stored")
+        kernel = self._kernels.get(key)
+        if kernel is None:
+            kernel = self._kernels[key] = self._build(FAMILY_OF[name], name,
+                                                      ["-DSTORED_HALF=1"])
+        return kernel
+
+    def _stored(self, x):
+        """Whether x is in 16-bit storage (precision.STORAGE)."""
+        return x.dtype != self.dtype and x.dtype == self.storage_dtype
+
     def _build(self, family, name, options=()):
         """Build through the backend's _kernel (whose driver caches binaries on disk under
         self.cache_dir, keyed by source, options, device and driver), saying so once per
@@ -290,12 +305,17 @@ class KernelBackend(Backend):
                            base=x if x.base is None else x.base)
 
     def _check_write(self, dst, host):
+        if self._stored(dst):
+            host = to_storage(host, self.precision)
         host = np.ascontiguousarray(host, dtype=dst.dtype)
         if host.size != dst.size:
             raise ShapeError(f"write: host array of {host.shape} into device array {dst.shape}")
         return host
 
     def fill(self, x, value):
+        if self._stored(x):                 # (a kernel writes reals)
+            self.write(x, np.full(x.shape, value, np.float32))
+            return
         self._run("fill", (x.size,), x, float(value), x.size)
 
     def copy(self, src, dst):
@@ -449,7 +469,7 @@ class KernelBackend(Backend):
         (`_copy_beside`), so that no product copies it at all. The caller vouches that
         nothing else writes the array in between. Keeping a kept array changes nothing."""
         if self.half_operands is not None:
-            for key in map(_kept_key, arrays):
+            for key in map(_kept_key, (x for x in arrays if not self._stored(x))):
                 if key not in self._keeping:
                     self._keeping.add(key)
                     self._fresh.discard(key)
@@ -531,6 +551,9 @@ class KernelBackend(Backend):
             kernel = self._kernels["half_operands"] = self._build("elementwise", "half_operands")
         out = []
         for x, start in ((a, 0), (b, _whole16(a.size))):
+            if self._stored(x):             # 16 bits already: read where it is
+                out.append(x)
+                continue
             kept, fresh = self._shadow(x)
             y = kept if kept is not None else self.view(ws, x.shape, start)
             if not fresh:
@@ -724,13 +747,15 @@ class KernelBackend(Backend):
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
         fixed = self.conv_fixed
-        key = ("gemm", trans_a, trans_b, split, fused, frozen) + (
+        halves = tuple(f"-D{side}_HALF=1" for side, x in (("A", a), ("B", b))
+                       if conv is None and self._stored(x))     # 16-bit operands
+        key = ("gemm", trans_a, trans_b, split, fused, frozen, *halves) + (
             conv.key(fused, fixed) if conv else ())
         if key not in self._kernels:
             self._kernels[key] = self._build("gemm", "gemm", gemm_options(
                 trans_a, trans_b, dict(p, SPLIT_K=split)) + self._register_cap(p)
                 + (conv.options(fused, fixed) if conv else [f"-DBIAS_ACT={int(fused)}"])
-                + (self.finish_options if split == 2 else []))
+                + (self.finish_options if split == 2 else []) + list(halves))
         label = (f"{conv.label if conv else 'gemm'} {_shape_text(m, n, k, trans_a, trans_b)} "
                  f"own {p['TSM']}x{p['TSN']}" + (f" split-K {parts}" if parts > 1 else ""))
 
@@ -984,6 +1009,12 @@ class KernelBackend(Backend):
         if rows == 0 or cols == 0:
             self.gemv(alpha, z, ones, beta, gb)
             return
+        if self._stored(z):                 # 16 bits: gemv's row groups, whole or in pieces
+            self._row_way("activation_bias_grad_stored", rows, cols,
+                          lambda parts: self._gemv_rows(alpha, z, da, beta, gb, parts,
+                                                        ACT[kind]),
+                          restore=[z, gb])()
+            return
         self._fresh.discard(_kept_key(z))   # each way writes z's copy where it is kept
         apart = functools.partial(super().activation_bias_grad, kind, z, da, alpha, beta,
                                   gb, ones)             # activation_grad, then gemv
@@ -1015,7 +1046,8 @@ class KernelBackend(Backend):
         name = "gemv" if kind is None else "activation_bias_grad"
         operands = (a, x) if kind is None else (a, x, *self._copy_beside(a), kind)
         out = y if parts == 1 else self._split_workspace(parts * rows)
-        self._run(name, (rows * threads, parts), out, *operands,
+        kernel = self._stored_named(name) if self._stored(a) else name
+        self._run(kernel, (rows * threads, parts), out, *operands,
                   *((alpha, beta) if parts == 1 else (1.0, 0.0)), rows, cols, chunk,
                   local=(threads, 1), label=name + (f" {rows}x{cols} split {parts}"
                                                     if parts > 1 else ""))
@@ -1196,8 +1228,9 @@ class KernelBackend(Backend):
         """Columns j .. j + n of dst (features, m) <- part, n samples first."""
         rows, m = dst.shape
         # without bad, dst stands in for it (check 0: never written)
-        self._run("features_first", (rows, n), dst, part, dst if bad is None else bad,
-                  bad is not None, first, rows, n, m, j)
+        kernel = self._stored_named("features_first") if self._stored(dst) else "features_first"
+        self._run(kernel, (rows, n), dst, part, dst if bad is None else bad,
+                  bad is not None, first, rows, n, m, j, label="features_first")
 
     def gather(self, out, x, idx):
         check_gather(out, x, idx)
@@ -1215,13 +1248,19 @@ class KernelBackend(Backend):
         check_gather(x_out, x, idx)
         check_gather(y_out, y, idx)
         rows, cols = x_out.shape
-        self._run("gather_batch", (cols, rows), x_out, x, y_out, y, idx, rows, cols)
+        kernel = self._stored_named("gather_batch") if self._stored(x_out) else "gather_batch"
+        self._run(kernel, (cols, rows), x_out, x, y_out, y, idx, rows, cols, label="gather_batch")
 
     # -- NN ------------------------------------------------------------------------------
 
-    def bias_activation(self, kind, z, b, a):
+    def bias_activation(self, kind, z, b, a, stored=None):
         check_activation(kind)
         rows, cols = z.shape
+        if stored is not None or self._stored(a):
+            check_stored(self, z, a, stored)
+            self._run(self._stored_named("bias_activation_stored"), (cols, -(-rows // STEPS)),
+                      a, stored, z, b, ACT[kind], rows, cols, label="bias_activation_stored")
+            return
         if kind == "softmax":
             self._fresh.discard(_kept_key(a))
             self._run("bias_softmax", (cols,), a, z, b, rows, cols)

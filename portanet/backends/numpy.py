@@ -5,13 +5,13 @@ import os
 
 import numpy as np
 
-from ..precision import round_to
+from ..precision import from_storage, round_to, to_storage
 from ..rng import dropout_mask
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
                    CONV_WORKSPACE_BYTES, check_conv, check_gather, check_gemm,
                    check_found, check_loss_scale, check_norm_kind, check_pool, check_rows,
-                   check_skip, check_transpose, check_update, conv_out, features_first,
-                   log_beta)
+                   check_skip, check_stored, check_transpose, check_update, conv_out,
+                   features_first, log_beta)
 
 
 def _skipped(op, skip):
@@ -49,7 +49,19 @@ class NumpyBackend(Backend):
     def _product(self, a, b, out=None):
         """a @ b as the device's matrix products compute it in this precision: inputs
         rounded to it (round_to: fp32 and fp64 as they are), products and sums in the dtype."""
-        return np.matmul(round_to(a, self.precision), round_to(b, self.precision), out=out)
+        return np.matmul(round_to(self._value(a), self.precision),
+                         round_to(self._value(b), self.precision), out=out)
+
+    def _stored(self, x):
+        return x.dtype != self.dtype and x.dtype == self.storage_dtype
+
+    def _value(self, x):
+        """x's float32 values: x itself, or what its 16-bit storage holds."""
+        return from_storage(x, self.precision) if self._stored(x) else x
+
+    def _store(self, dst, values):
+        """dst <- values, rounded as the kernels store them where dst is 16-bit storage."""
+        dst[...] = to_storage(values, self.precision) if self._stored(dst) else values
 
     # -- memory: device arrays are NumPy arrays ------------------------------------------
 
@@ -58,10 +70,13 @@ class NumpyBackend(Backend):
         return self._track(x, x.nbytes)
 
     def write(self, dst, host, wait=True):
-        dst[...] = np.asarray(host).reshape(dst.shape)
+        self._store(dst, np.asarray(host).reshape(dst.shape))
 
     def write_samples(self, dst, host, staging=None, bad=None, first=0):
-        features_first(host, dst.dtype, out=dst)
+        if self._stored(dst):
+            self._store(dst, features_first(host, self.dtype))
+        else:
+            features_first(host, dst.dtype, out=dst)
         if bad is not None:
             self._flag_nonfinite(bad, host, first)
 
@@ -77,7 +92,7 @@ class NumpyBackend(Backend):
         return x.reshape(-1)[offset:offset + n].reshape(shape)
 
     def fill(self, x, value):
-        x[...] = value
+        self._store(x, np.full(x.shape, value, self.dtype))
 
     def copy(self, src, dst):
         dst[...] = src.reshape(dst.shape)
@@ -126,7 +141,7 @@ class NumpyBackend(Backend):
 
     def gather(self, out, x, idx):
         check_gather(out, x, idx)
-        out[...] = x[idx].T
+        self._store(out, x[idx].T)
 
     @_quiet
     def momentum_update(self, w, v, decay, n_decay, skip=None):
@@ -225,10 +240,26 @@ class NumpyBackend(Backend):
     # -- NN ------------------------------------------------------------------------------
 
     @_quiet
-    def bias_activation(self, kind, z, b, a):
+    def bias_activation(self, kind, z, b, a, stored=None):
         check_activation(kind)
+        if stored is not None or self._stored(a):
+            check_stored(self, z, a, stored)
+            biased = z + b[:, None]
+            self._store(stored, biased)
+            self._store(a, activate(kind, biased))
+            return
         z += b[:, None]
         a[...] = activate(kind, z)
+
+    @_quiet
+    def activation_bias_grad(self, kind, z, da, alpha, beta, gb, ones):
+        if not self._stored(z):
+            super().activation_bias_grad(kind, z, da, alpha, beta, gb, ones)
+            return
+        check_activation(kind)
+        delta = (activate_grad(kind, self._value(z)) * da).astype(self.dtype)
+        self.gemv(alpha, delta, ones, beta, gb)     # summed before the delta rounds
+        self._store(z, delta)
 
     @_quiet
     def activation_grad(self, kind, z, da):

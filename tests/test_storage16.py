@@ -1,0 +1,266 @@
+"""16-bit storage in bf16 and fp16 (docs/ARCHITECTURE.md, "16-bit storage"): the batch where
+a Dense reads it first, and a Dense's z and a where another Dense reads them, are held in
+16 bits (precision.STORAGE); the kernels that write them round as the reference's
+to_storage, the products read them as they are.
+
+Tolerances: what a kernel stores is the reference's bits where both compute the same float32
+value (a copy, z + b); an activation goes through the device's own math library, so its
+16-bit value may be one unit of the precision off (2 UNIT_ROUNDOFF relative). Products of
+16-bit operands: F32 against the product of the rounded values, as in test_precision.py.
+"""
+import numpy as np
+import pytest
+
+import portanet as pn
+from portanet.backends.base import ACTIVATIONS
+from portanet.errors import PrecisionError, ShapeError
+from portanet.precision import STORAGE, UNIT_ROUNDOFF, from_storage, round_to, to_storage
+
+from conftest import F32, get_backend, rel_err
+
+HALVES = ("bf16", "fp16")
+
+
+@pytest.fixture(params=HALVES)
+def half(request):
+    return request.param
+
+
+def half_backend(spec, name):
+    get_backend(spec)
+    try:
+        return pn.device(spec, precision=name)
+    except PrecisionError as e:
+        pytest.skip(str(e))
+
+
+def stored(bk, host):
+    """host's values in a new 16-bit array of bk (written through bk.write, which rounds)."""
+    x = bk.empty(host.shape, bk.storage_dtype)
+    bk.write(x, host)
+    return x
+
+
+def values(bk, x):
+    return from_storage(bk.download(x), bk.precision)
+
+
+# -- the storage type ------------------------------------------------------------------------
+
+def test_storage_is_the_rounded_value_in_16_bits(rng, half):
+    x = np.concatenate([rng.standard_normal(5000) * 10.0 ** rng.uniform(-6, 4, 5000),
+                        [0.0, -0.0, np.inf, -np.inf, 65504, 65520, 2 ** -24, 2 ** -26,
+                         1 + 2 ** -8, 1 + 3 * 2 ** -8]]).astype(np.float32)
+    with np.errstate(over="ignore"):
+        s = to_storage(x, half)
+    assert s.dtype == STORAGE[half] and s.dtype.itemsize == 2
+    assert np.array_equal(from_storage(s, half), round_to(x, half))
+    assert np.signbit(from_storage(s, half)[x.size - 9])            # -0.0 stays negative
+    nan = to_storage(np.array([np.nan, -np.nan], np.float32), half)
+    assert np.isnan(from_storage(nan, half)).all()
+    assert np.array_equal(to_storage(from_storage(s, half), half).view(np.uint16),
+                          s.view(np.uint16))                        # exact both ways
+
+
+def test_only_bf16_and_fp16_store_16_bits():
+    assert pn.device("cpu").storage_dtype is None
+    assert pn.device("cpu", precision="tf32").storage_dtype is None
+    assert pn.device("cpu", precision="bf16").storage_dtype == np.uint16
+    assert pn.device("cpu", precision="fp16").storage_dtype == np.float16
+
+
+# -- the kernels that read and write it ------------------------------------------------------
+
+def gemm_paths(bk):
+    if bk.kind == "cpu":
+        return ["reference"]
+    return ["own", "auto"] + (["vendor"] if bk.vendor_gemm else [])
+
+
+@pytest.mark.parametrize("m,n,k", [(1, 1, 1), (33, 65, 17), (130, 257, 136), (7, 129, 1000)])
+@pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False),
+                                             (True, True)])
+@pytest.mark.parametrize("which", ["a", "b", "both"])
+def test_gemm_reads_16_bit_operands(device_name, rng, half, m, n, k, trans_a, trans_b, which,
+                                    monkeypatch):
+    """Every GEMM path with either operand, or both, in 16-bit storage: the product of the
+    stored values, summed in float32."""
+    bk = half_backend(device_name, half)
+    a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
+    b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
+    op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
+    want = round_to(op_a, half).astype(np.float64) @ round_to(op_b, half)
+    for path in gemm_paths(bk):
+        if bk.kind != "cpu":
+            monkeypatch.setattr(bk, "gemm_path", path)
+            monkeypatch.setattr(bk, "_routes", {})
+        A = stored(bk, a) if which in ("a", "both") else bk.upload(a)
+        B = stored(bk, b) if which in ("b", "both") else bk.upload(b)
+        C = bk.upload(np.full((m, n), np.nan, np.float32))
+        bk.gemm(1.0, A, B, 0.0, C, trans_a, trans_b)
+        assert rel_err(bk.download(C), want) < F32, path
+
+
+@pytest.mark.parametrize("m,n,k,offsets", [(37, 41, 53, (3, 5001, 2999)),
+                                            (36, 44, 56, (8, 5008, 3000))])
+def test_gemm_reads_16_bit_views(device_name, rng, half, m, n, k, offsets, monkeypatch):
+    """16-bit operands at offsets inside one 16-bit buffer (odd ones load one by one, whole
+    runs of 4 as one 8-byte load), c float32 apart."""
+    bk = half_backend(device_name, half)
+    host = rng.standard_normal(10000).astype(np.float32)
+    big = stored(bk, host)
+    oa, ob, _ = offsets
+    a, b = bk.view(big, (m, k), oa), bk.view(big, (k, n), ob)
+    want = (round_to(host[oa:oa + m * k], half).astype(np.float64).reshape(m, k)
+            @ round_to(host[ob:ob + k * n], half).reshape(k, n))
+    for path in gemm_paths(bk):
+        if bk.kind != "cpu":
+            monkeypatch.setattr(bk, "gemm_path", path)
+            monkeypatch.setattr(bk, "_routes", {})
+        c = bk.upload(np.full((m, n), np.nan, np.float32))
+        bk.gemm(1.0, a, b, 0.0, c)
+        assert rel_err(bk.download(c), want) < F32, path
+
+
+def test_gemm_reads_16_bit_specials_exactly(device_name, half, monkeypatch):
+    """Stored values times the identity come back as they are on every path: subnormals,
+    the largest finite, ties rounded on the way in."""
+    bk = half_backend(device_name, half)
+    top = 65504.0 if half == "fp16" else 3.0e38
+    x = np.array([[0.0, 1.0, -2.5, top, -top, 2 ** -24, -(2 ** -20), 2 ** -14, 1 + 2 ** -8,
+                   1 + 3 * 2 ** -11, -(1 + 2 ** -7)]], np.float32).repeat(8, axis=0)
+    eye = np.eye(x.shape[1], dtype=np.float32)
+    want = round_to(x, half)
+    for path in gemm_paths(bk):
+        if bk.kind != "cpu":
+            monkeypatch.setattr(bk, "gemm_path", path)
+            monkeypatch.setattr(bk, "_routes", {})
+        c = bk.zeros(x.shape)
+        bk.gemm(1.0, stored(bk, x), bk.upload(eye), 0.0, c)
+        assert np.array_equal(bk.download(c), want), path
+
+
+@pytest.mark.parametrize("kind", [k for k in ACTIVATIONS if k != "softmax"])
+def test_bias_activation_stores_z_and_a_in_16_bits(device_name, rng, half, kind):
+    bk, ref = half_backend(device_name, half), pn.device("cpu", precision=half)
+    rows, cols = 37, 203
+    z = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
+    b = rng.standard_normal(rows).astype(np.float32)
+    want_z, want_a = (ref.empty((rows, cols), ref.storage_dtype) for _ in range(2))
+    ref.bias_activation(kind, z.copy(), b, want_a, stored=want_z)
+    Z = bk.upload(z)
+    A, S = (bk.empty((rows, cols), bk.storage_dtype) for _ in range(2))
+    bk.bias_activation(kind, Z, bk.upload(b), A, stored=S)
+    assert np.array_equal(bk.download(S), want_z)                   # z + b, rounded
+    assert np.array_equal(bk.download(Z), z)                        # the sum as it was
+    got, want = values(bk, A), from_storage(want_a, half)
+    assert np.all(np.abs(got - want) <= 2 * UNIT_ROUNDOFF[half] * np.abs(want) + 1e-30), kind
+
+
+def test_bias_activation_refuses_mixed_storage(rng, half):
+    bk = pn.device("cpu", precision=half)
+    z = np.zeros((3, 4), np.float32)
+    with pytest.raises(ShapeError, match="16-bit storage"):
+        bk.bias_activation("relu", z, np.zeros(3, np.float32), np.zeros((3, 4), np.float32),
+                           stored=bk.empty((3, 4), bk.storage_dtype))
+
+
+@pytest.mark.parametrize("kind", ["linear", "relu", "tanh", "gelu"])
+@pytest.mark.parametrize("rows,cols", [(5, 7), (3, 5000), (40, 257)])
+def test_the_delta_of_a_16_bit_layer(device_name, rng, half, kind, rows, cols, monkeypatch):
+    """activation_bias_grad on a 16-bit z (whole rows and in pieces, where routing may take
+    either): the delta f'(z) . da stored in 16 bits, the bias gradient summed before it
+    rounds."""
+    bk, ref = half_backend(device_name, half), pn.device("cpu", precision=half)
+    z = to_storage(rng.standard_normal((rows, cols)).astype(np.float32), half)
+    da = rng.standard_normal((rows, cols)).astype(np.float32)
+    gb = rng.standard_normal(rows).astype(np.float32)
+    z_ref, gb_ref = z.copy(), gb.copy()
+    ref.activation_bias_grad(kind, z_ref, da, 0.5, 0.25, gb_ref, np.ones(cols, np.float32))
+    for way in ([None] if bk.kind == "cpu" else ["whole", "split"]):
+        Z, GB = stored(bk, from_storage(z, half)), bk.upload(gb)
+        if way is not None:
+            monkeypatch.setattr(bk, "_routes",
+                                {("activation_bias_grad_stored", rows, cols): way})
+        bk.activation_bias_grad(kind, Z, bk.upload(da), 0.5, 0.25, GB,
+                                bk.upload(np.ones(cols, np.float32)))
+        got, want = values(bk, Z), from_storage(z_ref, half)
+        assert np.all(np.abs(got - want) <= 2 * UNIT_ROUNDOFF[half] * np.abs(want)), way
+        scale = 0.5 * np.abs(from_storage(z_ref, half)).sum(axis=1) + 0.25 * np.abs(gb)
+        assert np.all(np.abs(bk.download(GB) - gb_ref) <= 4 * UNIT_ROUNDOFF[half] * scale), way
+
+
+# -- networks --------------------------------------------------------------------------------
+
+def test_which_arrays_a_network_stores_in_16_bits():
+    """The batch where a Dense reads it first, and each Dense's z and a where another Dense
+    reads them; not a convolution's, nor what a Dropout, the loss or a layer other than a
+    Dense reads; nothing in fp32."""
+    mlp = pn.Sequential([pn.Dense(8, "relu"), pn.Dense(6, "relu"), pn.Dropout(0.5),
+                         pn.Dense(5, "relu"), pn.Dense(3, "softmax")], (10,),
+                        device="cpu", precision="bf16")
+    assert mlp._half_x
+    assert [l.half_out for l in mlp.layers] == [True, False, False, True, False]
+    assert [l.half_in for l in mlp.layers] == [True, True, False, False, True]
+    assert [l.half_grad for l in mlp.layers] == [False, True, False, False, True]
+    lenet = pn.lenet((1, 28, 28), 10, device="cpu", precision="fp16")
+    assert not lenet._half_x
+    dense = [l for l in lenet.layers if type(l).__name__ == "Dense"]
+    assert [l.half_out for l in dense] == [True] * (len(dense) - 1) + [False]
+    assert not any(l.half_out for l in lenet.layers if type(l).__name__ != "Dense")
+    fp32 = pn.Sequential([pn.Dense(8, "relu"), pn.Dense(3, "softmax")], (10,), device="cpu")
+    assert not fp32._half_x and not any(l.half_out for l in fp32.layers)
+
+
+def test_the_plan_counts_16_bit_storage():
+    """A wide MLP's batch buffers in bf16 take less than half of fp32's beside the float32
+    products buffer: the batch and the hidden z and a in 2 bytes, the largest hidden layer's
+    sums in 4."""
+    m, plans = 256, {}
+    for name in ("fp32", "bf16"):
+        net = pn.mlp((1000,), 10, hidden=(500, 100), device="cpu", precision=name)
+        plans[name] = {(b.owner, b.name): b for b in net.memory_plan(m).buffers}
+    bf16, fp32 = plans["bf16"], plans["fp32"]
+    assert bf16["network", "_x"].nbytes == 1000 * m * 2 == fp32["network", "_x"].nbytes // 2
+    assert bf16["network", "_products"].nbytes == 500 * m * 4
+    assert ("network", "_products") not in fp32
+    hidden = [key for key in bf16 if key[1] in ("_z", "_a")]
+    assert sum(bf16[k].nbytes for k in hidden) == (2 * (500 + 100) + 2 * 10 * 2) * m * 2
+    batch = lambda plan: sum(b.nbytes for b in plan.values() if b.kind == "batch")
+    assert batch(bf16) < 0.55 * batch(fp32)
+
+
+def test_the_batch_is_laid_out_in_16_bits(device_name, rng, half):
+    """Every way a batch reaches the device (a plain write, the staging lane, the gather of
+    a training set held on the device) stores it rounded."""
+    bk = half_backend(device_name, half)
+    net = pn.Sequential([pn.Dense(7, "relu"), pn.Dense(3, "softmax")], (45,), device=bk)
+    for m in (5, 300):
+        x = rng.standard_normal((m, 45)).astype(np.float32) * 100
+        net._upload_batch(x, wait=True)
+        assert np.array_equal(values(bk, net.x), round_to(x.T.copy(), half)), m
+    x = rng.standard_normal((40, 45)).astype(np.float32)
+    y = rng.integers(0, 3, 40).astype(np.int32)
+    net._bind(16)
+    idx = rng.permutation(40)[:16].astype(np.int32)
+    bk.gather_batch(net.x, bk.upload(x), net.y, bk.upload(y), bk.upload(idx))
+    assert np.array_equal(values(bk, net.x), round_to(x[idx].T.copy(), half))
+
+
+def test_a_16_bit_network_trains_as_the_reference_does(device_name, rng, half):
+    """Same seed, same batches: a device's losses and weights stay the reference's in the
+    same precision (16-bit storage rounds alike; where a sum's order differs a stored
+    value may round the other way, which the tolerance allows)."""
+    bk = half_backend(device_name, half)
+    x = rng.standard_normal((256, 30)).astype(np.float32)
+    y = (x[:, :10] @ rng.standard_normal((10, 4))).argmax(1)
+    nets, losses = {}, {}
+    for where in (bk, pn.device("cpu", precision=half)):
+        net = pn.mlp((30,), 4, hidden=(48, 24), device=where, seed=3)
+        losses[where.kind] = net.fit(x, y, epochs=2, batch_size=64, shuffle=False,
+                                     optimizer=pn.SGD(0.05, 0.9))["loss"]
+        nets[where.kind] = net.get_weights()
+    got, want = np.array(losses[bk.kind]), np.array(losses["cpu"])
+    assert np.all(np.abs(got - want) <= 1e-3 * want)
+    for name, w in nets["cpu"].items():
+        assert rel_err(nets[bk.kind][name], w) < 1e-2, name
