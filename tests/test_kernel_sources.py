@@ -47,6 +47,11 @@ def test_cuda_kernels_compile(family, real, tmp_path):
         if family == "gemm" else [[]]
     if real == "float":                 # tf32, bf16, fp16 backends' builds: inputs rounded
         variants += [gpu.operand_options(p) for p in ("tf32", "bf16", "fp16")]
+        # and bf16's and fp16's 16-bit storage: the families' STORED arrays, gemm's operands
+        stored = (["-DA_HALF=1", "-DB_HALF=1", "-DVW=4"], ["-DA_HALF=1", "-DTRANS_B=1"],
+                  ["-DB_HALF=1", "-DTRANS_A=1", "-DVW=1"]) if family == "gemm" else \
+            (["-DSTORED_HALF=1"],)
+        variants += [gpu.operand_options(p) + list(v) for p in ("bf16", "fp16") for v in stored]
     if family == "mma":                 # TF32: float only
         if real == "double":
             pytest.skip("mma.cu computes float32 products in TF32")
@@ -56,8 +61,8 @@ def test_cuda_kernels_compile(family, real, tmp_path):
     if family == "wgmma":               # bf16 and fp16 inputs, Hopper's own instructions
         if real == "double":
             pytest.skip("wgmma.cu computes float32 products from 16-bit inputs")
-        variants = [gpu.operand_options(p) + ["-gencode=arch=compute_90a,code=sm_90a"]
-                    for p in ("bf16", "fp16")]
+        variants = [gpu.operand_options(p) + ["-gencode=arch=compute_90a,code=sm_90a"] + source
+                    for p in ("bf16", "fp16") for source in ([], ["-DSOURCE_HALF=1"])]
     for flags in variants:
         arch = [] if any(f.startswith(("-arch", "-gencode")) for f in flags) else ["-arch=sm_80"]
         # device code only, as pycuda builds it (--cubin): no host compile, a third the time
