@@ -4,8 +4,9 @@ a Dense reads it first, and a Dense's z and a where another Dense reads them, ar
 to_storage, the products read them as they are.
 
 Tolerances: what a kernel stores is the reference's bits where both compute the same float32
-value (a copy, z + b); an activation goes through the device's own math library, so its
-16-bit value may be one unit of the precision off (2 UNIT_ROUNDOFF relative). Products of
+value (a copy, z + b); an activation and its derivative go through the device's own math
+library, so a 16-bit value may be one unit of the precision off (2 UNIT_ROUNDOFF relative),
+and a derivative a few float32 ulps where it crosses 0. Products of
 16-bit operands: F32 against the product of the rounded values, as in test_precision.py.
 """
 import numpy as np
@@ -185,7 +186,10 @@ def test_the_delta_of_a_16_bit_layer(device_name, rng, half, kind, rows, cols, m
         bk.activation_bias_grad(kind, Z, bk.upload(da), 0.5, 0.25, GB,
                                 bk.upload(np.ones(cols, np.float32)))
         got, want = values(bk, Z), from_storage(z_ref, half)
-        assert np.all(np.abs(got - want) <= 2 * UNIT_ROUNDOFF[half] * np.abs(want)), way
+        # f'(z) from the device's math library: a few float32 ulps of 1 apart where it
+        # crosses 0 (gelu's at -0.75), which no relative bound holds
+        assert np.all(np.abs(got - want) <= 2 * UNIT_ROUNDOFF[half] * np.abs(want)
+                      + 1e-6 * np.abs(da)), way
         scale = 0.5 * np.abs(from_storage(z_ref, half)).sum(axis=1) + 0.25 * np.abs(gb)
         assert np.all(np.abs(bk.download(GB) - gb_ref) <= 4 * UNIT_ROUNDOFF[half] * scale), way
 
