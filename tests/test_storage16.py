@@ -207,11 +207,11 @@ def test_which_arrays_a_network_stores_in_16_bits():
     assert [l.half_out for l in mlp.layers] == [True, False, False, True, False]
     assert [l.half_in for l in mlp.layers] == [True, True, False, False, True]
     assert [l.half_grad for l in mlp.layers] == [False, True, False, False, True]
-    lenet = pn.lenet((1, 28, 28), 10, device="cpu", precision="fp16")
-    assert not lenet._half_x
-    dense = [l for l in lenet.layers if type(l).__name__ == "Dense"]
-    assert [l.half_out for l in dense] == [True] * (len(dense) - 1) + [False]
-    assert not any(l.half_out for l in lenet.layers if type(l).__name__ != "Dense")
+    cnn = pn.from_description("conv(4, 3, relu) maxpool(2) flatten dense(16, relu) "
+                              "dense(10, softmax)", (1, 12, 12), device="cpu", precision="fp16")
+    assert not cnn._half_x
+    assert [l.half_out for l in cnn.layers] == [False, False, False, True, False]
+    assert [l.half_in for l in cnn.layers] == [False, False, False, False, True]
     fp32 = pn.Sequential([pn.Dense(8, "relu"), pn.Dense(3, "softmax")], (10,), device="cpu")
     assert not fp32._half_x and not any(l.half_out for l in fp32.layers)
 
