@@ -74,12 +74,24 @@ class MemoryPlan:
         for b in self.buffers:
             shape = "x".join(map(str, b.shape))
             lines.append(f"  {b.owner:36.36s} {b.name:18s} {b.kind:16s} {shape:>16s} "
-                         f"{size_text(b.nbytes):>10s}")
+                         f"{type_text(b.dtype, self.precision):>5s} {size_text(b.nbytes):>10s}")
         for kind, nbytes in self.by_kind().items():
-            lines.append(f"  {'':36s} {'':18s} {kind:16s} {'':16s} {size_text(nbytes):>10s}")
+            lines.append(f"  {'':36s} {'':18s} {kind:16s} {'':16s} {'':5s} "
+                         f"{size_text(nbytes):>10s}")
         lines.append(f"  total {size_text(self.total)} of {size_text(self.available)} available"
                      + ("" if self.fits else "  (does NOT fit)"))
         return "\n".join(lines)
+
+
+def type_text(dtype, precision):
+    """A buffer's element type in a plan: f32, f64, i32, and bf16 or fp16 for 16-bit storage
+    (bf16's is held as uint16 bits)."""
+    dtype = np.dtype(dtype)
+    if dtype == np.uint16 and precision == "bf16":
+        return "bf16"
+    if dtype == np.float16:
+        return "fp16"
+    return f"{dtype.kind}{8 * dtype.itemsize}"
 
 
 def refuse(plan, what, largest_batch=None):

@@ -220,10 +220,14 @@ def test_the_plan_counts_16_bit_storage():
     """A wide MLP's batch buffers in bf16 take less than half of fp32's beside the float32
     products buffer: the batch and the hidden z and a in 2 bytes, the largest hidden layer's
     sums in 4."""
-    m, plans = 256, {}
+    m, plans, texts = 256, {}, {}
     for name in ("fp32", "bf16"):
         net = pn.mlp((1000,), 10, hidden=(500, 100), device="cpu", precision=name)
-        plans[name] = {(b.owner, b.name): b for b in net.memory_plan(m).buffers}
+        plan = net.memory_plan(m)
+        plans[name] = {(b.owner, b.name): b for b in plan.buffers}
+        texts[name] = {line.split()[1]: line.split()[-3] for line in str(plan).splitlines()
+                       if line.split()[1:2] in (["_x"], ["_products"])}
+    assert texts == {"fp32": {"_x": "f32"}, "bf16": {"_x": "bf16", "_products": "f32"}}
     bf16, fp32 = plans["bf16"], plans["fp32"]
     assert bf16["network", "_x"].nbytes == 1000 * m * 2 == fp32["network", "_x"].nbytes // 2
     assert bf16["network", "_products"].nbytes == 500 * m * 4
