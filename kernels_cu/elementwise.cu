@@ -18,11 +18,12 @@ KERNEL void axpy(GLOBAL real* y, const int y_off, const GLOBAL real* x, const in
 
 /* out (rows, cols) <- columns idx of x^T: out[r, j] = x[idx[j], r], x samples-first
    (N, rows). Gathers a shuffled batch from a training set kept on the device. */
-KERNEL void gather_columns(GLOBAL real* out, const int out_off, const GLOBAL real* x,
+KERNEL void gather_columns(GLOBAL STORED* out, const int out_off, const GLOBAL real* x,
                            const int x_off, const GLOBAL int* idx, const int idx_off,
                            const int rows, const int cols) {
     const int j = GLOBAL_ID(0), r = GLOBAL_ID(1);
-    if (j < cols && r < rows) out[out_off + r * cols + j] = x[x_off + idx[idx_off + j] * rows + r];
+    if (j < cols && r < rows)
+        out[out_off + r * cols + j] = TO_STORED(x[x_off + idx[idx_off + j] * rows + r]);
 }
 
 /* out (rows, ld), columns col0 .. col0 + cols <- x^T, x samples-first (cols, rows): a

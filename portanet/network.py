@@ -175,7 +175,7 @@ class Sequential:
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
         if products:                        # 16-bit layers' float32 sums (Shared)
-            own.append(("_products", "workspace", products, real))
+            own.append(("_products", "batch", products, real))
         if self.backend.stages_samples:     # two halves of whole samples (write_samples)
             room = max(1, min(m, STAGING_BYTES // (2 * self.n_in * real.itemsize)))
             own.append(("_staging", "workspace", 2 * self.n_in * room, real))

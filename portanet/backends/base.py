@@ -168,7 +168,8 @@ class Backend:
         holding NaN or inf, where it is less: read when the caller waits anyway."""
         if bad is not None:
             self._flag_nonfinite(bad, host, first)
-        self.write(dst, features_first(host, dst.dtype), wait=False)    # a copy: ours
+        dtype = self.dtype if dst.dtype == self.storage_dtype else dst.dtype   # (write rounds)
+        self.write(dst, features_first(host, dtype), wait=False)    # a copy: ours
 
     def stage_samples(self, staging, host):
         """host (m, ...), a batch samples first, into the start of `staging` as it is, for

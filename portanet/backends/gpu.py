@@ -305,7 +305,7 @@ class KernelBackend(Backend):
                            base=x if x.base is None else x.base)
 
     def _check_write(self, dst, host):
-        if self._stored(dst):
+        if self._stored(dst) and np.asarray(host).dtype != dst.dtype:   # (not its own bits)
             host = to_storage(host, self.precision)
         host = np.ascontiguousarray(host, dtype=dst.dtype)
         if host.size != dst.size:
@@ -1238,7 +1238,9 @@ class KernelBackend(Backend):
             self._run("gather_labels", (out.size,), out, x, idx, out.size)
         else:
             rows, cols = out.shape
-            self._run("gather_columns", (cols, rows), out, x, idx, rows, cols)
+            kernel = self._stored_named("gather_columns") if self._stored(out) else \
+                "gather_columns"
+            self._run(kernel, (cols, rows), out, x, idx, rows, cols, label="gather_columns")
 
     def gather_batch(self, x_out, x, y_out, y, idx):
         """Inputs and integer labels in one launch (gather_batch); float targets apart."""

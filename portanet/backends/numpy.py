@@ -60,8 +60,10 @@ class NumpyBackend(Backend):
         return from_storage(x, self.precision) if self._stored(x) else x
 
     def _store(self, dst, values):
-        """dst <- values, rounded as the kernels store them where dst is 16-bit storage."""
-        dst[...] = to_storage(values, self.precision) if self._stored(dst) else values
+        """dst <- values, rounded as the kernels store them where dst is 16-bit storage
+        (values of its own dtype are stored values already: a download written back)."""
+        stored = self._stored(dst) and np.asarray(values).dtype != dst.dtype
+        dst[...] = to_storage(values, self.precision) if stored else values
 
     # -- memory: device arrays are NumPy arrays ------------------------------------------
 
