@@ -88,7 +88,7 @@ class Sequential:
         # batch where one comes first and each Dense's z and a where another follows
         half = self.backend.storage_dtype is not None
         self._half_x = half and self.layers[0].half_storage
-        self.layers[0].half_in = self._half_x
+        self.layers[0].half_in, self.layers[0].half_grad = self._half_x, False
         for layer, after in zip(self.layers, self.layers[1:] + [None]):
             self._first.append(not seen_trainable)
             seen_trainable = seen_trainable or layer.trainable

@@ -239,6 +239,10 @@ def test_which_arrays_a_network_stores_in_16_bits():
     assert [l.half_in for l in cnn.layers] == [False, False, False, False, True]
     fp32 = pn.Sequential([pn.Dense(8, "relu"), pn.Dense(3, "softmax")], (10,), device="cpu")
     assert not fp32._half_x and not any(l.half_out for l in fp32.layers)
+    # layers taken into another network take that network's places
+    again = pn.Sequential(mlp.layers[4:], (5,), device="cpu", precision="fp16")
+    assert [(l.half_in, l.half_out, l.half_grad) for l in again.layers] == [(True, False, False)]
+    again.fit(np.zeros((8, 5), np.float32), np.zeros(8, np.int64), epochs=1, batch_size=4)
 
 
 def test_the_plan_counts_16_bit_storage():
