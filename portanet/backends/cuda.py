@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import config, dlpack, tuning
+from .. import dlpack, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import sources
 from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, _whole16, copy_split,
