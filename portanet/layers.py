@@ -35,6 +35,7 @@ class Layer:
     half_in = False             # its a_prev is 16-bit (the previous layer's, or the batch)
     half_grad = False           # and the previous layer's: dL/da_prev goes to the network's
     #                             float32 products buffer, where that layer reads it
+    passes_storage = False      # its output is a view of its input (Flatten), stored alike
     decayed = ()                # parameters that weight decay applies to (listed first)
 
     def config(self):
@@ -714,6 +715,7 @@ class Residual(Layer):
 
 class Flatten(Layer):
     """(C, H, W) per sample -> (C.H.W,): with batch-innermost storage, a free view."""
+    passes_storage = True
 
     def output_shape(self, in_shape):
         return (elements(in_shape),)

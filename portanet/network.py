@@ -48,6 +48,34 @@ class Shared:
         self.products = products
 
 
+def _storage(layers, half):
+    """Which arrays a network of `layers` stores in 16 bits, where `half` (bf16, fp16): what
+    only the products of Dense layers read (half_storage), the batch where one reads it
+    first and each one's z and a where another reads them, looking through views of their
+    input (Flatten: passes_storage). Sets each layer's half_in, half_out and half_grad;
+    returns whether the batch is stored so."""
+    def reader(i):                  # the first layer after i that is not a view
+        j = i + 1
+        while j < len(layers) and layers[j].passes_storage:
+            j += 1
+        return layers[j] if j < len(layers) else None
+
+    first = reader(-1)
+    stored = half_x = half and first is not None and first.half_storage
+    from_layer = False              # whether the input is a layer's output, not the batch
+    for i, layer in enumerate(layers):
+        layer.half_in, layer.half_grad = stored, stored and from_layer
+        if layer.passes_storage:
+            layer.half_out = stored
+        else:
+            after = reader(i)
+            layer.half_out = (half and layer.half_storage and after is not None
+                              and after.half_storage)
+            from_layer = True
+        stored = layer.half_out
+    return half_x
+
+
 class Sequential:
     """A stack of layers trained with a fused loss and an optimizer (portanet.optim).
 
@@ -84,20 +112,12 @@ class Sequential:
         # first[i]: layer i reads the network input directly, so it skips da_prev
         self._first = []
         seen_trainable = False
-        # 16-bit storage (bf16, fp16): what only the products of Dense layers read, the
-        # batch where one comes first and each Dense's z and a where another follows
-        half = self.backend.storage_dtype is not None
-        self._half_x = half and self.layers[0].half_storage
-        self.layers[0].half_in, self.layers[0].half_grad = self._half_x, False
         for layer, after in zip(self.layers, self.layers[1:] + [None]):
             self._first.append(not seen_trainable)
             seen_trainable = seen_trainable or layer.trainable
             # the next layer keeps our output for its products (keep_operands)
             layer.output_kept = after is not None and after.keeps_input
-            layer.half_out = (half and layer.half_storage and after is not None
-                              and after.half_storage)
-            if after is not None:
-                after.half_in = after.half_grad = layer.half_out
+        self._half_x = _storage(self.layers, self.backend.storage_dtype is not None)
         self.capacity, self.m = 0, None
         self._batch_bytes = None        # (a, b): batch buffers of a m + b bytes (_inference_batch)
         self._graphs = {}               # (m, optimizer, data on device, staged) -> recorded step

@@ -239,6 +239,13 @@ def test_which_arrays_a_network_stores_in_16_bits():
     assert [l.half_in for l in cnn.layers] == [False, False, False, False, True]
     fp32 = pn.Sequential([pn.Dense(8, "relu"), pn.Dense(3, "softmax")], (10,), device="cpu")
     assert not fp32._half_x and not any(l.half_out for l in fp32.layers)
+    # a view of the input (Flatten) is stored as its input is, and looked through
+    flat = pn.Sequential([pn.Flatten(), pn.Dense(8, "relu"), pn.Flatten(), pn.Dense(6, "relu"),
+                          pn.Dense(3, "softmax")], (2, 5, 1), device="cpu", precision="bf16")
+    assert flat._half_x
+    assert [(l.half_in, l.half_out, l.half_grad) for l in flat.layers] == [
+        (True, True, False), (True, True, False), (True, True, True), (True, True, True),
+        (True, False, True)]
     # layers taken into another network take that network's places
     again = pn.Sequential(mlp.layers[4:], (5,), device="cpu", precision="fp16")
     assert [(l.half_in, l.half_out, l.half_grad) for l in again.layers] == [(True, False, False)]
@@ -292,7 +299,7 @@ def test_the_batch_is_laid_out_in_16_bits(device_name, rng, half):
     assert not got[45 * 16:].any(), "gather wrote past its output"
 
 
-@pytest.mark.parametrize("activation", ["relu", "tanh"])
+@pytest.mark.parametrize("activation", ["relu", "tanh", "flatten"])
 def test_a_16_bit_network_trains_as_the_reference_does(device_name, rng, half, activation):
     """Same seed, same batches: a device's losses and weights stay the reference's in the
     same precision (where a sum's order differs, a stored value may round the other way,
@@ -301,9 +308,16 @@ def test_a_16_bit_network_trains_as_the_reference_does(device_name, rng, half, a
     bk = half_backend(device_name, half)
     x = rng.standard_normal((256, 30)).astype(np.float32)
     y = (x[:, :10] @ rng.standard_normal((10, 4))).argmax(1)
+    if activation == "flatten":
+        x = x.reshape(256, 3, 5, 2)
     runs = []
     for where in (bk, pn.device("cpu", precision=half), pn.device(device_name)):
-        net = pn.mlp((30,), 4, hidden=(48, 24), activation=activation, device=where, seed=3)
+        if activation == "flatten":         # Keras's way: images flattened first
+            net = pn.from_description("flatten dense(48, tanh) flatten dense(24, relu) "
+                                      "dense(4, softmax)", (3, 5, 2), device=where, seed=3)
+        else:
+            net = pn.mlp((30,), 4, hidden=(48, 24), activation=activation, device=where,
+                         seed=3)
         assert net._half_x == (where.precision == half)
         loss = net.fit(x, y, epochs=2, batch_size=64, shuffle=False,
                        optimizer=pn.SGD(0.05, 0.9))["loss"]
