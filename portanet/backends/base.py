@@ -168,7 +168,7 @@ class Backend:
         holding NaN or inf, where it is less: read when the caller waits anyway."""
         if bad is not None:
             self._flag_nonfinite(bad, host, first)
-        dtype = self.dtype if dst.dtype == self.storage_dtype else dst.dtype   # (write rounds)
+        dtype = self.dtype if self._stored(dst) else dst.dtype   # (write rounds into storage)
         self.write(dst, features_first(host, dtype), wait=False)    # a copy: ours
 
     def stage_samples(self, staging, host):
@@ -402,6 +402,11 @@ class Backend:
         """The dtype of this precision's 16-bit storage (precision.STORAGE), or None: none
         in fp32, tf32 and fp64."""
         return precisions.STORAGE.get(self.precision)
+
+    def _stored(self, x):
+        """Whether the array x is held in this precision's 16-bit storage."""
+        storage = self.storage_dtype        # (None == float64 in NumPy: compared only if set)
+        return storage is not None and x.dtype == storage
 
     def activation_grad(self, kind, z, da):
         """z <- f'(z) * da, the layer's delta, in place in z."""

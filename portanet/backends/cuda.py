@@ -420,7 +420,7 @@ class CudaBackend(KernelBackend):
         input), is read where it is; one laid out otherwise is copied as it is."""
         out = []
         for x, rows, start, kmajor in ((a, m, 0, not trans_a), (b, n, _whole16(m * k), trans_b)):
-            stored = x.dtype == self.half_operands
+            stored = self._stored(x)
             if stored and kmajor and x.shape == (rows, k) and x.offset % 8 == 0:
                 out.append(x)
                 continue

@@ -212,26 +212,15 @@ class KernelBackend(Backend):
             self._named(name)
         return time.perf_counter() - start
 
-    def _named(self, name):
-        """The kernel `name` of FAMILIES, built on first use."""
-        kernel = self._kernels.get(name)
-        if kernel is None:
-            kernel = self._kernels[name] = self._build(FAMILY_OF[name], name)
-        return kernel
-
-    def _stored_named(self, name):
-        """The kernel `name` built for 16-bit storage (copies.h's STORED_HALF: the arrays
-        it declares STORED are 16-bit), on first use."""
-        key = (name, "stored")
+    def _named(self, name, stored=False):
+        """The kernel `name` of FAMILIES, built on first use; with stored, its build for
+        16-bit storage (copies.h's STORED_HALF: the arrays it declares STORED are 16-bit)."""
+        key = (name, "stored") if stored else name
         kernel = self._kernels.get(key)
         if kernel is None:
-            kernel = self._kernels[key] = self._build(FAMILY_OF[name], name,
-                                                      ["-DSTORED_HALF=1"])
+            kernel = self._kernels[key] = self._build(
+                FAMILY_OF[name], name, ["-DSTORED_HALF=1"] if stored else [])
         return kernel
-
-    def _stored(self, x):
-        """Whether x is in 16-bit storage (precision.STORAGE)."""
-        return x.dtype != self.dtype and x.dtype == self.storage_dtype
 
     def _build(self, family, name, options=()):
         """Build through the backend's _kernel (whose driver caches binaries on disk under
@@ -269,12 +258,13 @@ class KernelBackend(Backend):
             digest.update(sources.load(family, self.lang)[1].encode())
         return digest.hexdigest()[:20]
 
-    def _run(self, kernel, global_size, *args, local=None, label=None):
+    def _run(self, kernel, global_size, *args, local=None, label=None, stored=False):
         """Launch with arguments packed: a DeviceArray as (pointer, offset), a Python or
         NumPy int as int32, a float as the backend's real. Callers pass reals as floats.
-        label names the launch in a profile (default: the kernel's name)."""
+        label names the launch in a profile (default: the kernel's name). A kernel named
+        by a string is built on first use, with stored in its 16-bit storage build."""
         if isinstance(kernel, str):
-            label, kernel = label or kernel, self._named(kernel)
+            label, kernel = label or kernel, self._named(kernel, stored)
         packed = []
         for x in args:
             if isinstance(x, DeviceArray):
@@ -1046,11 +1036,11 @@ class KernelBackend(Backend):
         name = "gemv" if kind is None else "activation_bias_grad"
         operands = (a, x) if kind is None else (a, x, *self._copy_beside(a), kind)
         out = y if parts == 1 else self._split_workspace(parts * rows)
-        kernel = self._stored_named(name) if self._stored(a) else name
-        self._run(kernel, (rows * threads, parts), out, *operands,
+        self._run(name, (rows * threads, parts), out, *operands,
                   *((alpha, beta) if parts == 1 else (1.0, 0.0)), rows, cols, chunk,
                   local=(threads, 1), label=name + (f" {rows}x{cols} split {parts}"
-                                                    if parts > 1 else ""))
+                                                    if parts > 1 else ""),
+                  stored=self._stored(a))
         if parts > 1:
             self._split_sum(alpha, out, beta, y, rows, parts)
 
@@ -1228,9 +1218,8 @@ class KernelBackend(Backend):
         """Columns j .. j + n of dst (features, m) <- part, n samples first."""
         rows, m = dst.shape
         # without bad, dst stands in for it (check 0: never written)
-        kernel = self._stored_named("features_first") if self._stored(dst) else "features_first"
-        self._run(kernel, (rows, n), dst, part, dst if bad is None else bad,
-                  bad is not None, first, rows, n, m, j, label="features_first")
+        self._run("features_first", (rows, n), dst, part, dst if bad is None else bad,
+                  bad is not None, first, rows, n, m, j, stored=self._stored(dst))
 
     def gather(self, out, x, idx):
         check_gather(out, x, idx)
@@ -1238,9 +1227,8 @@ class KernelBackend(Backend):
             self._run("gather_labels", (out.size,), out, x, idx, out.size)
         else:
             rows, cols = out.shape
-            kernel = self._stored_named("gather_columns") if self._stored(out) else \
-                "gather_columns"
-            self._run(kernel, (cols, rows), out, x, idx, rows, cols, label="gather_columns")
+            self._run("gather_columns", (cols, rows), out, x, idx, rows, cols,
+                      stored=self._stored(out))
 
     def gather_batch(self, x_out, x, y_out, y, idx):
         """Inputs and integer labels in one launch (gather_batch); float targets apart."""
@@ -1250,8 +1238,8 @@ class KernelBackend(Backend):
         check_gather(x_out, x, idx)
         check_gather(y_out, y, idx)
         rows, cols = x_out.shape
-        kernel = self._stored_named("gather_batch") if self._stored(x_out) else "gather_batch"
-        self._run(kernel, (cols, rows), x_out, x, y_out, y, idx, rows, cols, label="gather_batch")
+        self._run("gather_batch", (cols, rows), x_out, x, y_out, y, idx, rows, cols,
+                  stored=self._stored(x_out))
 
     # -- NN ------------------------------------------------------------------------------
 
@@ -1260,8 +1248,8 @@ class KernelBackend(Backend):
         rows, cols = z.shape
         if stored is not None or self._stored(a):
             check_stored(self, z, a, stored)
-            self._run(self._stored_named("bias_activation_stored"), (cols, -(-rows // STEPS)),
-                      a, stored, z, b, ACT[kind], rows, cols, label="bias_activation_stored")
+            self._run("bias_activation_stored", (cols, -(-rows // STEPS)), a, stored, z, b,
+                      ACT[kind], rows, cols, stored=True)
             return
         if kind == "softmax":
             self._fresh.discard(_kept_key(a))

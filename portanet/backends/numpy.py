@@ -52,9 +52,6 @@ class NumpyBackend(Backend):
         return np.matmul(round_to(self._value(a), self.precision),
                          round_to(self._value(b), self.precision), out=out)
 
-    def _stored(self, x):
-        return x.dtype != self.dtype and x.dtype == self.storage_dtype
-
     def _value(self, x):
         """x's float32 values: x itself, or what its 16-bit storage holds."""
         return from_storage(x, self.precision) if self._stored(x) else x
