@@ -16,7 +16,7 @@ import pytest
 
 import portanet
 from portanet.backends import opencl
-from portanet.errors import DeviceError
+from portanet.errors import DeviceError, PrecisionError
 
 # Oclgrind's checks on before any context is made; its reports go to this file. Under
 # pytest-xdist (`-n auto`) each worker has its own: the controller's, which the workers
@@ -81,6 +81,16 @@ def get_backend(spec, dtype=np.float32):
         return portanet.device(spec, dtype)
     except DeviceError as e:
         pytest.skip(f"{spec} unavailable here: {e}")
+
+
+def precision_backend(spec, precision):
+    """The backend of the device `spec` (float32) in `precision`, or a skip naming what the
+    device computes."""
+    get_backend(spec)
+    try:
+        return portanet.device(spec, precision=precision)
+    except PrecisionError as e:
+        pytest.skip(str(e))
 
 
 def pytest_generate_tests(metafunc):

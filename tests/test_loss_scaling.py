@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import portanet as pn
-from portanet.errors import InputError, PrecisionError
+from portanet.errors import InputError
 
-from conftest import F32, get_backend, rel_err
+from conftest import F32, precision_backend, rel_err
 
 OPTIMIZERS = {"sgd": pn.SGD(0.05), "momentum": pn.SGD(0.05, 0.9),
               "nesterov": pn.SGD(0.05, 0.9, nesterov=True, weight_decay=1e-3),
@@ -119,20 +119,12 @@ def test_a_skipped_step_is_as_if_it_had_not_been(device_name, rng, opt):
         assert np.array_equal(skipped[name], want), name
 
 
-def fp16_backend(spec):
-    get_backend(spec)
-    try:
-        return pn.device(spec, precision="fp16")
-    except PrecisionError as e:
-        pytest.skip(str(e))
-
-
 def test_fp16_keeps_small_gradients_only_when_scaled(device_name, rng):
     """A confident softmax layer: the deltas of its wrong classes are about 2e-9, below
     half's smallest subnormal (2^-24), so unscaled fp16 products lose them whole and the
     weights do not move; scaled by 2^16 they are normal halves, and the step is fp32's to
     half's rounding."""
-    bk = fp16_backend(device_name)
+    bk = precision_backend(device_name, "fp16")
     x = rng.standard_normal((64, 12)).astype(np.float32)
     y = np.zeros(64, np.int64)
     w = (0.01 * rng.standard_normal((3, 12))).astype(np.float32)

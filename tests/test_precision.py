@@ -23,7 +23,7 @@ from portanet import backends, precision
 from portanet.errors import InputError, PrecisionError
 from portanet.precision import UNIT_ROUNDOFF, round_to
 
-from conftest import F32, gemm_scale, get_backend, rel_err
+from conftest import F32, gemm_scale, get_backend, precision_backend, rel_err
 
 LOWER = ("tf32", "bf16", "fp16")        # the precisions below float32
 
@@ -31,16 +31,6 @@ LOWER = ("tf32", "bf16", "fp16")        # the precisions below float32
 @pytest.fixture(params=LOWER)
 def lower(request):
     return request.param
-
-
-def lower_backend(spec, name):
-    """The backend of the device `spec` in precision `name`, or a skip naming what it
-    computes."""
-    get_backend(spec)
-    try:
-        return pn.device(spec, precision=name)
-    except PrecisionError as e:
-        pytest.skip(str(e))
 
 
 # -- rounding -------------------------------------------------------------------------------
@@ -349,7 +339,7 @@ def gemm_paths(bk):
                                              (True, True)])
 def test_gemm_in_lower_precisions(device_name, rng, lower, m, n, k, trans_a, trans_b,
                                   monkeypatch):
-    bk = lower_backend(device_name, lower)
+    bk = precision_backend(device_name, lower)
     a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
     c = rng.standard_normal((m, n)).astype(np.float32)
@@ -379,7 +369,7 @@ def test_gemm_in_lower_precisions(device_name, rng, lower, m, n, k, trans_a, tra
 def test_gemm_in_lower_precisions_on_views(device_name, rng, lower, m, n, k, offsets,
                                           monkeypatch):
     """Operands at offsets inside one buffer, c between them: nothing else written."""
-    bk = lower_backend(device_name, lower)
+    bk = precision_backend(device_name, lower)
     host = rng.standard_normal(10000).astype(np.float32)
     big = bk.upload(host)
     (oa, ob, oc) = offsets
@@ -403,7 +393,7 @@ def test_hopper_computes_16_bit_products_on_our_tensor_core_gemm(device_name, rn
     """On compute capability 9.0, bf16 and fp16 products whose K is a multiple of 8 can run
     on wgmma.cu (PORTANET_GEMM=own's GEMM, and one of auto's paths), every tile of c
     written, partial ones too; the others on our FFMA kernel, which rounds alike."""
-    bk = lower_backend(device_name, lower16)
+    bk = precision_backend(device_name, lower16)
     if bk.kind != "cuda" or bk.cc != (9, 0):
         pytest.skip("wgmma.cu runs on Hopper GPUs (compute capability 9.0)")
     assert bk.tensor_gemm
@@ -428,7 +418,7 @@ def test_every_path_rounds_ties_to_even(device_name, rng, lower, trans_a, monkey
     """a times the identity is a rounded to the precision, exactly: values half a unit and a
     little more or less above its grid (ties go to the even neighbour), on every path; in
     fp16 half's subnormals too (a multiple of 2^-24, from 2^-14 down)."""
-    bk = lower_backend(device_name, lower)
+    bk = precision_backend(device_name, lower)
     n = 256
     grid = 2 ** precision.PRECISIONS[lower].mantissa
     units = grid + rng.integers(0, grid, (n, n))          # the grid: mantissa + 1 bits
@@ -449,7 +439,7 @@ def test_every_path_rounds_ties_to_even(device_name, rng, lower, trans_a, monkey
 
 @pytest.mark.parametrize("kind", ["relu", "sigmoid", "softmax"])
 def test_dense_in_lower_precisions(device_name, rng, lower, kind, monkeypatch):
-    bk, ref_bk = lower_backend(device_name, lower), pn.device("cpu", precision=lower)
+    bk, ref_bk = precision_backend(device_name, lower), pn.device("cpu", precision=lower)
     m, n, k = 70, 300, 1100
     w, x = (rng.standard_normal(s).astype(np.float32) / math.sqrt(k) for s in ((m, k), (k, n)))
     b = rng.standard_normal(m).astype(np.float32)
@@ -468,7 +458,7 @@ def test_dense_in_lower_precisions(device_name, rng, lower, kind, monkeypatch):
 @pytest.mark.parametrize("path", ["implicit", "direct", "im2col"])
 def test_convolution_in_lower_precisions(device_name, rng, lower, path, monkeypatch):
     """A convolution's three products on each of its paths, against the reference's."""
-    bk, ref_bk = lower_backend(device_name, lower), pn.device("cpu", precision=lower)
+    bk, ref_bk = precision_backend(device_name, lower), pn.device("cpu", precision=lower)
     C, H, W, N, F, k = 3, 11, 9, 6, 10, 3
     x = rng.standard_normal((C, H, W, N)).astype(np.float32)
     w = rng.standard_normal((F, C * k * k)).astype(np.float32)
@@ -493,7 +483,7 @@ def test_convolution_in_lower_precisions(device_name, rng, lower, path, monkeypa
 
 def test_training_in_lower_precisions_follows_fp32_closely(device_name, rng, lower):
     """Same seed, same batches: the losses stay near fp32's, and are not fp32's."""
-    bk = lower_backend(device_name, lower)
+    bk = precision_backend(device_name, lower)
     x = rng.standard_normal((512, 30)).astype(np.float32)
     y = (x[:, :10] @ rng.standard_normal((10, 4))).argmax(1)
     histories = {}
@@ -511,7 +501,7 @@ def test_the_memory_plan_counts_the_16_bit_copies(device_name, rng, lower, monke
     plan has room for the largest pair of a training step's products (here dense 1's
     forward: w and the batch), and the copies a step makes fit in it; where nothing is
     copied, there is nothing to plan."""
-    bk = lower_backend(device_name, lower)
+    bk = precision_backend(device_name, lower)
     net = pn.mlp((300,), 10, hidden=(200,), device=bk)
     plan = {(b.owner, b.name): b for b in net.memory_plan(96).buffers}
     copies = plan.get(("backend", "16-bit operands"))
@@ -539,7 +529,7 @@ def test_copies_kept_from_the_forward_serve_the_backward(device_name, rng, lower
     each product and the delta the loss writes (kept for both its products): 6 operands, 7
     without keeping. It computes the same bits either way, steps recorded and replayed
     after it included."""
-    bk = lower_backend(device_name, lower)
+    bk = precision_backend(device_name, lower)
     if getattr(bk, "half_operands", None) is None:
         pytest.skip(f"{bk.name} copies no operands in {lower}")
     monkeypatch.setattr(bk, "gemm_path", "vendor")        # every product copied
@@ -572,7 +562,7 @@ def test_a_step_stopped_midway_leaves_no_kept_copy_behind(device_name, rng, lowe
     """A training forward keeps the batch's 16-bit copy until its backward; one stopped
     before it (an interrupt, an error) leaves no word behind: the next step copies its own
     batch again instead of reading the old one's copy (Backend.drop_all_operands)."""
-    bk = lower_backend(device_name, lower)
+    bk = precision_backend(device_name, lower)
     if getattr(bk, "half_operands", None) is None:
         pytest.skip(f"{bk.name} keeps no copies in {lower}")
     x1, x2 = (rng.standard_normal((96, 300)).astype(np.float32) for _ in range(2))

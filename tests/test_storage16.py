@@ -14,10 +14,10 @@ import pytest
 
 import portanet as pn
 from portanet.backends.base import ACTIVATIONS
-from portanet.errors import PrecisionError, ShapeError
+from portanet.errors import ShapeError
 from portanet.precision import STORAGE, UNIT_ROUNDOFF, from_storage, round_to, to_storage
 
-from conftest import F32, get_backend, rel_err
+from conftest import F32, precision_backend, rel_err
 
 HALVES = ("bf16", "fp16")
 
@@ -25,14 +25,6 @@ HALVES = ("bf16", "fp16")
 @pytest.fixture(params=HALVES)
 def half(request):
     return request.param
-
-
-def half_backend(spec, name):
-    get_backend(spec)
-    try:
-        return pn.device(spec, precision=name)
-    except PrecisionError as e:
-        pytest.skip(str(e))
 
 
 def stored(bk, host):
@@ -66,7 +58,7 @@ def test_storage_is_the_rounded_value_in_16_bits(rng, half):
 def test_a_16_bit_array_written_back_as_downloaded_is_unchanged(device_name, rng, half):
     """write takes values and rounds them, but an array of the storage's own dtype is stored
     values already (routing's trials put what they downloaded back so)."""
-    bk = half_backend(device_name, half)
+    bk = precision_backend(device_name, half)
     x = stored(bk, rng.standard_normal((3, 50)).astype(np.float32))
     bits = bk.download(x)
     bk.write(x, bits)
@@ -96,7 +88,7 @@ def test_gemm_reads_16_bit_operands(device_name, rng, half, m, n, k, trans_a, tr
                                     monkeypatch):
     """Every GEMM path with either operand, or both, in 16-bit storage: the product of the
     stored values, summed in float32."""
-    bk = half_backend(device_name, half)
+    bk = precision_backend(device_name, half)
     a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
     op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
@@ -126,7 +118,7 @@ def test_gemm_reads_16_bit_views(device_name, rng, half, m, n, k, offsets, trans
     """Our GEMM with a 4-wide tiling on 16-bit operands at offsets inside one 16-bit buffer:
     runs that start at a whole 8 bytes load as one ushort4, others one by one (vec_a and
     vec_b), c float32 apart and nothing else written."""
-    bk = half_backend(device_name, half)
+    bk = precision_backend(device_name, half)
     if bk.kind == "cpu":
         pytest.skip("the reference has no tilings")
     host = rng.standard_normal(200000).astype(np.float32)
@@ -148,7 +140,7 @@ def test_gemm_reads_16_bit_views(device_name, rng, half, m, n, k, offsets, trans
 def test_gemm_reads_16_bit_specials_exactly(device_name, half, monkeypatch):
     """Stored values times the identity come back as they are on every path: subnormals,
     the largest finite, ties rounded on the way in."""
-    bk = half_backend(device_name, half)
+    bk = precision_backend(device_name, half)
     top = 65504.0 if half == "fp16" else 3.0e38
     x = np.array([[0.0, 1.0, -2.5, top, -top, 2 ** -24, -(2 ** -20), 2 ** -14, 1 + 2 ** -8,
                    1 + 3 * 2 ** -11, -(1 + 2 ** -7)]], np.float32).repeat(8, axis=0)
@@ -165,7 +157,7 @@ def test_gemm_reads_16_bit_specials_exactly(device_name, half, monkeypatch):
 
 @pytest.mark.parametrize("kind", [k for k in ACTIVATIONS if k != "softmax"])
 def test_bias_activation_stores_z_and_a_in_16_bits(device_name, rng, half, kind):
-    bk, ref = half_backend(device_name, half), pn.device("cpu", precision=half)
+    bk, ref = precision_backend(device_name, half), pn.device("cpu", precision=half)
     rows, cols = 37, 203
     z = (rng.standard_normal((rows, cols)) * 3).astype(np.float32)
     b = rng.standard_normal(rows).astype(np.float32)
@@ -194,7 +186,7 @@ def test_the_delta_of_a_16_bit_layer(device_name, rng, half, kind, rows, cols, m
     """activation_bias_grad on a 16-bit z (whole rows and in pieces, where routing may take
     either): the delta f'(z) . da stored in 16 bits, the bias gradient summed before it
     rounds."""
-    bk, ref = half_backend(device_name, half), pn.device("cpu", precision=half)
+    bk, ref = precision_backend(device_name, half), pn.device("cpu", precision=half)
     z = to_storage(rng.standard_normal((rows, cols)).astype(np.float32), half)
     da = rng.standard_normal((rows, cols)).astype(np.float32)
     gb = rng.standard_normal(rows).astype(np.float32)
@@ -278,7 +270,7 @@ def test_the_plan_counts_16_bit_storage():
 def test_the_batch_is_laid_out_in_16_bits(device_name, rng, half):
     """Every way a batch reaches the device (a plain write, the staging lane, the gather of
     a training set held on the device) stores it rounded."""
-    bk = half_backend(device_name, half)
+    bk = precision_backend(device_name, half)
     net = pn.Sequential([pn.Dense(7, "relu"), pn.Dense(3, "softmax")], (45,), device=bk)
     for m in (5, 300):
         x = rng.standard_normal((m, 45)).astype(np.float32) * 100
@@ -305,7 +297,7 @@ def test_a_16_bit_network_trains_as_the_reference_does(device_name, rng, half, a
     same precision (where a sum's order differs, a stored value may round the other way,
     which the tolerance allows), and near fp32's without being them. tanh's f' is taken at
     the stored z, relu's at a value that rounding does not change."""
-    bk = half_backend(device_name, half)
+    bk = precision_backend(device_name, half)
     x = rng.standard_normal((256, 30)).astype(np.float32)
     y = (x[:, :10] @ rng.standard_normal((10, 4))).argmax(1)
     if activation == "flatten":
