@@ -1,13 +1,17 @@
 /* conv.cu: convolution by patch matrices or directly, pooling and dropout. Images are stored
    C x H x W x N, batch innermost (cuda-convnet's layout): element (c, h, w, n) of a
    C x H x W x N array is x[((c * H + h) * W + w) * N + n]. Every pointer is followed by
-   its offset in elements. */
+   its offset in elements. Built with STORED_HALF (copies.h), the images a layer stores in
+   16 bits (bf16, fp16) are STORED: the forward kernels read them so (im2col, conv_direct,
+   the pools, dropout) and write them so (conv_direct, the pools, dropout); gradients stay
+   real. */
 #include "prelude.h"
+#include "copies.h"
 
 /* Columns col0 .. col0 + ncols of the patch matrix (a chunk: the workspace holds no more):
    cols[(c k + ki) k + kj, col - col0] <- x[c, oh s - p + ki, ow s - p + kj, n] for
    col = (oh Wo + ow) N + n, zero outside the image. One work-item per element of cols. */
-KERNEL void im2col(GLOBAL real* cols, const int cols_off, const GLOBAL real* x, const int x_off,
+KERNEL void im2col(GLOBAL real* cols, const int cols_off, const GLOBAL STORED* x, const int x_off,
                    const int C, const int H, const int W, const int N, const int k,
                    const int stride, const int pad, const int Ho, const int Wo, const int col0,
                    const int ncols) {
@@ -18,7 +22,8 @@ KERNEL void im2col(GLOBAL real* cols, const int cols_off, const GLOBAL real* x, 
     const int n = col % N, ow = (col / N) % Wo, oh = col / (N * Wo);
     const int h = oh * stride - pad + ki, w = ow * stride - pad + kj;
     cols[cols_off + row * ncols + j] =
-        (h >= 0 && h < H && w >= 0 && w < W) ? x[x_off + ((c * H + h) * W + w) * N + n] : (real)0;
+        (h >= 0 && h < H && w >= 0 && w < W) ? FROM_STORED(x[x_off + ((c * H + h) * W + w) * N + n])
+                                             : (real)0;
 }
 
 /* x[c, h, w, n] <- (add ? x[c, h, w, n] : 0) + the sum of the entries of patch-matrix
@@ -52,10 +57,10 @@ KERNEL void col2im(GLOBAL real* x, const int x_off, const GLOBAL real* cols, con
    ow s - p + kj, n]; a <- f(z) (a may be z). One work-item per output column (oh, ow, n)
    and DIRECT_F filters, so that each pixel it reads serves DIRECT_F of them. */
 #define DIRECT_F 8
-KERNEL void conv_direct(GLOBAL real* z, const int z_off, GLOBAL real* a, const int a_off,
+KERNEL void conv_direct(GLOBAL STORED* z, const int z_off, GLOBAL STORED* a, const int a_off,
                         const GLOBAL real* RESTRICT w, const int w_off,
                         const GLOBAL real* RESTRICT b, const int b_off,
-                        const GLOBAL real* RESTRICT x, const int x_off, const int F,
+                        const GLOBAL STORED* RESTRICT x, const int x_off, const int F,
                         const int C, const int H, const int W, const int N, const int k,
                         const int stride, const int pad, const int Ho, const int Wo,
                         const int kind) {
@@ -71,7 +76,7 @@ KERNEL void conv_direct(GLOBAL real* z, const int z_off, GLOBAL real* a, const i
             for (int kj = 0; kj < k; ++kj) {
                 const int wc = ow * stride - pad + kj;
                 if (wc < 0 || wc >= W) continue;
-                const real v = OPERAND(x[x_off + ((c * H + h) * W + wc) * N + n]);
+                const real v = OPERAND(FROM_STORED(x[x_off + ((c * H + h) * W + wc) * N + n]));
                 const int r = (c * k + ki) * k + kj;
                 for (int f = 0; f < DIRECT_F; ++f)
                     if (f0 + f < F) acc[f] += OPERAND(w[w_off + (f0 + f) * rows + r]) * v;
@@ -79,29 +84,30 @@ KERNEL void conv_direct(GLOBAL real* z, const int z_off, GLOBAL real* a, const i
         }
     for (int f = 0; f < DIRECT_F && f0 + f < F; ++f) {
         const real zf = acc[f] + b[b_off + f0 + f];
-        z[z_off + (f0 + f) * P + col] = zf;
-        a[a_off + (f0 + f) * P + col] = activate(kind, zf);
+        z[z_off + (f0 + f) * P + col] = TO_STORED(zf);
+        a[a_off + (f0 + f) * P + col] = TO_STORED(activate(kind, zf));
     }
 }
 
 /* a[c, oh, ow, n] <- max of the pool x pool window of x at (oh s, ow s); idx keeps the
    flat index into x of the (first) maximum for the backward; a NaN in the window is
    its maximum (the first NaN), as np.max and np.argmax have it. */
-KERNEL void maxpool(GLOBAL real* a, const int a_off, GLOBAL int* idx, const int idx_off,
-                    const GLOBAL real* x, const int x_off, const int C, const int H,
+KERNEL void maxpool(GLOBAL STORED* a, const int a_off, GLOBAL int* idx, const int idx_off,
+                    const GLOBAL STORED* x, const int x_off, const int C, const int H,
                     const int W, const int N, const int pool, const int stride, const int Ho,
                     const int Wo) {
     const int e = GLOBAL_ID(0);
     if (e >= C * Ho * Wo * N) return;
     const int n = e % N, ow = (e / N) % Wo, oh = (e / (N * Wo)) % Ho, c = e / (N * Wo * Ho);
     int best = ((c * H + oh * stride) * W + ow * stride) * N + n;
-    real best_x = x[x_off + best];
+    real best_x = FROM_STORED(x[x_off + best]);
     for (int pi = 0; pi < pool; ++pi)
         for (int pj = 0; pj < pool; ++pj) {
             const int i = ((c * H + oh * stride + pi) * W + ow * stride + pj) * N + n;
-            if (BEATS(x[x_off + i], best_x)) { best_x = x[x_off + i]; best = i; }
+            const real xi = FROM_STORED(x[x_off + i]);
+            if (BEATS(xi, best_x)) { best_x = xi; best = i; }
         }
-    a[a_off + e] = best_x;
+    a[a_off + e] = TO_STORED(best_x);
     idx[idx_off + e] = best;
 }
 
@@ -129,7 +135,7 @@ KERNEL void maxpool_grad(GLOBAL real* dx, const int dx_off, const GLOBAL real* d
 }
 
 /* a[c, oh, ow, n] <- mean of the ph x pw window of x at (oh sh, ow sw) */
-KERNEL void avgpool(GLOBAL real* a, const int a_off, const GLOBAL real* x, const int x_off,
+KERNEL void avgpool(GLOBAL STORED* a, const int a_off, const GLOBAL STORED* x, const int x_off,
                     const int C, const int H, const int W, const int N, const int ph,
                     const int pw, const int sh, const int sw, const int Ho, const int Wo) {
     const int e = GLOBAL_ID(0);
@@ -138,8 +144,8 @@ KERNEL void avgpool(GLOBAL real* a, const int a_off, const GLOBAL real* x, const
     real sum = 0;
     for (int pi = 0; pi < ph; ++pi)
         for (int pj = 0; pj < pw; ++pj)
-            sum += x[x_off + ((c * H + oh * sh + pi) * W + ow * sw + pj) * N + n];
-    a[a_off + e] = sum / (real)(ph * pw);
+            sum += FROM_STORED(x[x_off + ((c * H + oh * sh + pi) * W + ow * sw + pj) * N + n]);
+    a[a_off + e] = TO_STORED(sum / (real)(ph * pw));
 }
 
 /* dx[c, h, w, n] <- sum of da / (ph pw) over the windows that hold (h, w), the adjoint of
@@ -175,12 +181,12 @@ DEVICE unsigned int mix32(unsigned int h) {
    reference, so a dropped NaN or inf gives NaN. The key is read from the device (the host
    writes each step's before the step), so a recorded step draws a new mask at each replay.
    The backward is the same call with the gradients, and the same key. */
-KERNEL void dropout(GLOBAL real* out, const int out_off, const GLOBAL real* x, const int x_off,
+KERNEL void dropout(GLOBAL STORED* out, const int out_off, const GLOBAL STORED* x, const int x_off,
                     const GLOBAL int* key, const int key_off, const real rate,
                     const real scale, const int n) {
     const int i = GLOBAL_ID(0);
     if (i >= n) return;
     const unsigned int h = mix32((unsigned int)i * 0x9e3779b1u + (unsigned int)key[key_off]);
     const real u = (real)(h >> 8) * (real)(1.0f / 16777216.0f);
-    out[out_off + i] = x[x_off + i] * (u >= rate ? scale : (real)0);
+    out[out_off + i] = TO_STORED(FROM_STORED(x[x_off + i]) * (u >= rate ? scale : (real)0));
 }

@@ -95,8 +95,8 @@ KERNEL void scal(GLOBAL real* x, const int x_off, const real alpha, const int n)
     if (i < n) x[x_off + i] *= alpha;
 }
 
-/* y <- x */
-KERNEL void copy(GLOBAL real* y, const int y_off, const GLOBAL real* x, const int x_off,
+/* y <- x (built with STORED_HALF: 16-bit storage as it is) */
+KERNEL void copy(GLOBAL STORED* y, const int y_off, const GLOBAL STORED* x, const int x_off,
                  const int n) {
     const int i = GLOBAL_ID(0);
     if (i < n) y[y_off + i] = x[x_off + i];

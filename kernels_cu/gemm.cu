@@ -124,6 +124,35 @@
 #define COL(tn, wn) ((tn) + (wn) * RTSN)
 #endif
 
+/* 16-bit operands (A_HALF, B_HALF: an array in bf16's or fp16's 16-bit storage,
+   portanet/precision.py): their elements are half_bits' 16 bits, read as prelude.h's
+   half_value reads them, a run of VW as one 8-byte load; OPERAND leaves them as they are */
+#if VW == 4
+#define LOAD_RUN16(r, p) { const ushort4 h_ = *(const GLOBAL ushort4*)(p); \
+    r[0] = half_value(h_.x); r[1] = half_value(h_.y); r[2] = half_value(h_.z); \
+    r[3] = half_value(h_.w); }
+#else
+#define LOAD_RUN16(r, p) r[0] = half_value(*(p))
+#endif
+#if A_HALF
+#define A_TYPE unsigned short
+#define A_VALUE(x) half_value(x)
+#define A_LOAD_RUN(r, p) LOAD_RUN16(r, p)
+#else
+#define A_TYPE real
+#define A_VALUE(x) x
+#define A_LOAD_RUN(r, p) LOAD_RUN(r, p)
+#endif
+#if B_HALF
+#define B_TYPE unsigned short
+#define B_VALUE(x) half_value(x)
+#define B_LOAD_RUN(r, p) LOAD_RUN16(r, p)
+#else
+#define B_TYPE real
+#define B_VALUE(x) x
+#define B_LOAD_RUN(r, p) LOAD_RUN(r, p)
+#endif
+
 /* element (row, col) of op(x) for a row-major x with leading dimension ld */
 #if !CONV
 #if TRANS_A
@@ -139,14 +168,15 @@
 #else
 #define KK (CONV_K * CONV_K)
 /* cols(x)[r, col]: pixel (oh s - p + ki, ow s - p + kj) of channel c of sample n, 0 in the
-   padding, for row r = (c, ki, kj) and column col = (oh, ow, n) */
-DEVICE real patch(const GLOBAL real* RESTRICT x, const int x_off, const int r, const int col,
-                  const int H, const int W, const int NB, const int WO) {
+   padding, for row r = (c, ki, kj) and column col = (oh, ow, n); as stored (B_VALUE reads
+   it), 0 being zero's bits in 16 bits too */
+DEVICE B_TYPE patch(const GLOBAL B_TYPE* RESTRICT x, const int x_off, const int r,
+                    const int col, const int H, const int W, const int NB, const int WO) {
     const int c = r / KK, ki = r / CONV_K % CONV_K, kj = r % CONV_K;
     const int n = col % NB, q = col / NB;
     const int h = q / WO * CONV_S - CONV_P + ki, w = q % WO * CONV_S - CONV_P + kj;
     return (h >= 0 && h < H && w >= 0 && w < W) ? x[x_off + ((c * H + h) * W + w) * NB + n]
-                                                : (real)0;
+                                                : (B_TYPE)0;
 }
 /* out[0 .. VW) <- cols(x)[r, col .. col + VW): where NB and col are multiples of VW, the
    same pixel of VW consecutive samples, so one bounds check and one vector load */
@@ -155,20 +185,20 @@ DEVICE real patch(const GLOBAL real* RESTRICT x, const int x_off, const int r, c
     const int n_ = (col) % (NB), q_ = (col) / (NB); \
     const int h_ = q_ / (WO) * CONV_S - CONV_P + ki_, w_ = q_ % (WO) * CONV_S - CONV_P + kj_; \
     if (h_ >= 0 && h_ < (H) && w_ >= 0 && w_ < (W)) { \
-        LOAD_RUN(out, &x[(x_off) + ((c_ * (H) + h_) * (W) + w_) * (NB) + n_]); \
+        B_LOAD_RUN(out, &x[(x_off) + ((c_ * (H) + h_) * (W) + w_) * (NB) + n_]); \
     } else { \
         for (int v_ = 0; v_ < VW; ++v_) out[v_] = (real)0; \
     } }
 /* dz'[r, col] for row r = (f, ki, kj) and pixel col = (h, w, n): the output (oh, ow) whose
-   patch holds the pixel at (ki, kj), if there is one */
-DEVICE real spread(const GLOBAL real* RESTRICT dz, const int dz_off, const int r,
-                   const int col, const int W, const int NB, const int HO, const int WO) {
+   patch holds the pixel at (ki, kj), if there is one; as stored, as patch */
+DEVICE B_TYPE spread(const GLOBAL B_TYPE* RESTRICT dz, const int dz_off, const int r,
+                     const int col, const int W, const int NB, const int HO, const int WO) {
     const int f = r / KK, ki = r / CONV_K % CONV_K, kj = r % CONV_K;
     const int n = col % NB, q = col / NB;
     const int hs = q / W + CONV_P - ki, ws = q % W + CONV_P - kj;     /* oh s, ow s */
     const int oh = hs / CONV_S, ow = ws / CONV_S;
     return (hs >= 0 && ws >= 0 && oh * CONV_S == hs && ow * CONV_S == ws && oh < HO && ow < WO)
-               ? dz[dz_off + ((f * HO + oh) * WO + ow) * NB + n] : (real)0;
+               ? dz[dz_off + ((f * HO + oh) * WO + ow) * NB + n] : (B_TYPE)0;
 }
 /* the image sizes: kernel arguments, or with CONV_FIXED compiled in (CONV_C, CONV_H,
    CONV_W, CONV_NB, CONV_HO, CONV_WO), so that the gathers divide by constants */
@@ -233,35 +263,6 @@ DEVICE real spread(const GLOBAL real* RESTRICT dz, const int dz_off, const int r
 #define LOAD_RUN(r, p) r[0] = *(p)
 #else
 #error "VW must be 1 or 4"
-#endif
-
-/* 16-bit operands (A_HALF, B_HALF: an array in bf16's or fp16's 16-bit storage,
-   portanet/precision.py): their elements are half_bits' 16 bits, read as prelude.h's
-   half_value reads them, a run of VW as one 8-byte load; OPERAND leaves them as they are */
-#if VW == 4
-#define LOAD_RUN16(r, p) { const ushort4 h_ = *(const GLOBAL ushort4*)(p); \
-    r[0] = half_value(h_.x); r[1] = half_value(h_.y); r[2] = half_value(h_.z); \
-    r[3] = half_value(h_.w); }
-#else
-#define LOAD_RUN16(r, p) r[0] = half_value(*(p))
-#endif
-#if A_HALF
-#define A_TYPE unsigned short
-#define A_VALUE(x) half_value(x)
-#define A_LOAD_RUN(r, p) LOAD_RUN16(r, p)
-#else
-#define A_TYPE real
-#define A_VALUE(x) x
-#define A_LOAD_RUN(r, p) LOAD_RUN(r, p)
-#endif
-#if B_HALF
-#define B_TYPE unsigned short
-#define B_VALUE(x) half_value(x)
-#define B_LOAD_RUN(r, p) LOAD_RUN16(r, p)
-#else
-#define B_TYPE real
-#define B_VALUE(x) x
-#define B_LOAD_RUN(r, p) LOAD_RUN(r, p)
 #endif
 
 /* local slabs: as[stage][k][i] and bs[stage][k][j], rows TSM + PAD (TSN + PAD) long,

@@ -29,13 +29,19 @@ class Layer:
     keeps_input = False         # its products read a_prev, kept (keep_operands) until read
     output_kept = False         # the next layer keeps our output so (set by its network)
     half_storage = False        # its z and a may be 16-bit, and it reads a 16-bit a_prev
-    #                             (Dense: docs/ARCHITECTURE.md, "16-bit storage")
+    #                             (Dense, Conv2D: docs/ARCHITECTURE.md, "16-bit storage")
     half_out = False            # its z and a are 16-bit (set by its network: bf16 or fp16,
     #                             and the next layer reads them so)
     half_in = False             # its a_prev is 16-bit (the previous layer's, or the batch)
-    half_grad = False           # and the previous layer's: dL/da_prev goes to the network's
-    #                             float32 products buffer, where that layer reads it
-    passes_storage = False      # its output is a view of its input (Flatten), stored alike
+    half_grad = False           # and the previous layer's: dL/da_prev goes to one of the
+    #                             network's float32 products buffers, where that layer reads it
+    half_slot = 0               # which of the two holds our sums and dL/da (half_out),
+    grad_slot = 0               # and which our dL/da_prev (half_grad; set by the network)
+    grad_in_place = True        # we read dL/da before we write dL/da_prev, so the two may
+    #                             share a buffer (a pool reads one while it writes the other)
+    passes_storage = False      # our output is stored as our input is (Flatten, the pools,
+    #                             Dropout): a 16-bit input gives a 16-bit output
+    is_view = False             # our output is a view of our input (Flatten)
     decayed = ()                # parameters that weight decay applies to (listed first)
 
     def config(self):
@@ -81,8 +87,20 @@ class Layer:
         return 0, 0
 
     def product_size(self, m):
-        """Elements of the network's float32 products buffer this layer uses (half_out)."""
-        return 0
+        """Elements of the network's float32 products buffer half_slot this layer uses
+        (half_out: its sums, dL/da): its output's, which a layer that stores its output
+        in 16 bits takes there."""
+        return elements(self.out_shape) * m if self.half_out and not self.is_view else 0
+
+    def half_views(self, shared, out_shape, in_shape):
+        """(da, da_prev): where dL/da arrives (half_out: in products buffer half_slot, else
+        over a) and dL/da_prev goes (half_grad: in buffer grad_slot, else over a_prev),
+        viewed as out_shape and in_shape."""
+        bk = self.backend
+        da = bk.view(shared.products[self.half_slot], out_shape) if self.half_out else self.a
+        da_prev = (bk.view(shared.products[self.grad_slot], in_shape) if self.half_grad
+                   else self.a_prev)
+        return da, da_prev
 
     def products(self, m):
         """[(elements of a, of b, of c)] of the matrix products c = op(a) op(b) a vendor
@@ -149,6 +167,12 @@ class Layer:
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({args})"
+
+
+def _stored(layer):
+    """The dtype of a layer's output buffer: its backend's 16-bit storage where the network
+    stores it so (half_out), else None (the real type)."""
+    return layer.backend.storage_dtype if layer.half_out else None
 
 
 def parameter_views(layer, flat):
@@ -223,15 +247,11 @@ class Dense(Layer):
         return elements(in_shape)
 
     def batch_buffers(self, m):
-        dtype = self.backend.storage_dtype if self.half_out else None
+        dtype = _stored(self)
         return {"_z": (self.n_out * m, dtype), "_a": (self.n_out * m, dtype)}
 
     def shared_sizes(self, m):
         return m, 0
-
-    def product_size(self, m):
-        """A 16-bit layer's product sums, and dL/da where it arrives."""
-        return self.n_out * m if self.half_out else 0
 
     def products(self, m):
         w, x, dz = self.units * self.n_in, self.n_in * m, self.units * m
@@ -242,13 +262,10 @@ class Dense(Layer):
         self.z = self.backend.view(self._z, (self.units, m))
         self.a = self.backend.view(self._a, (self.units, m))
         self.ones = self.backend.view(shared.ones, (m,))
-        self.da_prev = self.a_prev          # where dL/da_prev goes (Residual's projection: apart)
-        self.da = self.a                    # where dL/da arrives
-        self.zf = self.z                    # where the product's sum goes
-        if self.half_out:                   # float32 sums beside 16-bit z and a
-            self.zf = self.da = self.backend.view(shared.products, (self.units, m))
-        if self.half_grad:
-            self.da_prev = self.backend.view(shared.products, (self.n_in, m))
+        # where dL/da arrives, dL/da_prev goes (Residual's projection: apart), and the
+        # product's sum goes (beside 16-bit z and a: float32, where dL/da will arrive)
+        self.da, self.da_prev = self.half_views(shared, (self.units, m), (self.n_in, m))
+        self.zf = self.da if self.half_out else self.z
 
     def forward(self, training=True):
         # z <- w a_prev + b 1^T; a <- f(z). a_prev is not written until the weight gradient
@@ -314,7 +331,6 @@ class Conv2D(Dense):
     update is Dense's, its bias gradient summed over the output positions as the delta is
     formed (activation_bias_grad)."""
     keeps_input = False         # its products read patch matrices, or gather from a_prev
-    half_storage = False        # (its kernels read and write float32)
 
     def __init__(self, filters, kernel_size, stride=1, padding=0, activation="linear"):
         super().__init__(_count("filters", filters, 1, "Conv2D"), activation)
@@ -364,12 +380,15 @@ class Conv2D(Dense):
         self.z = self.backend.view(self._z, (self.units, positions))
         self.a = self.backend.view(self._a, (self.units, positions))
         self.ones = self.backend.view(shared.ones, (positions,))
-        self.da_prev = self.a_prev
-        self.da = self.a
+        self.da, self.da_prev = self.half_views(shared, (self.units, positions),
+                                                self.a_prev.shape)
+        self.zf = self.da if self.half_out else self.z
 
     def forward(self, training=True):
-        left = self.backend.conv(self.activation, self.w, self.a_prev, self.b, self.z,
-                                 self.a, self.k, self.stride, self.pad, self.shared.workspace)
+        # (16-bit z and a: the sums in float32 where dL/da will arrive, z + b stored in z)
+        left = self.backend.conv(self.activation, self.w, self.a_prev, self.b, self.zf,
+                                 self.a, self.k, self.stride, self.pad, self.shared.workspace,
+                                 stored=self.z if self.half_out else None)
         self.shared.workspace_holds = id(self) if left else None
 
     def backward(self, train, first, delta_in_z=False):
@@ -392,7 +411,11 @@ class Conv2D(Dense):
 
 
 class _Pool2D(Layer):
-    """What the pooling layers share: pool x pool windows moved by stride, no padding."""
+    """What the pooling layers share: pool x pool windows moved by stride, no padding. In
+    16-bit storage their output is stored as their input is; the gradient, float32, goes
+    from one of the network's products buffers into the other (grad_in_place False)."""
+    passes_storage = True
+    grad_in_place = False
 
     def __init__(self, pool=2, stride=None):
         name = type(self).__name__
@@ -415,19 +438,20 @@ class MaxPool2D(_Pool2D):
 
     def batch_buffers(self, m):
         n = elements(self.out_shape) * m
-        return {"_a": (n, None), "_idx": (n, np.int32)}
+        return {"_a": (n, _stored(self)), "_idx": (n, np.int32)}
 
     def bind(self, a_prev, m, shared):
         super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
         self.a = self.backend.view(self._a, (*self.out_shape, m))
         self.idx = self.backend.view(self._idx, (*self.out_shape, m))
+        self.da, self.da_prev = self.half_views(shared, self.a.shape, self.a_prev.shape)
 
     def forward(self, training=True):
         self.backend.maxpool(self.a, self.idx, self.a_prev, self.pool, self.stride)
 
     def backward(self, train, first, delta_in_z=False):
         if not first:
-            self.backend.maxpool_grad(self.a_prev, self.a, self.idx, self.pool, self.stride)
+            self.backend.maxpool_grad(self.da_prev, self.da, self.idx, self.pool, self.stride)
 
 
 
@@ -436,7 +460,9 @@ class Dropout(Layer):
     1 / (1 - rate); the identity in inference. The mask is not stored: a counter-based hash
     of (seed, step, element) recomputes it for the backward, the same on every backend.
     Each step's key is written to the device before the step (begin_step), where the
-    kernels read it: a recorded step stays valid."""
+    kernels read it: a recorded step stays valid. In 16-bit storage its output is stored as
+    its input is; the gradient, float32, is masked in place."""
+    passes_storage = True
 
     def __init__(self, rate=0.5, seed=0):
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
@@ -448,11 +474,12 @@ class Dropout(Layer):
         return {"rate": self.rate, "seed": self.seed}
 
     def batch_buffers(self, m):
-        return {"_a": (elements(self.in_shape) * m, None), "_key": (1, np.int32)}
+        return {"_a": (elements(self.in_shape) * m, _stored(self)), "_key": (1, np.int32)}
 
     def bind(self, a_prev, m, shared):
         super().bind(a_prev, m, shared)
         self.a = self.backend.view(self._a, a_prev.shape)
+        self.da, self.da_prev = self.half_views(shared, a_prev.shape, a_prev.shape)
 
     def begin_step(self):
         self.step += 1
@@ -471,7 +498,7 @@ class Dropout(Layer):
 
     def backward(self, train, first, delta_in_z=False):
         if not first:
-            self.backend.dropout(self.a_prev, self.a, self._key, self.rate)
+            self.backend.dropout(self.da_prev, self.da, self._key, self.rate)
 
 
 
@@ -484,13 +511,14 @@ class AvgPool2D(_Pool2D):
         return (self.pool, self.pool), (self.stride, self.stride)
 
     def batch_buffers(self, m):
-        return {"_a": (elements(self.out_shape) * m, None)}
+        return {"_a": (elements(self.out_shape) * m, _stored(self))}
 
     def bind(self, a_prev, m, shared):
         super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
         self._pooled = self.backend.view(self._a, (*self.pooled_shape(), m))
         self.a = self.backend.view(self._a, (*self.out_shape, m)) \
             if len(self.out_shape) == 3 else self.backend.view(self._a, (self.out_shape[0], m))
+        self.da, self.da_prev = self.half_views(shared, self._pooled.shape, self.a_prev.shape)
 
     def pooled_shape(self):
         return self.out_shape
@@ -500,7 +528,7 @@ class AvgPool2D(_Pool2D):
 
     def backward(self, train, first, delta_in_z=False):
         if not first:
-            self.backend.avgpool_grad(self.a_prev, self._pooled, *self.windows())
+            self.backend.avgpool_grad(self.da_prev, self.da, *self.windows())
 
 
 class GlobalAvgPool2D(AvgPool2D):
@@ -716,6 +744,7 @@ class Residual(Layer):
 class Flatten(Layer):
     """(C, H, W) per sample -> (C.H.W,): with batch-innermost storage, a free view."""
     passes_storage = True
+    is_view = True
 
     def output_shape(self, in_shape):
         return (elements(in_shape),)

@@ -31,6 +31,9 @@ STAGING_BYTES = 16 * 2**20
 # what the device's NaN and inf check holds while it has met none (_check_nonfinite)
 NO_SAMPLE = 2**31 - 1
 
+# the network's two float32 products buffers (Shared.products), by Layer.half_slot
+PRODUCTS = ("_products", "_products1")
+
 # the most pinned host memory predict's background downloads fill before it waits for them
 PREDICTIONS_BYTES = 16 * 2**20
 
@@ -38,23 +41,25 @@ PREDICTIONS_BYTES = 16 * 2**20
 class Shared:
     """Buffers all layers of a network share: a ones vector (bias gradients by gemv), the
     conv workspace (patch matrices, at most CONV_WORKSPACE_BYTES) and in bf16 and fp16 the
-    float32 products buffer (16-bit layers' product sums and the gradients that reach them:
-    Dense.half_out), sized once for the largest layer; workspace_holds is the id of the conv
-    layer whose patch matrix it holds (an id, not the layer: no reference cycle, so a
-    dropped network is freed at once, not at the next cycle collection)."""
+    two float32 products buffers (16-bit layers' product sums and the gradients that reach
+    them: Layer.half_slot says which, None where no layer takes it); workspace_holds is the
+    id of the conv layer whose patch matrix it holds (an id, not the layer: no reference
+    cycle, so a dropped network is freed at once, not at the next cycle collection)."""
 
-    def __init__(self, ones, workspace, products=None):
+    def __init__(self, ones, workspace, products=(None, None)):
         self.ones, self.workspace, self.workspace_holds = ones, workspace, None
         self.products = products
 
 
 def _storage(layers, half):
     """Which arrays a network of `layers` stores in 16 bits, where `half` (bf16, fp16): what
-    only the products of Dense layers read (half_storage), the batch where one reads it
-    first and each one's z and a where another reads them, looking through views of their
-    input (Flatten: passes_storage). Sets each layer's half_in, half_out and half_grad;
-    returns whether the batch is stored so."""
-    def reader(i):                  # the first layer after i that is not a view
+    only the products of Dense and Conv2D layers read (half_storage), the batch where one
+    reads it first and each one's z and a where another reads them, looking through the
+    layers that store their output as their input is (passes_storage: Flatten, the pools,
+    Dropout). Sets each layer's half_in, half_out and half_grad, and the products buffer
+    each 16-bit layer's sums and gradients use (half_slot, grad_slot); returns whether the
+    batch is stored so."""
+    def reader(i):                  # the first layer after i that does not pass storage on
         j = i + 1
         while j < len(layers) and layers[j].passes_storage:
             j += 1
@@ -71,8 +76,17 @@ def _storage(layers, half):
             after = reader(i)
             layer.half_out = (half and layer.half_storage and after is not None
                               and after.half_storage)
-            from_layer = True
+        from_layer = from_layer or not layer.is_view
         stored = layer.half_out
+        for _, inner in layer_module.walk([sub for _, sub in layer.sublayers()]):   # real
+            inner.half_in = inner.half_out = inner.half_grad = False
+    # dL/da of a 16-bit layer arrives in a products buffer, where the layer after it writes
+    # its dL/da_prev; a layer that reads dL/da while it writes dL/da_prev (a pool) takes it
+    # from one buffer into the other, so the two alternate there
+    slot = 0
+    for layer in reversed(layers):
+        layer.half_slot = slot
+        layer.grad_slot = slot = slot if layer.grad_in_place else 1 - slot
     return half_x
 
 
@@ -129,7 +143,7 @@ class Sequential:
                          if type(l).begin_step is not layer_module.Layer.begin_step]
         self._batch = []                # (owner, Buffer, device array) of the batch buffers
         self._staging = None            # the batch buffer write_samples goes through
-        self._products = None           # 16-bit layers' float32 sums (Shared.products)
+        self._products = self._products1 = None     # 16-bit layers' float32 sums (Shared)
         self._params = []               # the same for parameters and saved buffers
         self.optimizer_state = None     # training.OptimizerState, made by the first fit
         self.stop_training = False      # a callback sets it to end fit after this epoch
@@ -187,15 +201,17 @@ class Sequential:
         target = np.dtype(np.int32) if self.loss.name == "softmax_cross_entropy" else real
         sizes = [layer.shared_sizes(m) for layer in self.layers]     # Residual: its inner
         x = self.backend.storage_dtype if self._half_x else real
-        products = max(layer.product_size(m) for layer in self.layers)
+        products = [max([0] + [layer.product_size(m) for layer in self.layers
+                               if layer.half_slot == slot]) for slot in (0, 1)]
         own = [("_x", "batch", self.n_in * m, x), ("_y", "batch", self.n_out * m, target),
                ("_loss_sum", "batch", m, real), ("_hit_sum", "batch", m, real),
                ("_order", "batch", m, np.dtype(np.int32)),
                ("_nonfinite", "workspace", 1, np.dtype(np.int32)),     # see _upload_batch
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
                ("_workspace", "workspace", max(1, max(w for _, w in sizes)), real)]
-        if products:                        # 16-bit layers' float32 sums (Shared)
-            own.append(("_products", "batch", products, real))
+        for name, n in zip(PRODUCTS, products):     # 16-bit layers' float32 sums (Shared)
+            if n:
+                own.append((name, "batch", n, real))
         if self.backend.stages_samples:     # two halves of whole samples (write_samples)
             room = max(1, min(m, STAGING_BYTES // (2 * self.n_in * real.itemsize)))
             own.append(("_staging", "workspace", 2 * self.n_in * room, real))
@@ -314,7 +330,8 @@ class Sequential:
         self._batch = self._allocate(self._batch_buffers(m))
         for owner, buf, x in self._batch:
             setattr(owner or self, buf.name, x)
-        self.shared = Shared(self._ones, self._workspace, self._products)
+        self.shared = Shared(self._ones, self._workspace,
+                             tuple(getattr(self, name) for name in PRODUCTS))
         self.backend.fill(self._ones, 1.0)
         # train_batch adds into the sums without an epoch to zero them (Oclgrind saw the
         # loss kernel read them unwritten)

@@ -211,36 +211,190 @@ def test_the_delta_of_a_16_bit_layer(device_name, rng, half, kind, rows, cols, m
         assert np.all(np.abs(bk.download(GB) - gb_ref) <= 4 * UNIT_ROUNDOFF[half] * scale), way
 
 
+# -- convolutions, pooling, dropout ---------------------------------------------------------
+
+# (C, H, W, N, k, stride, pad, F): a first layer (C = 1: direct's), batches of whole runs of 4
+# (the gathers' vector loads) and not, strided and padded
+CONV16 = [(1, 9, 8, 8, 3, 1, 1, 6), (3, 7, 9, 5, 3, 2, 0, 4), (6, 6, 5, 12, 3, 1, 1, 9),
+          (4, 5, 5, 4, 1, 1, 0, 3)]
+
+
+def _forced(bk, path, monkeypatch):
+    """bk's convolutions forced onto `path` (chunks of any size allowed), the labels of
+    its launches kept (a kernel backend's; the reference has one path)."""
+    if bk.kind == "cpu":
+        return None
+    from portanet.backends import gpu
+    from test_kernels import _Labels
+    monkeypatch.setattr(gpu, "MIN_CHUNK", 1)
+    monkeypatch.setattr(bk, "conv_path", path)
+    monkeypatch.setattr(bk, "trace", _Labels())
+    return bk.trace.labels
+
+
+@pytest.mark.parametrize("path", ["implicit", "direct", "im2col"])
+@pytest.mark.parametrize("storage", ["16-bit", "images", "outputs"])
+@pytest.mark.parametrize("case", CONV16)
+def test_convolutions_read_and_store_16_bits(device_name, rng, half, case, storage, path,
+                                             monkeypatch):
+    """Each path of a convolution's three products, with its images and delta in 16 bits
+    (storage "16-bit": a conv between two 16-bit layers; "images": one whose output a real
+    layer reads; "outputs": one after a real layer), against the reference in the same
+    precision: the forward's stored z + b and f(z + b) within one unit of the precision
+    (the sums' order differs), the float32 gradients within F32 of the same products."""
+    C, H, W, N, k, st, pad, F = case
+    bk = precision_backend(device_name, half)
+    if bk.kind == "cpu" and path != "implicit":
+        pytest.skip("the reference has one path")
+    if path == "direct" and (C * k * k > 32 or storage != "16-bit"):
+        pytest.skip("direct: short patches, images and outputs stored alike")
+    ref = pn.device("cpu", precision=half)
+    Ho, Wo = (H + 2 * pad - k) // st + 1, (W + 2 * pad - k) // st + 1
+    x = rng.standard_normal((C, H, W, N)).astype(np.float32)
+    w = (rng.standard_normal((F, C * k * k)) / k).astype(np.float32)
+    b = rng.standard_normal(F).astype(np.float32)
+    dz = rng.standard_normal((F, Ho, Wo, N)).astype(np.float32)
+    half_in, half_out = storage in ("16-bit", "images"), storage in ("16-bit", "outputs")
+    labels = _forced(bk, path, monkeypatch)
+    got, want = {}, {}
+    for where, out in ((bk, got), (ref, want)):
+        up = lambda host, half16: stored(where, host) if half16 else where.upload(host)
+        X, DZ, Wt = up(x, half_in), up(dz, True), where.upload(w)
+        ws = where.empty((C * k * k * Ho * Wo * N,))
+        Z = where.upload(np.full(dz.shape, np.nan, np.float32))
+        A, S = (up(np.full(dz.shape, np.nan, np.float32), half_out) for _ in range(2))
+        where.conv("tanh", Wt, X, where.upload(b), Z, A, k, st, pad, ws,
+                   stored=S if half_out else None)
+        out["a"] = values(where, A) if half_out else where.download(A)
+        out["z"] = values(where, S) if half_out else where.download(Z)
+        GW = where.upload(np.ones(w.shape, np.float32))
+        where.conv_weight_grad(-0.5, DZ, X, 0.25, GW, k, st, pad, ws)
+        DX = where.upload(np.full(x.shape, np.nan, np.float32))
+        where.conv_input_grad(DX, Wt, DZ, k, st, pad, ws)
+        out["gw"], out["dx"] = where.download(GW), where.download(DX)
+    for name in ("z", "a"):
+        assert rel_err(got[name], want[name]) < 2 * UNIT_ROUNDOFF[half], name
+    for name in ("gw", "dx"):
+        assert rel_err(got[name], want[name]) < F32, name
+    if labels is not None:
+        mark = {"implicit": "conv dgrad", "direct": "conv_direct", "im2col": "im2col"}[path]
+        assert mark in " ".join(labels), labels
+
+
+def test_a_convolution_refuses_mixed_outputs(rng, half):
+    bk = pn.device("cpu", precision=half)
+    x = bk.upload(rng.standard_normal((1, 5, 5, 2)).astype(np.float32))
+    w, b = bk.upload(np.ones((2, 9), np.float32)), bk.upload(np.zeros(2, np.float32))
+    z = bk.upload(np.zeros((2, 3, 3, 2), np.float32))
+    with pytest.raises(ShapeError, match="16-bit storage"):
+        bk.conv("relu", w, x, b, z, stored(bk, np.zeros((2, 3, 3, 2), np.float32)), 3, 1, 0)
+
+
+@pytest.mark.parametrize("C,H,W,N,pool,stride", [(3, 7, 6, 5, 2, 2), (2, 9, 9, 8, 3, 2),
+                                                 (4, 4, 4, 3, 4, 4)])
+def test_pools_read_and_store_16_bits(device_name, rng, half, C, H, W, N, pool, stride):
+    """maxpool keeps the bits of the maximum it chose (and its index), avgpool rounds the
+    same float32 mean as the reference: both the reference's bits; their gradients are
+    float32 and unchanged."""
+    bk = precision_backend(device_name, half)
+    ref = pn.device("cpu", precision=half)
+    x = rng.standard_normal((C, H, W, N)).astype(np.float32) * 100
+    x.flat[::7] = x.flat[1::7]          # ties: the first maximum wins
+    Ho, Wo = (H - pool) // stride + 1, (W - pool) // stride + 1
+    out = {}
+    for where in (bk, ref):
+        X = stored(where, x)
+        A, M = (stored(where, np.zeros((C, Ho, Wo, N), np.float32)) for _ in range(2))
+        idx = where.upload(np.zeros((C, Ho, Wo, N), np.int32))
+        where.maxpool(A, idx, X, pool, stride)
+        where.avgpool(M, X, pool, stride)
+        out[where] = where.download(A), where.download(idx), where.download(M)
+    for name, got, want in zip(("max", "idx", "mean"), out[bk], out[ref]):
+        assert np.array_equal(got, want), name
+    assert np.array_equal(from_storage(out[bk][0], half),
+                          from_storage(bk.download(stored(bk, x)), half).reshape(-1)[
+                              out[bk][1]])
+    with pytest.raises(ShapeError, match="stored alike"):
+        bk.avgpool(bk.upload(np.zeros((C, Ho, Wo, N), np.float32)), stored(bk, x), pool,
+                   stride)
+
+
+@pytest.mark.parametrize("rate", [0.0, 0.3])
+def test_dropout_and_copy_keep_16_bits(device_name, rng, half, rate):
+    """Dropout of 16-bit inputs stores each kept one scaled and rounded (the reference's
+    within one unit where its float32 product rounds otherwise: it divides where the kernels
+    multiply by the scale), dropped ones as zeros; copy keeps the bits."""
+    bk = precision_backend(device_name, half)
+    ref = pn.device("cpu", precision=half)
+    x = rng.standard_normal(3001).astype(np.float32)
+    key = np.array([12345], np.int32)
+    out = {}
+    for where in (bk, ref):
+        X, Y, C = (stored(where, v) for v in (x, np.zeros_like(x), np.zeros_like(x)))
+        where.dropout(Y, X, where.upload(key), rate)
+        where.copy(X, C)
+        out[where] = values(where, Y), where.download(C), where.download(X)
+    (y, c, xs), (y_ref, _, _) = out[bk], out[ref]
+    assert np.array_equal(c, xs)
+    assert np.array_equal(y == 0, y_ref == 0)
+    assert np.all(np.abs(y - y_ref) <= 2 * UNIT_ROUNDOFF[half] * np.abs(y_ref))
+    if rate == 0:
+        assert np.array_equal(y, from_storage(xs, half))
+
+
 # -- networks --------------------------------------------------------------------------------
 
+def layout(net):
+    """(half_in, half_out, half_grad) of each layer, and where the layers' sums and
+    gradients go: (half_slot, grad_slot) of each 16-bit layer (half_out or half_grad)."""
+    flags = [(l.half_in, l.half_out, l.half_grad) for l in net.layers]
+    slots = [(l.half_slot if l.half_out else None, l.grad_slot if l.half_grad else None)
+             for l in net.layers]
+    return flags, slots
+
+
 def test_which_arrays_a_network_stores_in_16_bits():
-    """The batch where a Dense reads it first, and each Dense's z and a where another Dense
-    reads them; not a convolution's, nor what a Dropout, the loss or a layer other than a
-    Dense reads; nothing in fp32."""
+    """The batch where a Dense or Conv2D reads it first, and each one's z and a where
+    another reads them, looking through the layers that store their output as their input
+    is (Flatten, the pools, Dropout); not what the loss, BatchNorm, a Residual block or a
+    BatchNorm or a Residual block reads; nothing in fp32."""
+    T, F = True, False
     mlp = pn.Sequential([pn.Dense(8, "relu"), pn.Dense(6, "relu"), pn.Dropout(0.5),
                          pn.Dense(5, "relu"), pn.Dense(3, "softmax")], (10,),
                         device="cpu", precision="bf16")
     assert mlp._half_x
-    assert [l.half_out for l in mlp.layers] == [True, False, False, True, False]
-    assert [l.half_in for l in mlp.layers] == [True, True, False, False, True]
-    assert [l.half_grad for l in mlp.layers] == [False, True, False, False, True]
-    cnn = pn.from_description("conv(4, 3, relu) maxpool(2) flatten dense(16, relu) "
-                              "dense(10, softmax)", (1, 12, 12), device="cpu", precision="fp16")
-    assert not cnn._half_x
-    assert [l.half_out for l in cnn.layers] == [False, False, False, True, False]
-    assert [l.half_in for l in cnn.layers] == [False, False, False, False, True]
-    fp32 = pn.Sequential([pn.Dense(8, "relu"), pn.Dense(3, "softmax")], (10,), device="cpu")
-    assert not fp32._half_x and not any(l.half_out for l in fp32.layers)
+    assert layout(mlp) == ([(T, T, F), (T, T, T), (T, T, T), (T, T, T), (T, F, T)],
+                           [(0, None), (0, 0), (0, 0), (0, 0), (None, 0)])
+    # a pool reads dL/da from one products buffer while it writes dL/da_prev into the other
+    cnn = pn.from_description("conv(4, 3, relu) maxpool(2) conv(6, 3, tanh, pad=1) avgpool(2)"
+                              " flatten dense(16, relu) dense(10, softmax)", (1, 14, 14),
+                              device="cpu", precision="fp16")
+    assert cnn._half_x
+    assert layout(cnn) == ([(T, T, F), (T, T, T), (T, T, T), (T, T, T), (T, T, T),
+                            (T, T, T), (T, F, T)],
+                           [(0, None), (1, 0), (1, 1), (0, 1), (0, 0), (0, 0), (None, 0)])
+    # BatchNorm and a Residual block are real: a conv before one stores nothing, and reads
+    # the batch stored (the batch's one reader); the layers inside a block store nothing,
+    # one taken from a 16-bit place in another network included
+    reused = mlp.layers[1]
+    normed = pn.Sequential([pn.Conv2D(4, 3), pn.BatchNorm("relu"), pn.MaxPool2D(2),
+                            pn.Flatten(), pn.Residual([reused, pn.Dense(6)], "relu"),
+                            pn.Dense(3, "softmax")], (1, 12, 12), device="cpu",
+                           precision="bf16")
+    assert normed._half_x
+    assert layout(normed)[0] == [(T, F, F)] + [(F, F, F)] * 5
+    assert (reused.half_in, reused.half_out, reused.half_grad) == (F, F, F)
+    fp32 = pn.from_description("conv(4, 3, relu) maxpool(2) flatten dense(8, relu) "
+                               "dense(3, softmax)", (1, 12, 12), device="cpu")
+    assert not fp32._half_x and layout(fp32)[0] == [(F, F, F)] * 5
     # a view of the input (Flatten) is stored as its input is, and looked through
     flat = pn.Sequential([pn.Flatten(), pn.Dense(8, "relu"), pn.Flatten(), pn.Dense(6, "relu"),
                           pn.Dense(3, "softmax")], (2, 5, 1), device="cpu", precision="bf16")
     assert flat._half_x
-    assert [(l.half_in, l.half_out, l.half_grad) for l in flat.layers] == [
-        (True, True, False), (True, True, False), (True, True, True), (True, True, True),
-        (True, False, True)]
+    assert layout(flat)[0] == [(T, T, F), (T, T, F), (T, T, T), (T, T, T), (T, F, T)]
     # layers taken into another network take that network's places
     again = pn.Sequential(mlp.layers[4:], (5,), device="cpu", precision="fp16")
-    assert [(l.half_in, l.half_out, l.half_grad) for l in again.layers] == [(True, False, False)]
+    assert layout(again)[0] == [(T, F, F)]
     again.fit(np.zeros((8, 5), np.float32), np.zeros(8, np.int64), epochs=1, batch_size=4)
 
 
@@ -291,22 +445,32 @@ def test_the_batch_is_laid_out_in_16_bits(device_name, rng, half):
     assert not got[45 * 16:].any(), "gather wrote past its output"
 
 
-@pytest.mark.parametrize("activation", ["relu", "tanh", "flatten"])
+CNN16 = ("conv(4, 3, relu, pad=1) maxpool(2) conv(6, 3, tanh) avgpool(2) dropout(0.25) "
+         "flatten dense(16, relu) dense(4, softmax)")
+
+
+@pytest.mark.parametrize("activation", ["relu", "tanh", "flatten", "cnn"])
 def test_a_16_bit_network_trains_as_the_reference_does(device_name, rng, half, activation):
     """Same seed, same batches: a device's losses and weights stay the reference's in the
     same precision (where a sum's order differs, a stored value may round the other way,
     which the tolerance allows), and near fp32's without being them. tanh's f' is taken at
-    the stored z, relu's at a value that rounding does not change."""
+    the stored z, relu's at a value that rounding does not change. The CNN stores every
+    activation in 16 bits, through both products buffers."""
     bk = precision_backend(device_name, half)
-    x = rng.standard_normal((256, 30)).astype(np.float32)
+    x = rng.standard_normal((256, 144 if activation == "cnn" else 30)).astype(np.float32)
     y = (x[:, :10] @ rng.standard_normal((10, 4))).argmax(1)
     if activation == "flatten":
         x = x.reshape(256, 3, 5, 2)
+    if activation == "cnn":
+        x = x.reshape(256, 1, 12, 12)
     runs = []
     for where in (bk, pn.device("cpu", precision=half), pn.device(device_name)):
         if activation == "flatten":         # Keras's way: images flattened first
             net = pn.from_description("flatten dense(48, tanh) flatten dense(24, relu) "
                                       "dense(4, softmax)", (3, 5, 2), device=where, seed=3)
+        elif activation == "cnn":
+            net = pn.from_description(CNN16, (1, 12, 12), device=where, seed=3)
+            assert all(l.half_out for l in net.layers[:-1]) == (where.precision == half)
         else:
             net = pn.mlp((30,), 4, hidden=(48, 24), activation=activation, device=where,
                          seed=3)

@@ -484,27 +484,32 @@ class Backend:
     # matrices never grow with the batch. Backends that gather patches inside their GEMM
     # (implicit GEMM) need none.
 
-    def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None):
+    def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None, stored=None):
         """z <- w * x + b (the convolution, a bias per filter); a <- f(z), kind an
         activation (softmax: over the filters of each position). a may be z. Returns True
         where the workspace holds x's whole patch matrix afterwards (see conv_weight_grad),
-        else False."""
+        else False. x may be in 16-bit storage (storage_dtype). With `stored` (a layer that
+        stores its outputs in 16 bits), z takes the product's float32 sums and stored and a
+        the rounded z + b and f(z + b), as bias_activation's `stored`."""
         raise NotImplementedError
 
     def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None,
                          patches=False):
         """gw (F, C.k.k) <- alpha dz * patches(x)^T + beta gw: dz (F, Ho, Wo, N), the
-        gradient of the convolution's output; x its input. patches=True: the workspace
-        still holds x's patch matrix, as the conv that returned True left it."""
+        gradient of the convolution's output; x its input; either may be in 16-bit storage.
+        patches=True: the workspace still holds x's patch matrix, as the conv that returned
+        True left it."""
         raise NotImplementedError
 
     def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
         """dx (C, H, W, N) <- the adjoint of the convolution applied to dz (F, Ho, Wo, N):
-        col2im(w^T dz), overwriting dx."""
+        col2im(w^T dz), overwriting dx; dz may be in 16-bit storage, dx is real."""
         raise NotImplementedError
 
     def maxpool(self, a, idx, x, pool, stride):
-        """a (C, Ho, Wo, N) <- window maxima of x; idx (int32, like a) <- their flat index."""
+        """a (C, Ho, Wo, N) <- window maxima of x; idx (int32, like a) <- their flat index.
+        a and x are stored alike (check_alike): real, or both in 16-bit storage, as are
+        avgpool's and dropout's; the gradients are real."""
         raise NotImplementedError
 
     def maxpool_grad(self, dx, da, idx, pool, stride):
@@ -678,6 +683,15 @@ def check_stored(bk, z, a, stored):
                          f"{None if stored is None else (stored.shape, stored.dtype)}; a and "
                          f"stored must be {bk.precision}'s 16-bit storage "
                          f"({want}) and of z's shape")
+
+
+def check_alike(op, **arrays):
+    """Arrays one kernel reads and writes in one storage: all of the backend's real type,
+    or all of its 16-bit storage (a pool's input and output, dropout's)."""
+    if len({x.dtype for x in arrays.values()}) > 1:
+        raise ShapeError(f"{op}: " + ", ".join(f"{name} {x.dtype}" for name, x in arrays.items())
+                         + ": these must be stored alike, all in the backend's real type or "
+                         "all in its 16-bit storage")
 
 
 def check_activation(kind):

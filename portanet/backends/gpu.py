@@ -16,9 +16,9 @@ from ..errors import ShapeError
 from ..precision import PRECISIONS, to_storage
 from . import routes, sources
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
-                   check_conv, check_found, check_gather, check_gemm, check_loss_scale,
-                   check_norm_kind, check_pool, check_rows, check_skip, check_stored,
-                   check_transpose, check_update, conv_out, log_beta)
+                   check_alike, check_conv, check_found, check_gather, check_gemm,
+                   check_loss_scale, check_norm_kind, check_pool, check_rows, check_skip,
+                   check_stored, check_transpose, check_update, conv_out, log_beta)
 
 log = logging.getLogger("portanet")
 
@@ -309,7 +309,8 @@ class KernelBackend(Backend):
         self._run("fill", (x.size,), x, float(value), x.size)
 
     def copy(self, src, dst):
-        self._run("copy", (dst.size,), dst, src, dst.size)
+        check_alike("copy", src=src, dst=dst)
+        self._run("copy", (dst.size,), dst, src, dst.size, stored=self._stored(dst))
 
     def transpose(self, x, out):
         check_transpose(x, out)
@@ -738,7 +739,7 @@ class KernelBackend(Backend):
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
         fixed = self.conv_fixed
         halves = tuple(f"-D{side}_HALF=1" for side, x in (("A", a), ("B", b))
-                       if conv is None and self._stored(x))     # 16-bit operands
+                       if self._stored(x))                      # 16-bit operands
         key = ("gemm", trans_a, trans_b, split, fused, frozen, *halves) + (
             conv.key(fused, fixed) if conv else ())
         if key not in self._kernels:
@@ -1307,7 +1308,8 @@ class KernelBackend(Backend):
     def im2col(self, cols, x, k, stride, pad, col0=0):
         """cols (C.k.k, n) <- columns col0 .. col0 + n of the patch matrix (all by default)."""
         rows, n = cols.shape
-        self._run("im2col", (n, rows), cols, x, *_conv_sizes(x, k, stride, pad), col0, n)
+        self._run("im2col", (n, rows), cols, x, *_conv_sizes(x, k, stride, pad), col0, n,
+                  stored=self._stored(x))
 
     def col2im(self, x, cols, k, stride, pad, col0=0, add=False):
         """x <- (x if add, else 0) + col2im of cols, columns col0 .. col0 + n of a patch
@@ -1322,31 +1324,40 @@ class KernelBackend(Backend):
     #             patch matrix; the forward's bias and activation in its epilogue
     #   direct    conv_direct, the definition, for short patches (C.k.k <= DIRECT_ROWS)
     #   im2col    patch matrices in chunks the workspace holds, and the vendor's GEMM
+    # Images and a delta in 16-bit storage are read as they are (gemm's A_HALF and B_HALF,
+    # conv.cl's STORED); with `stored`, the forward's z + b and a are stored in 16 bits.
 
-    def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None):
+    def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None, stored=None):
         check_activation(kind)
         g = check_conv("conv", x, k, stride, pad, w=w, b=b, z=z, a=a)
         z, a = (self.view(y, (g.F, g.positions)) for y in (z, a))
+        half = stored is not None or self._stored(a)
+        if half:                        # the sums in z, float32; z + b in stored
+            stored = self.view(stored, z.shape) if stored is not None else None
+            check_stored(self, z, a, stored)
 
         def implicit():
-            gather = Gather(1, g, w, "conv", None if kind == "softmax" else kind, a, b)
+            fused = None if kind == "softmax" or half else kind
             if not self._gemm_own(1.0, w, x, 0.0, z, False, False, g.F, g.positions, g.rows,
-                                  gather):
-                self.bias_activation(kind, z, b, a)
+                                  Gather(1, g, w, "conv", fused, a, b)):
+                self.bias_activation(kind, z, b, a, stored=stored)
 
         def direct():
-            self._run("conv_direct", (g.positions, -(-g.F // DIRECT_F)), z, a, w, b, x, g.F,
-                      *g[1:], ACT[kind])
+            self._run("conv_direct", (g.positions, -(-g.F // DIRECT_F)),
+                      stored if half else z, a, w, b, x, g.F, *g[1:], ACT[kind], stored=half)
 
         def im2col():
             for j0, cols in self._patch_chunks(g, workspace):
                 self.im2col(cols, x, k, stride, pad, j0)
                 self._gemm_columns(1.0, w, cols, 0.0, z, False, False, j0)
-            self.bias_activation(kind, z, b, a)
+            self.bias_activation(kind, z, b, a, stored=stored)
         paths = {"implicit": implicit, "im2col": im2col}
-        if kind != "softmax":                   # (over the filters: not elementwise)
+        # direct: not softmax (over the filters, not elementwise), and its images and
+        # outputs stored alike (one STORED type)
+        if kind != "softmax" and self._stored(x) == half:
             paths["direct"] = direct
-        path = self._conv_path(("conv", kind, *g), paths, g, workspace)
+        path = self._conv_path(("conv", kind, *g, *_storage_key(self, x, a)), paths, g,
+                               workspace)
         paths[path]()
         return path == "im2col" and _holds_all(g, workspace)
 
@@ -1367,8 +1378,8 @@ class KernelBackend(Backend):
                 self._gemm_columns(alpha, dz, cols, beta if i == 0 else 1.0, gw, False, True,
                                    j0)
         paths = {"implicit": implicit, "im2col": im2col}
-        paths[self._conv_path(("conv_weight_grad", patches, *g), paths, g, workspace,
-                              restore=[gw] if beta != 0 else [])]()
+        paths[self._conv_path(("conv_weight_grad", patches, *g, *_storage_key(self, x, dz)),
+                              paths, g, workspace, restore=[gw] if beta != 0 else [])]()
 
     def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
         g = check_conv("conv_input_grad", dx, k, stride, pad, w=w, dz=dz)
@@ -1383,7 +1394,8 @@ class KernelBackend(Backend):
                 self._gemm_columns(1.0, w, dz, 0.0, dcols, True, False, j0)
                 self.col2im(dx, dcols, k, stride, pad, j0, add=i > 0)
         paths = {"implicit": implicit, "im2col": im2col}
-        paths[self._conv_path(("conv_input_grad", *g), paths, g, workspace)]()
+        paths[self._conv_path(("conv_input_grad", *g, *_storage_key(self, dz)), paths, g,
+                              workspace)]()
 
     def _gemm_columns(self, alpha, a, b, beta, c, trans_a, trans_b, j0):
         """One chunk's product in a convolution's im2col path: the patch chunk is b (the
@@ -1438,21 +1450,26 @@ class KernelBackend(Backend):
                 for j0 in range(0, g.positions, step)]
 
     def maxpool(self, a, idx, x, pool, stride):
-        self._run("maxpool", (a.size,), a, idx, x, *_pool_sizes(x, pool, stride))
+        check_alike("maxpool", a=a, x=x)
+        self._run("maxpool", (a.size,), a, idx, x, *_pool_sizes(x, pool, stride),
+                  stored=self._stored(x))
 
     def maxpool_grad(self, dx, da, idx, pool, stride):
         self._run("maxpool_grad", (dx.size,), dx, da, idx, *_pool_sizes(dx, pool, stride))
 
     def avgpool(self, a, x, pool, stride):
-        self._run("avgpool", (a.size,), a, x, *check_pool("avgpool", a, x, pool, stride))
+        check_alike("avgpool", a=a, x=x)
+        self._run("avgpool", (a.size,), a, x, *check_pool("avgpool", a, x, pool, stride),
+                  stored=self._stored(x))
 
     def avgpool_grad(self, dx, da, pool, stride):
         self._run("avgpool_grad", (dx.size,), dx, da,
                   *check_pool("avgpool_grad", da, dx, pool, stride))
 
     def dropout(self, out, x, key, rate):
+        check_alike("dropout", out=out, x=x)
         self._run("dropout", (out.size,), out, x, key, float(rate), 1.0 / (1.0 - rate),
-                  out.size)
+                  out.size, stored=self._stored(x))
 
 
     # -- batch normalization (norm.cl): one work-group of gemv_threads per row ------------
@@ -1664,6 +1681,13 @@ def _key_text(key):
     if isinstance(key[0], str):
         return f"{key[0]} {key[1:]}"
     return "gemm " + _shape_text(*key)
+
+
+def _storage_key(bk, *arrays):
+    """What a convolution's route key adds for arrays in 16-bit storage (their paths read
+    other kernels): which of them are, or nothing where none is."""
+    stored = tuple(bk._stored(x) for x in arrays)
+    return ("16-bit", stored) if any(stored) else ()
 
 
 def _conv_sizes(x, k, stride, pad):

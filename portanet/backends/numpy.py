@@ -8,7 +8,7 @@ import numpy as np
 from ..precision import from_storage, round_to, to_storage
 from ..rng import dropout_mask
 from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
-                   CONV_WORKSPACE_BYTES, check_conv, check_gather, check_gemm,
+                   CONV_WORKSPACE_BYTES, check_alike, check_conv, check_gather, check_gemm,
                    check_found, check_loss_scale, check_norm_kind, check_pool, check_rows,
                    check_skip, check_stored, check_transpose, check_update, conv_out,
                    features_first, log_beta)
@@ -94,6 +94,7 @@ class NumpyBackend(Backend):
         self._store(x, np.full(x.shape, value, self.dtype))
 
     def copy(self, src, dst):
+        check_alike("copy", src=src, dst=dst)
         dst[...] = src.reshape(dst.shape)
 
     def transpose(self, x, out):
@@ -325,14 +326,16 @@ class NumpyBackend(Backend):
     # not hold the whole patch matrix (chunks of whole columns, (oh, ow, n) in order)
 
     @_quiet
-    def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None):
+    def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None, stored=None):
         g = check_conv("conv", x, k, stride, pad, w=w, b=b, z=z, a=a)
         zf = z.reshape(g.F, g.positions)
         chunks = self._patch_chunks(g, workspace)
+        xv = self._value(x)
         for j0, j1, cols in chunks:
-            self._patches(cols, x, g, j0, j1)
+            self._patches(cols, xv, g, j0, j1)
             self._product(w, cols, out=zf[:, j0:j1])
-        self.bias_activation(kind, zf, b, a.reshape(zf.shape))
+        self.bias_activation(kind, zf, b, a.reshape(zf.shape),
+                             stored=None if stored is None else stored.reshape(zf.shape))
         return workspace is not None and len(chunks) == 1
 
     @_quiet
@@ -343,9 +346,10 @@ class NumpyBackend(Backend):
         _scale(beta, gw)
         chunks = self._patch_chunks(g, workspace)
         reuse = patches and workspace is not None and len(chunks) == 1   # as conv left it
+        xv = x if reuse else self._value(x)
         for j0, j1, cols in chunks:
             if not reuse:
-                self._patches(cols, x, g, j0, j1)
+                self._patches(cols, xv, g, j0, j1)
             gw += alpha * self._product(dzf[:, j0:j1], cols.T)
 
     @_quiet
@@ -391,6 +395,13 @@ class NumpyBackend(Backend):
                                                 np.clip(w, 0, g.W - 1), n], 0)
 
     def maxpool(self, a, idx, x, pool, stride):
+        """(16-bit storage: on x's values, a stored after: the same bits as x's)"""
+        check_alike("maxpool", a=a, x=x)
+        if self._stored(x):
+            values = np.empty(a.shape, self.dtype)
+            self.maxpool(values, idx, self._value(x), pool, stride)
+            self._store(a, values)
+            return
         _, Ho, Wo, _ = a.shape
         flat = np.arange(x.size).reshape(x.shape)
         a[...] = x[:, :stride * Ho:stride, :stride * Wo:stride]
@@ -413,6 +424,12 @@ class NumpyBackend(Backend):
 
     @_quiet
     def avgpool(self, a, x, pool, stride):
+        check_alike("avgpool", a=a, x=x)
+        if self._stored(x):                 # on x's values, the mean rounded as stored
+            values = np.empty(a.shape, self.dtype)
+            self.avgpool(values, self._value(x), pool, stride)
+            self._store(a, values)
+            return
         _, _, _, _, ph, pw, sh, sw, Ho, Wo = check_pool("avgpool", a, x, pool, stride)
         total = np.zeros(a.shape, a.dtype)
         for pi in range(ph):                # the kernel's order of summation
@@ -431,8 +448,10 @@ class NumpyBackend(Backend):
 
     @_quiet
     def dropout(self, out, x, key, rate):
+        check_alike("dropout", out=out, x=x)
         key = int(key.reshape(-1)[0]) & 0xFFFFFFFF
-        out[...] = x * dropout_mask(x.size, key, rate).reshape(x.shape).astype(x.dtype) / (1 - rate)
+        mask = dropout_mask(x.size, key, rate).reshape(x.shape).astype(self.dtype)
+        self._store(out, self._value(x) * mask / (1 - rate))
 
     @_quiet
     def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
