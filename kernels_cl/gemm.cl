@@ -128,9 +128,9 @@
    portanet/precision.py): their elements are half_bits' 16 bits, read as prelude.h's
    half_value reads them, a run of VW as one 8-byte load; OPERAND leaves them as they are */
 #if VW == 4
-#define LOAD_RUN16(r, p) { const ushort4 h_ = *(const GLOBAL ushort4*)(p); \
-    r[0] = half_value(h_.x); r[1] = half_value(h_.y); r[2] = half_value(h_.z); \
-    r[3] = half_value(h_.w); }
+#define LOAD_RUN16(r, p) { const ushort4 u_ = *(const GLOBAL ushort4*)(p); \
+    r[0] = half_value(u_.x); r[1] = half_value(u_.y); r[2] = half_value(u_.z); \
+    r[3] = half_value(u_.w); }
 #else
 #define LOAD_RUN16(r, p) r[0] = half_value(*(p))
 #endif

@@ -48,9 +48,13 @@ def test_cuda_kernels_compile(family, real, tmp_path):
     if real == "float":                 # tf32, bf16, fp16 backends' builds: inputs rounded
         variants += [gpu.operand_options(p) for p in ("tf32", "bf16", "fp16")]
         # and bf16's and fp16's 16-bit storage: the families' STORED arrays, gemm's operands
+        # (and a convolution's gathers from 16-bit images and deltas)
+        conv = ["-DCONV_K=3", "-DCONV_S=2", "-DCONV_P=1", "-DVW=4"]
         stored = (["-DA_HALF=1", "-DB_HALF=1", "-DVW=4"], ["-DA_HALF=1", "-DTRANS_B=1"],
-                  ["-DB_HALF=1", "-DTRANS_A=1", "-DVW=1"]) if family == "gemm" else \
-            (["-DSTORED_HALF=1"],)
+                  ["-DB_HALF=1", "-DTRANS_A=1", "-DVW=1"], ["-DB_HALF=1", "-DCONV=1", *conv],
+                  ["-DB_HALF=1", "-DCONV=2", *conv],
+                  ["-DA_HALF=1", "-DB_HALF=1", "-DCONV=3", "-DTRANS_B=1", *conv]) \
+            if family == "gemm" else (["-DSTORED_HALF=1"],)
         variants += [gpu.operand_options(p) + list(v) for p in ("bf16", "fp16") for v in stored]
     if family == "mma":                 # TF32: float only
         if real == "double":
