@@ -68,8 +68,8 @@ def test_a_slightly_wrong_activation_fails_the_step(backend, monkeypatch):
     # implicit and direct paths fuse it into their own kernels)
     monkeypatch.setattr(backend, "conv_path", "im2col")
 
-    def bias_activation(kind, z, b, a):
-        right(kind, z, b, a)
+    def bias_activation(kind, z, b, a, stored=None):
+        right(kind, z, b, a, stored=stored)
         if kind == "relu":
             backend.scal(1 + WRONG, a)
     monkeypatch.setattr(backend, "bias_activation", bias_activation)
