@@ -76,7 +76,7 @@ KERNEL void conv_direct(GLOBAL STORED* z, const int z_off, GLOBAL STORED* a, con
             for (int kj = 0; kj < k; ++kj) {
                 const int wc = ow * stride - pad + kj;
                 if (wc < 0 || wc >= W) continue;
-                const real v = OPERAND(FROM_STORED(x[x_off + ((c * H + h) * W + wc) * N + n]));
+                const real v = OPERAND_STORED(x[x_off + ((c * H + h) * W + wc) * N + n]);
                 const int r = (c * k + ki) * k + kj;
                 for (int f = 0; f < DIRECT_F; ++f)
                     if (f0 + f < F) acc[f] += OPERAND(w[w_off + (f0 + f) * rows + r]) * v;

@@ -10,16 +10,20 @@
 #define STORE_HALF(h, at, x, shadow) do { } while (0)
 #endif
 
-/* STORED: the type of an array the kernel may write or read in 16-bit storage (a Dense's z
-   and a where another Dense reads a, the batch a Dense reads first: portanet/precision.py);
+/* STORED: the type of an array the kernel may write or read in 16-bit storage (a Dense's or
+   Conv2D's z and a where another of them reads a, a pool's or Dropout's output between them,
+   the batch one reads first: docs/ARCHITECTURE.md, "16-bit storage");
    built with STORED_HALF its 16 bits (TO_STORED rounds as half_bits, FROM_STORED is
-   half_value), else real as it is. */
+   half_value; OPERAND_STORED reads a product's input, which OPERAND rounds where it is
+   real), else real as it is. */
 #if STORED_HALF
 #define STORED unsigned short
 #define TO_STORED(x) half_bits(x)
 #define FROM_STORED(h) half_value(h)
+#define OPERAND_STORED(h) half_value(h)      /* (a product's input, rounded already) */
 #else
 #define STORED real
 #define TO_STORED(x) (x)
 #define FROM_STORED(h) (h)
+#define OPERAND_STORED(h) OPERAND(h)
 #endif

@@ -126,7 +126,8 @@
 
 /* 16-bit operands (A_HALF, B_HALF: an array in bf16's or fp16's 16-bit storage,
    portanet/precision.py): their elements are half_bits' 16 bits, read as prelude.h's
-   half_value reads them, a run of VW as one 8-byte load; OPERAND leaves them as they are */
+   half_value reads them, a run of VW as one 8-byte load; rounded already, they skip
+   OPERAND's rounding (A_OPERAND, B_OPERAND) */
 #if VW == 4
 #define LOAD_RUN16(r, p) { const ushort4 u_ = *(const GLOBAL ushort4*)(p); \
     r[0] = half_value(u_.x); r[1] = half_value(u_.y); r[2] = half_value(u_.z); \
@@ -138,19 +139,23 @@
 #define A_TYPE unsigned short
 #define A_VALUE(x) half_value(x)
 #define A_LOAD_RUN(r, p) LOAD_RUN16(r, p)
+#define A_OPERAND(x) (x)
 #else
 #define A_TYPE real
 #define A_VALUE(x) x
 #define A_LOAD_RUN(r, p) LOAD_RUN(r, p)
+#define A_OPERAND(x) OPERAND(x)
 #endif
 #if B_HALF
 #define B_TYPE unsigned short
 #define B_VALUE(x) half_value(x)
 #define B_LOAD_RUN(r, p) LOAD_RUN16(r, p)
+#define B_OPERAND(x) (x)
 #else
 #define B_TYPE real
 #define B_VALUE(x) x
 #define B_LOAD_RUN(r, p) LOAD_RUN(r, p)
+#define B_OPERAND(x) OPERAND(x)
 #endif
 
 /* element (row, col) of op(x) for a row-major x with leading dimension ld */
@@ -414,7 +419,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, cons
 #pragma unroll
                 for (int v = 0; v < VW; ++v) {
                     A_ELEMENT(i, k, v, ie, ke);
-                    AS(s, ke, ie) = OPERAND(a_next[l][v]);
+                    AS(s, ke, ie) = A_OPERAND(a_next[l][v]);
                 }
             }
 #pragma unroll
@@ -423,7 +428,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, cons
 #pragma unroll
                 for (int v = 0; v < VW; ++v) {
                     B_ELEMENT(k, j, v, ke, je);
-                    BS(s, ke, je) = OPERAND(b_next[l][v]);
+                    BS(s, ke, je) = B_OPERAND(b_next[l][v]);
                 }
             }
             BARRIER();

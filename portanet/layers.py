@@ -92,14 +92,16 @@ class Layer:
         in 16 bits takes there."""
         return elements(self.out_shape) * m if self.half_out and not self.is_view else 0
 
-    def half_views(self, shared, out_shape, in_shape):
-        """(da, da_prev): where dL/da arrives (half_out: in products buffer half_slot, else
-        over a) and dL/da_prev goes (half_grad: in buffer grad_slot, else over a_prev),
-        viewed as out_shape and in_shape."""
-        bk = self.backend
-        da = bk.view(shared.products[self.half_slot], out_shape) if self.half_out else self.a
-        da_prev = (bk.view(shared.products[self.grad_slot], in_shape) if self.half_grad
-                   else self.a_prev)
+    def half_views(self, shared, da, da_prev):
+        """(da, da_prev): where dL/da arrives and dL/da_prev goes, given as the arrays they
+        take in real storage (a and a_prev, as the layer views them); where the layer
+        stores 16 bits, views of the same shapes in the network's products buffers
+        instead (half_out: buffer half_slot; half_grad: buffer grad_slot)."""
+        products = shared.products
+        if self.half_out:
+            da = self.backend.view(products[self.half_slot], da.shape)
+        if self.half_grad:
+            da_prev = self.backend.view(products[self.grad_slot], da_prev.shape)
         return da, da_prev
 
     def products(self, m):
@@ -264,7 +266,7 @@ class Dense(Layer):
         self.ones = self.backend.view(shared.ones, (m,))
         # where dL/da arrives, dL/da_prev goes (Residual's projection: apart), and the
         # product's sum goes (beside 16-bit z and a: float32, where dL/da will arrive)
-        self.da, self.da_prev = self.half_views(shared, (self.units, m), (self.n_in, m))
+        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
         self.zf = self.da if self.half_out else self.z
 
     def forward(self, training=True):
@@ -380,8 +382,7 @@ class Conv2D(Dense):
         self.z = self.backend.view(self._z, (self.units, positions))
         self.a = self.backend.view(self._a, (self.units, positions))
         self.ones = self.backend.view(shared.ones, (positions,))
-        self.da, self.da_prev = self.half_views(shared, (self.units, positions),
-                                                self.a_prev.shape)
+        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
         self.zf = self.da if self.half_out else self.z
 
     def forward(self, training=True):
@@ -444,7 +445,7 @@ class MaxPool2D(_Pool2D):
         super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
         self.a = self.backend.view(self._a, (*self.out_shape, m))
         self.idx = self.backend.view(self._idx, (*self.out_shape, m))
-        self.da, self.da_prev = self.half_views(shared, self.a.shape, self.a_prev.shape)
+        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
 
     def forward(self, training=True):
         self.backend.maxpool(self.a, self.idx, self.a_prev, self.pool, self.stride)
@@ -479,7 +480,7 @@ class Dropout(Layer):
     def bind(self, a_prev, m, shared):
         super().bind(a_prev, m, shared)
         self.a = self.backend.view(self._a, a_prev.shape)
-        self.da, self.da_prev = self.half_views(shared, a_prev.shape, a_prev.shape)
+        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
 
     def begin_step(self):
         self.step += 1
@@ -518,7 +519,7 @@ class AvgPool2D(_Pool2D):
         self._pooled = self.backend.view(self._a, (*self.pooled_shape(), m))
         self.a = self.backend.view(self._a, (*self.out_shape, m)) \
             if len(self.out_shape) == 3 else self.backend.view(self._a, (self.out_shape[0], m))
-        self.da, self.da_prev = self.half_views(shared, self._pooled.shape, self.a_prev.shape)
+        self.da, self.da_prev = self.half_views(shared, self._pooled, self.a_prev)
 
     def pooled_shape(self):
         return self.out_shape

@@ -286,6 +286,46 @@ def test_convolutions_read_and_store_16_bits(device_name, rng, half, case, stora
         assert mark in " ".join(labels), labels
 
 
+def test_a_chunks_16_bit_copies_stay_in_their_array(device_name, rng, half, monkeypatch):
+    """A convolution's im2col path in chunks on the vendor's GEMM, images and delta float32
+    (a conv that BatchNorm reads): each chunk's 16-bit copy of the wide operand (its columns
+    from j0 on, at another offset, the leading dimension kept) reads no further than the
+    array's end. Reading the view's whole shape read j0 elements past it: an illegal memory
+    access on an H100 where that crossed an allocation."""
+    bk = precision_backend(device_name, half)
+    if getattr(bk, "half_operands", None) is None:
+        pytest.skip("only a vendor GEMM of 16-bit inputs (CUDA's) copies the operands")
+    C, H, W, N, k, F = 3, 9, 8, 6, 3, 5
+    x = rng.standard_normal((C, H, W, N)).astype(np.float32)
+    w = rng.standard_normal((F, C * k * k)).astype(np.float32)
+    dz = rng.standard_normal((F, H - 2, W - 2, N)).astype(np.float32)
+    positions = dz[0].size
+    copies, run = [], bk._run
+
+    def spy(kernel, global_size, *args, label=None, **kw):
+        if label == f"{half} operands":
+            copies.append(args)                     # (y, x, n)
+        return run(kernel, global_size, *args, label=label, **kw)
+    labels = _forced(bk, "im2col", monkeypatch)
+    monkeypatch.setattr(bk, "_run", spy)
+    ref = pn.device("cpu", precision=half)
+    out = {}
+    for where in (bk, ref):
+        ws = where.empty((C * k * k * -(-positions // 3),))      # three chunks
+        DZ, X, Wt = where.upload(dz), where.upload(x), where.upload(w)
+        GW = where.upload(np.zeros(w.shape, np.float32))
+        where.conv_weight_grad(1.0, DZ, X, 0.0, GW, k, 1, 0, ws)
+        DX = where.upload(np.full(x.shape, np.nan, np.float32))
+        where.conv_input_grad(DX, Wt, DZ, k, 1, 0, ws)
+        out[where] = where.download(GW), where.download(DX)
+    assert labels.count("im2col") == 3 and copies
+    for y, src, n in copies:
+        owner = src if src.base is None else src.base
+        assert src.offset + n <= owner.offset + owner.size, (src, n, owner)
+    for got, want in zip(out[bk], out[ref]):
+        assert rel_err(got, want) < F32
+
+
 def test_a_convolution_refuses_mixed_outputs(rng, half):
     bk = pn.device("cpu", precision=half)
     x = bk.upload(rng.standard_normal((1, 5, 5, 2)).astype(np.float32))

@@ -548,8 +548,8 @@ class KernelBackend(Backend):
             kept, fresh = self._shadow(x)
             y = kept if kept is not None else self.view(ws, x.shape, start)
             if not fresh:
-                self._run(kernel, ((x.size + 1) // 2,), y, x, x.size,
-                          label=f"{self.precision} operands")
+                n = min(x.size, _extent(x))     # (a chunk's columns: to its array's end)
+                self._run(kernel, ((n + 1) // 2,), y, x, n, label=f"{self.precision} operands")
                 if kept is not None:
                     self._fresh.add(_kept_key(x))
             out.append(y)
@@ -1672,8 +1672,16 @@ def _holds_all(g, workspace):
 
 def _columns(x, j0):
     """x (rows, n) from column j0 on: the same array at another offset, so that its leading
-    dimension (n) stays; for the vendor's GEMM on a chunk of columns."""
+    dimension (n) stays; for the vendor's GEMM on a chunk of columns. Its shape reaches j0
+    elements past x's last: what reads it whole stops at `_extent`."""
     return DeviceArray(x.buf, x.offset + j0, x.shape, x.dtype, x if x.base is None else x.base)
+
+
+def _extent(x):
+    """Elements from x's offset to the end of the array it is a view of (its base's), or
+    of x itself: where a copy of a `_columns` view, whose shape runs past it, stops."""
+    owner = x if x.base is None else x.base
+    return owner.offset + owner.size - x.offset
 
 
 def _key_text(key):
