@@ -125,37 +125,35 @@
 #endif
 
 /* 16-bit operands (A_HALF, B_HALF: an array in bf16's or fp16's 16-bit storage,
-   portanet/precision.py): their elements are half_bits' 16 bits, read as prelude.h's
-   half_value reads them, a run of VW as one 8-byte load; rounded already, they skip
-   OPERAND's rounding (A_OPERAND, B_OPERAND) */
+   portanet/precision.py): their elements are half_bits' 16 bits, loaded as they are (a run
+   of VW as one 8-byte load) into the registers that hold the next slab, and read as
+   prelude.h's half_value reads them only when stored into the local slab (A_SLAB, B_SLAB):
+   a conversion at the load would wait for the load there, which the slab's products hide
+   otherwise (a convolution's input gradient took 1.84 ms against float32's 1.27 on an
+   H100). Rounded already, they skip OPERAND's rounding, which the slab's real inputs take. */
 #if VW == 4
 #define LOAD_RUN16(r, p) { const ushort4 u_ = *(const GLOBAL ushort4*)(p); \
-    r[0] = half_value(u_.x); r[1] = half_value(u_.y); r[2] = half_value(u_.z); \
-    r[3] = half_value(u_.w); }
+    r[0] = u_.x; r[1] = u_.y; r[2] = u_.z; r[3] = u_.w; }
 #else
-#define LOAD_RUN16(r, p) r[0] = half_value(*(p))
+#define LOAD_RUN16(r, p) r[0] = *(p)
 #endif
 #if A_HALF
 #define A_TYPE unsigned short
-#define A_VALUE(x) half_value(x)
 #define A_LOAD_RUN(r, p) LOAD_RUN16(r, p)
-#define A_OPERAND(x) (x)
+#define A_SLAB(x) half_value(x)
 #else
 #define A_TYPE real
-#define A_VALUE(x) x
 #define A_LOAD_RUN(r, p) LOAD_RUN(r, p)
-#define A_OPERAND(x) OPERAND(x)
+#define A_SLAB(x) OPERAND(x)
 #endif
 #if B_HALF
 #define B_TYPE unsigned short
-#define B_VALUE(x) half_value(x)
 #define B_LOAD_RUN(r, p) LOAD_RUN16(r, p)
-#define B_OPERAND(x) (x)
+#define B_SLAB(x) half_value(x)
 #else
 #define B_TYPE real
-#define B_VALUE(x) x
 #define B_LOAD_RUN(r, p) LOAD_RUN(r, p)
-#define B_OPERAND(x) OPERAND(x)
+#define B_SLAB(x) OPERAND(x)
 #endif
 
 /* element (row, col) of op(x) for a row-major x with leading dimension ld */
@@ -173,7 +171,7 @@
 #else
 #define KK (CONV_K * CONV_K)
 /* cols(x)[r, col]: pixel (oh s - p + ki, ow s - p + kj) of channel c of sample n, 0 in the
-   padding, for row r = (c, ki, kj) and column col = (oh, ow, n); as stored (B_VALUE reads
+   padding, for row r = (c, ki, kj) and column col = (oh, ow, n); as stored (B_SLAB reads
    it), 0 being zero's bits in 16 bits too */
 DEVICE B_TYPE patch(const GLOBAL B_TYPE* RESTRICT x, const int x_off, const int r,
                     const int col, const int H, const int W, const int NB, const int WO) {
@@ -192,7 +190,7 @@ DEVICE B_TYPE patch(const GLOBAL B_TYPE* RESTRICT x, const int x_off, const int 
     if (h_ >= 0 && h_ < (H) && w_ >= 0 && w_ < (W)) { \
         B_LOAD_RUN(out, &x[(x_off) + ((c_ * (H) + h_) * (W) + w_) * (NB) + n_]); \
     } else { \
-        for (int v_ = 0; v_ < VW; ++v_) out[v_] = (real)0; \
+        for (int v_ = 0; v_ < VW; ++v_) out[v_] = (B_TYPE)0; \
     } }
 /* dz'[r, col] for row r = (f, ki, kj) and pixel col = (h, w, n): the output (oh, ow) whose
    patch holds the pixel at (ki, kj), if there is one; as stored, as patch */
@@ -336,7 +334,12 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, cons
         for (int wn = 0; wn < WPTN; ++wn) acc[wm][wn] = 0;
 
     /* the first pass (k0 = k_begin - TSK) only loads and stores the first slab */
+#if A_HALF || B_HALF
+    A_TYPE a_next[A_LOADS][VW];                  /* (16-bit operands: as stored) */
+    B_TYPE b_next[B_LOADS][VW];
+#else
     real a_next[A_LOADS][VW], b_next[B_LOADS][VW];
+#endif
     int s = 0;                                   /* the stage being multiplied */
     for (int k0 = k_begin - TSK; k0 < k_end; k0 += TSK) {
         const int k1 = k0 + TSK, more = k1 < k_end;
@@ -355,7 +358,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, cons
                     for (int v = 0; v < VW; ++v) {
                         A_ELEMENT(i, k, v, ie, ke);
                         a_next[l][v] = (m0 + ie < M && k1 + ke < k_end)
-                                           ? A_VALUE(A_AT(m0 + ie, k1 + ke)) : (real)0;
+                                           ? A_AT(m0 + ie, k1 + ke) : (A_TYPE)0;
                     }
                 }
             }
@@ -376,7 +379,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, cons
                     for (int v = 0; v < VW; ++v) {
                         B_ELEMENT(k, j, v, ke, je);
                         b_next[l][v] = (k1 + ke < k_end && n0 + je < N)
-                                           ? B_VALUE(B_AT(k1 + ke, n0 + je)) : (real)0;
+                                           ? B_AT(k1 + ke, n0 + je) : (B_TYPE)0;
                     }
                 }
             }
@@ -419,7 +422,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, cons
 #pragma unroll
                 for (int v = 0; v < VW; ++v) {
                     A_ELEMENT(i, k, v, ie, ke);
-                    AS(s, ke, ie) = A_OPERAND(a_next[l][v]);
+                    AS(s, ke, ie) = A_SLAB(a_next[l][v]);
                 }
             }
 #pragma unroll
@@ -428,7 +431,7 @@ void gemm(GLOBAL real* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, cons
 #pragma unroll
                 for (int v = 0; v < VW; ++v) {
                     B_ELEMENT(k, j, v, ke, je);
-                    BS(s, ke, je) = B_OPERAND(b_next[l][v]);
+                    BS(s, ke, je) = B_SLAB(b_next[l][v]);
                 }
             }
             BARRIER();
