@@ -307,20 +307,27 @@ def train_step(net, opt, data=None, staged=None):
 
 def replayed(net, key, work):
     """work(), for the network's batch buffers as bound now: eagerly the first time key is
-    seen, recorded the second (where the device and the layers can), replayed after."""
+    seen, recorded the second (where the device and the layers can), replayed after. An
+    eager step during which the backend moved something a recorded step would point at (a
+    workspace grown mid-step: its `generation`) does not count as seen: the step recorded
+    must find every workspace, and what is made for it (CUDA's tensor maps), made already,
+    since a recording cannot make them."""
     graphs = net._graphs
     graph = graphs.get(key)
     if graph and not graph.current:             # it points at a workspace since freed
-        graph = graphs[key] = None
+        del graphs[key]
+        graph = None
     if graph is None and key in graphs and net._capturable:
         graph = graphs[key] = net.backend.capture(work) or False
     if graph:
         graph()
     else:
+        generation = getattr(net.backend, "generation", 0)
         work()
         if key not in graphs and len(graphs) >= MAX_GRAPHS:
             graphs.clear()                      # a schedule makes one per epoch
-        graphs.setdefault(key, None)            # seen once: capture next time
+        if getattr(net.backend, "generation", 0) == generation:
+            graphs.setdefault(key, None)        # seen once: capture next time
 
 
 def train_batch(net, x, y, optimizer):

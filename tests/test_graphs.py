@@ -3,11 +3,13 @@ replays give bit for bit what the eager steps give, through new batches, a parti
 batch, a rate that changes every epoch and Dropout's new mask at every step. The
 reference records nothing and the same code runs eagerly."""
 import contextlib
+import types
 
 import numpy as np
 import pytest
 
 import portanet as pn
+from portanet import training
 
 DESCRIPTIONS = ["dense(24, relu) dense(9, tanh) dense(5, softmax)",
                 "conv(4, 3, relu) maxpool(2) flatten dense(5, softmax)"]
@@ -124,6 +126,49 @@ def test_a_recorded_step_is_recorded_again_when_its_workspace_moves(device_name,
         net.fit(x, y, epochs=1, batch_size=32, optimizer=pn.SGD(0.05, 0.9))
         results.append([bk.download(l.w) for l in net.layers if l.trainable])
     assert all(np.array_equal(a, b) for a, b in zip(*results))
+
+
+def test_a_step_that_moved_a_workspace_is_recorded_only_after_one_that_did_not():
+    """A step whose first run grew a workspace mid-step (a later product needing more)
+    runs eagerly once more before it is recorded: recorded at once, its earlier products
+    would have made their CUDA tensor maps for the new workspace inside the recording,
+    which cannot copy them to the device (met on an H100 in fp16: a CNN whose im2col
+    products grow the 16-bit operand workspace after its first Dense made its maps). A
+    recorded step gone stale runs eagerly before it is recorded again."""
+    class Graph:
+        current = True
+
+        def __init__(self, work):
+            self.work = work
+
+        def __call__(self):
+            self.work()
+
+    class Backend:
+        generation = 0
+        recorded = 0
+
+        def capture(self, work):
+            self.recorded += 1
+            return Graph(work)
+
+    net = types.SimpleNamespace(_graphs={}, _capturable=True, backend=Backend())
+    runs = []
+
+    def work():
+        runs.append(net.backend.recorded)
+        if len(runs) == 1:
+            net.backend.generation += 1         # the first step grows a workspace
+    for _ in range(2):
+        training.replayed(net, "k", work)
+    assert net.backend.recorded == 0            # both eager: the first moved a workspace
+    training.replayed(net, "k", work)
+    assert net.backend.recorded == 1 and net._graphs["k"]
+    net._graphs["k"].current = False            # freed since: eager, then recorded again
+    training.replayed(net, "k", work)
+    assert net.backend.recorded == 1
+    training.replayed(net, "k", work)
+    assert net.backend.recorded == 2 and len(runs) == 5
 
 
 @pytest.mark.parametrize("description", DESCRIPTIONS)
