@@ -55,8 +55,7 @@
    arguments, and every K index is offset by k_base (a launch over a later piece of K):
      1  forward      c (F x Ho.Wo.NB) = w (F x C.k.k) . cols(x), op(b) gathered from x;
                      with BIAS_ACT = 1 the epilogue also adds bias[i] and writes
-                     act <- f(c) for the activation `kind` (bias_activation fused),
-                     with C_HALF both c and act in 16-bit storage, each rounded
+                     act <- f(c) for the activation `kind` (bias_activation fused)
      2  input grad   c (C x H.W.NB) = w' (C x F.k.k) . dz', both gathered: w' reads w's
                      (c, ki, kj) column of each filter f; row (f, ki, kj) of pixel (h, w, n)
                      in dz' is dz[f, oh, ow, n] where oh s = h + p - ki, ow s = w + p - kj,
@@ -68,7 +67,7 @@
 
    Compile-time parameters (build options): TRANS_A, TRANS_B, TSM, TSN, TSK, WPTM, WPTN,
    MICRO, PAD, VW, DB, SUBGROUP, MIN_GROUPS, SWIZZLE, SPLIT_K; CONV, CONV_K, CONV_S, CONV_P,
-   BIAS_ACT, CONV_FIXED and the sizes it takes; A_HALF, B_HALF and C_HALF (below). */
+   BIAS_ACT, CONV_FIXED and the sizes it takes. */
 #include "prelude.h"
 
 #ifndef TSM
@@ -269,26 +268,13 @@ DEVICE B_TYPE spread(const GLOBAL B_TYPE* RESTRICT dz, const int dz_off, const i
 #error "VW must be 1 or 4"
 #endif
 
-/* C_HALF: the epilogue of BIAS_ACT stores z and f(z) in 16 bits (a layer's outputs in
-   16-bit storage), rounded as half_bits rounds, the bias added to the float32 sum first */
-#if C_HALF
-#if !BIAS_ACT
-#error "C_HALF stores the outputs of BIAS_ACT's epilogue"
-#endif
-#define C_TYPE unsigned short
-#define C_STORE(x) half_bits(x)
-#else
-#define C_TYPE real
-#define C_STORE(x) x
-#endif
-
 /* local slabs: as[stage][k][i] and bs[stage][k][j], rows TSM + PAD (TSN + PAD) long,
    declared as real4 so that 4-wide reads of them are aligned */
 #define AS(s, k, i) as[((s) * TSK + (k)) * (TSM + PAD) + (i)]
 #define BS(s, k, j) bs[((s) * TSK + (k)) * (TSN + PAD) + (j)]
 
 KERNEL GROUP_SIZE(RTSN, RTSM, 1, MIN_GROUPS)
-void gemm(GLOBAL C_TYPE* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, const int a_off,
+void gemm(GLOBAL real* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, const int a_off,
           const GLOBAL B_TYPE* RESTRICT b, const int b_off, const real alpha, const real beta,
           const int M, const int N, const int K, const int lda, const int ldb,
           const int k_chunk, const int vec_a, const int vec_b
@@ -297,7 +283,7 @@ void gemm(GLOBAL C_TYPE* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, co
           const int k_base
 #endif
 #if BIAS_ACT
-          , GLOBAL C_TYPE* act, const int act_off, const GLOBAL real* bias, const int bias_off,
+          , GLOBAL real* act, const int act_off, const GLOBAL real* bias, const int bias_off,
           const int kind
 #endif
 #if SPLIT_K == 2
@@ -490,11 +476,11 @@ void gemm(GLOBAL C_TYPE* c, const int c_off, const GLOBAL A_TYPE* RESTRICT a, co
         for (int wn = 0; wn < WPTN; ++wn) {
             const int j = n0 + COL(tn, wn);
             if (i < M && j < N) {
-                GLOBAL C_TYPE* cij = &c[c_off + c_part + i * N + j];
+                GLOBAL real* cij = &c[c_off + c_part + i * N + j];
 #if BIAS_ACT                            /* z <- alpha acc + b; a <- f(z) (a may be z) */
                 const real z = alpha * acc[wm][wn] + bias[bias_off + i];
-                *cij = C_STORE(z);
-                act[act_off + i * N + j] = C_STORE(activate(kind, z));
+                *cij = z;
+                act[act_off + i * N + j] = activate(kind, z);
 #else
                 *cij = alpha * acc[wm][wn] + (beta == (real)0 ? (real)0 : beta * *cij);
 #endif

@@ -734,17 +734,12 @@ class KernelBackend(Backend):
             then = (conv.kind, conv.bias, conv.a)
         split = 0 if parts == 1 else 2 if self._finishes(parts) and finish != [False] else 1
         fused = then is not None and (split == 2 or (split == 0 and k <= ACC_K))
-        stores = conv is not None and conv.stored is not None
-        if stores and fused:            # z and a stored in 16 bits by the epilogue (C_HALF)
-            c = conv.stored
-        elif stores:                    # the float32 sums into c, for the caller to store
-            then = None
         frozen = tuple(sorted(p.items()))
         rtsm, rtsn = p["TSM"] // p["WPTM"], p["TSN"] // p["WPTN"]
         tiles_n, tiles_m = -(-n // p["TSN"]), -(-m // p["TSM"])
         fixed = self.conv_fixed
         halves = tuple(f"-D{side}_HALF=1" for side, x in (("A", a), ("B", b))
-                       if self._stored(x)) + (("-DC_HALF=1",) if stores and fused else ())
+                       if self._stored(x))                      # 16-bit operands
         key = ("gemm", trans_a, trans_b, split, fused, frozen, *halves) + (
             conv.key(fused, fixed) if conv else ())
         if key not in self._kernels:
@@ -1342,9 +1337,9 @@ class KernelBackend(Backend):
             check_stored(self, z, a, stored)
 
         def implicit():
-            fused = None if kind == "softmax" else kind
+            fused = None if kind == "softmax" or half else kind
             if not self._gemm_own(1.0, w, x, 0.0, z, False, False, g.F, g.positions, g.rows,
-                                  Gather(1, g, w, "conv", fused, a, b, stored)):
+                                  Gather(1, g, w, "conv", fused, a, b)):
                 self.bias_activation(kind, z, b, a, stored=stored)
 
         def direct():
@@ -1638,13 +1633,11 @@ class Gather:
     """What makes our GEMM kernel an implicit-GEMM convolution (gemm.cl's CONV): the mode
     (1 forward, 2 input gradient, 3 weight gradient), the convolution's sizes, the operand
     read as a matrix (None: both are gathered) and, for the forward, the activation, a and
-    the bias that its epilogue may take (kind None: not fused, softmax); with `stored` (a
-    layer storing its outputs in 16 bits), the 16-bit z the fused epilogue writes, a being
-    16-bit too, in place of the product's float32 sums (left to the caller, unfused)."""
+    the bias that its epilogue may take (kind None: not fused, softmax)."""
 
-    def __init__(self, mode, g, read, label, kind=None, a=None, bias=None, stored=None):
+    def __init__(self, mode, g, read, label, kind=None, a=None, bias=None):
         self.mode, self.g, self.read, self.label = mode, g, read, label
-        self.kind, self.a, self.bias, self.stored = kind, a, bias, stored
+        self.kind, self.a, self.bias = kind, a, bias
 
     def vector(self, x, vw):
         """Whether operand x loads in runs of vw as one vector: a matrix read as such where
