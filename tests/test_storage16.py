@@ -466,6 +466,32 @@ def test_the_plan_counts_16_bit_storage():
     assert batch(bf16) < 0.75 * batch(fp32)
 
 
+def test_a_cnns_plan_counts_16_bit_activations():
+    """LeNet in bf16: the batch, both convolutions' z and a and the pool's output in 2 bytes
+    (half fp32's), the pool's indices as they were, and the two float32 products buffers,
+    each as large as the largest dL/da it takes: the pool's output (buffer 0, where the
+    Dense writes dL/da_prev) and conv2's (buffer 1, where the pool writes dL/dx, and conv2
+    dL/da_prev for conv1)."""
+    m, plans = 64, {}
+    for name in ("fp32", "bf16"):
+        plan = pn.models.lenet(device="cpu", precision=name).memory_plan(m)
+        plans[name] = {(b.owner, b.name): b for b in plan.buffers}
+    bf16, fp32 = plans["bf16"], plans["fp32"]
+    halved = [key for key in fp32 if key[1] in ("_x", "_z", "_a")
+              and not key[0].startswith("Dense")]
+    assert len(halved) == 1 + 2 * 2 + 1
+    for key in halved:
+        assert bf16[key].dtype == np.uint16 and 2 * bf16[key].nbytes == fp32[key].nbytes, key
+    kept = [key for key in fp32 if key[1] == "_idx"
+            or key[0].startswith("Dense") and key[1] in ("_z", "_a")]
+    assert len(kept) == 3 and all(bf16[key].nbytes == fp32[key].nbytes for key in kept)
+    assert bf16["network", "_products"].nbytes == 32 * 12 * 12 * m * 4
+    assert bf16["network", "_products1"].nbytes == 32 * 24 * 24 * m * 4
+    assert not any(key[1].startswith("_products") for key in fp32)
+    batch = lambda plan: sum(b.nbytes for b in plan.values() if b.kind == "batch")
+    assert batch(bf16) < 0.9 * batch(fp32)
+
+
 def test_the_batch_is_laid_out_in_16_bits(device_name, rng, half):
     """Every way a batch reaches the device (a plain write, the staging lane, the gather of
     a training set held on the device) stores it rounded."""
