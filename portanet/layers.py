@@ -171,7 +171,7 @@ class Layer:
         return f"{type(self).__name__}({args})"
 
 
-def _stored(layer):
+def _output_dtype(layer):
     """The dtype of a layer's output buffer: its backend's 16-bit storage where the network
     stores it so (half_out), else None (the real type)."""
     return layer.backend.storage_dtype if layer.half_out else None
@@ -249,7 +249,7 @@ class Dense(Layer):
         return elements(in_shape)
 
     def batch_buffers(self, m):
-        dtype = _stored(self)
+        dtype = _output_dtype(self)
         return {"_z": (self.n_out * m, dtype), "_a": (self.n_out * m, dtype)}
 
     def shared_sizes(self, m):
@@ -439,7 +439,7 @@ class MaxPool2D(_Pool2D):
 
     def batch_buffers(self, m):
         n = elements(self.out_shape) * m
-        return {"_a": (n, _stored(self)), "_idx": (n, np.int32)}
+        return {"_a": (n, _output_dtype(self)), "_idx": (n, np.int32)}
 
     def bind(self, a_prev, m, shared):
         super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
@@ -475,7 +475,7 @@ class Dropout(Layer):
         return {"rate": self.rate, "seed": self.seed}
 
     def batch_buffers(self, m):
-        return {"_a": (elements(self.in_shape) * m, _stored(self)), "_key": (1, np.int32)}
+        return {"_a": (elements(self.in_shape) * m, _output_dtype(self)), "_key": (1, np.int32)}
 
     def bind(self, a_prev, m, shared):
         super().bind(a_prev, m, shared)
@@ -512,7 +512,7 @@ class AvgPool2D(_Pool2D):
         return (self.pool, self.pool), (self.stride, self.stride)
 
     def batch_buffers(self, m):
-        return {"_a": (elements(self.out_shape) * m, _stored(self))}
+        return {"_a": (elements(self.out_shape) * m, _output_dtype(self))}
 
     def bind(self, a_prev, m, shared):
         super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
