@@ -260,20 +260,23 @@ def conv_operands(rng, C, H, W, N, k, s, p, F):
             rng.standard_normal(F), rng.standard_normal((F, Ho, Wo, N)))
 
 
-@pytest.fixture
-def conv_path(backend, monkeypatch):
-    """A function that forces the backend's convolutions onto a path (PORTANET_CONV), with
-    chunks of any size allowed (MIN_CHUNK), and the labels of its launches kept."""
-    if backend.kind == "cpu":
-        pytest.skip("the reference backend has one path (chunked im2col, tested below)")
+def force_conv_path(bk, path, monkeypatch):
+    """Forces a kernel backend's convolutions onto a path (PORTANET_CONV), with chunks of
+    any size allowed (MIN_CHUNK); returns the labels of its launches from now on (a new
+    trace, bk.trace)."""
     from test_kernels import _Labels
     monkeypatch.setattr(gpu, "MIN_CHUNK", 1)
-    monkeypatch.setattr(backend, "trace", _Labels())
+    monkeypatch.setattr(bk, "conv_path", path)
+    monkeypatch.setattr(bk, "trace", _Labels())
+    return bk.trace.labels
 
-    def force(path):
-        monkeypatch.setattr(backend, "conv_path", path)
-        backend.trace.labels.clear()
-    return force
+
+@pytest.fixture
+def conv_path(backend, monkeypatch):
+    """A function that forces the backend's convolutions onto a path (force_conv_path)."""
+    if backend.kind == "cpu":
+        pytest.skip("the reference backend has one path (chunked im2col, tested below)")
+    return lambda path: force_conv_path(backend, path, monkeypatch)
 
 
 @pytest.mark.parametrize("path", PATHS)

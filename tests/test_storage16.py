@@ -18,6 +18,7 @@ from portanet.errors import ShapeError
 from portanet.precision import STORAGE, UNIT_ROUNDOFF, from_storage, round_to, to_storage
 
 from conftest import F32, precision_backend, rel_err
+from test_conv import force_conv_path
 
 HALVES = ("bf16", "fp16")
 
@@ -219,19 +220,6 @@ CONV16 = [(1, 9, 8, 8, 3, 1, 1, 6), (3, 7, 9, 5, 3, 2, 0, 4), (6, 6, 5, 12, 3, 1
           (4, 5, 5, 4, 1, 1, 0, 3)]
 
 
-def _forced(bk, path, monkeypatch):
-    """bk's convolutions forced onto `path` (chunks of any size allowed), the labels of
-    its launches kept (a kernel backend's; the reference has one path)."""
-    if bk.kind == "cpu":
-        return None
-    from portanet.backends import gpu
-    from test_kernels import _Labels
-    monkeypatch.setattr(gpu, "MIN_CHUNK", 1)
-    monkeypatch.setattr(bk, "conv_path", path)
-    monkeypatch.setattr(bk, "trace", _Labels())
-    return bk.trace.labels
-
-
 @pytest.mark.parametrize("path", ["implicit", "implicit-vw4", "direct", "im2col"])
 @pytest.mark.parametrize("storage", ["16-bit", "images", "outputs"])
 @pytest.mark.parametrize("case", CONV16)
@@ -259,7 +247,8 @@ def test_convolutions_read_and_store_16_bits(device_name, rng, half, case, stora
     b = rng.standard_normal(F).astype(np.float32)
     dz = rng.standard_normal((F, Ho, Wo, N)).astype(np.float32)
     half_in, half_out = storage in ("16-bit", "images"), storage in ("16-bit", "outputs")
-    labels = _forced(bk, path.split("-")[0], monkeypatch)
+    labels = (None if bk.kind == "cpu"          # (the reference has one path)
+              else force_conv_path(bk, path.split("-")[0], monkeypatch))
     got, want = {}, {}
     for where, out in ((bk, got), (ref, want)):
         up = lambda host, half16: stored(where, host) if half16 else where.upload(host)
@@ -306,7 +295,7 @@ def test_a_chunks_16_bit_copies_stay_in_their_array(device_name, rng, half, monk
         if label == f"{half} operands":
             copies.append(args)                     # (y, x, n)
         return run(kernel, global_size, *args, label=label, **kw)
-    labels = _forced(bk, "im2col", monkeypatch)
+    labels = force_conv_path(bk, "im2col", monkeypatch)
     monkeypatch.setattr(bk, "_run", spy)
     ref = pn.device("cpu", precision=half)
     out = {}
@@ -327,12 +316,15 @@ def test_a_chunks_16_bit_copies_stay_in_their_array(device_name, rng, half, monk
 
 
 def test_a_convolution_refuses_mixed_outputs(rng, half):
+    """A 16-bit a without a 16-bit z to store: refused, naming the call, before the sums
+    are written."""
     bk = pn.device("cpu", precision=half)
     x = bk.upload(rng.standard_normal((1, 5, 5, 2)).astype(np.float32))
     w, b = bk.upload(np.ones((2, 9), np.float32)), bk.upload(np.zeros(2, np.float32))
-    z = bk.upload(np.zeros((2, 3, 3, 2), np.float32))
-    with pytest.raises(ShapeError, match="16-bit storage"):
+    z = bk.upload(np.full((2, 3, 3, 2), 7.0, np.float32))
+    with pytest.raises(ShapeError, match="conv into 16-bit storage"):
         bk.conv("relu", w, x, b, z, stored(bk, np.zeros((2, 3, 3, 2), np.float32)), 3, 1, 0)
+    assert np.all(bk.download(z) == 7.0)
 
 
 @pytest.mark.parametrize("C,H,W,N,pool,stride", [(3, 7, 6, 5, 2, 2), (2, 9, 9, 8, 3, 2),

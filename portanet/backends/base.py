@@ -672,13 +672,13 @@ def check_conv(op, x, k, stride, pad, **arrays):
     return ConvShape(F, C, H, W, N, k, stride, pad, Ho, Wo)
 
 
-def check_stored(bk, z, a, stored):
-    """bias_activation into 16-bit storage: z the product's float32 sum, a and stored (where
-    z + b is kept) 16-bit arrays of z's shape."""
+def check_stored(bk, z, a, stored, op="bias_activation"):
+    """bias_activation (or conv) into 16-bit storage: z the product's float32 sum, a and
+    stored (where z + b is kept) 16-bit arrays of z's shape."""
     want = bk.storage_dtype
     if want is None or stored is None or a.dtype != want or stored.dtype != want or \
             z.dtype != bk.dtype or a.shape != z.shape or stored.shape != z.shape:
-        raise ShapeError(f"bias_activation into 16-bit storage: z {z.shape} {z.dtype}, a "
+        raise ShapeError(f"{op} into 16-bit storage: z {z.shape} {z.dtype}, a "
                          f"{a.shape} {a.dtype}, stored "
                          f"{None if stored is None else (stored.shape, stored.dtype)}; a and "
                          f"stored must be {bk.precision}'s 16-bit storage "

@@ -1334,7 +1334,7 @@ class KernelBackend(Backend):
         half = stored is not None or self._stored(a)
         if half:                        # the sums in z, float32; z + b in stored
             stored = self.view(stored, z.shape) if stored is not None else None
-            check_stored(self, z, a, stored)
+            check_stored(self, z, a, stored, "conv")
 
         def implicit():
             fused = None if kind == "softmax" or half else kind

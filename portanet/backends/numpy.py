@@ -329,13 +329,15 @@ class NumpyBackend(Backend):
     def conv(self, kind, w, x, b, z, a, k, stride, pad, workspace=None, stored=None):
         g = check_conv("conv", x, k, stride, pad, w=w, b=b, z=z, a=a)
         zf = z.reshape(g.F, g.positions)
+        if stored is not None or self._stored(a):     # (before z is written)
+            stored = None if stored is None else stored.reshape(zf.shape)
+            check_stored(self, zf, a.reshape(zf.shape), stored, "conv")
         chunks = self._patch_chunks(g, workspace)
         xv = self._value(x)
         for j0, j1, cols in chunks:
             self._patches(cols, xv, g, j0, j1)
             self._product(w, cols, out=zf[:, j0:j1])
-        self.bias_activation(kind, zf, b, a.reshape(zf.shape),
-                             stored=None if stored is None else stored.reshape(zf.shape))
+        self.bias_activation(kind, zf, b, a.reshape(zf.shape), stored=stored)
         return workspace is not None and len(chunks) == 1
 
     @_quiet
