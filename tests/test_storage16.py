@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import portanet as pn
-from portanet.backends.base import ACTIVATIONS
+from portanet.backends.base import ACTIVATIONS, conv_out
 from portanet.errors import ShapeError
 from portanet.precision import STORAGE, UNIT_ROUNDOFF, from_storage, round_to, to_storage
 
@@ -241,7 +241,7 @@ def test_convolutions_read_and_store_16_bits(device_name, rng, half, case, stora
     if path == "direct" and (C * k * k > 32 or storage != "16-bit"):
         pytest.skip("direct: short patches, images and outputs stored alike")
     ref = pn.device("cpu", precision=half)
-    Ho, Wo = (H + 2 * pad - k) // st + 1, (W + 2 * pad - k) // st + 1
+    Ho, Wo = conv_out(H, k, st, pad), conv_out(W, k, st, pad)
     x = rng.standard_normal((C, H, W, N)).astype(np.float32)
     w = (rng.standard_normal((F, C * k * k)) / k).astype(np.float32)
     b = rng.standard_normal(F).astype(np.float32)
@@ -337,7 +337,7 @@ def test_pools_read_and_store_16_bits(device_name, rng, half, C, H, W, N, pool, 
     ref = pn.device("cpu", precision=half)
     x = rng.standard_normal((C, H, W, N)).astype(np.float32) * 100
     x.flat[::7] = x.flat[1::7]          # ties: the first maximum wins
-    Ho, Wo = (H - pool) // stride + 1, (W - pool) // stride + 1
+    Ho, Wo = conv_out(H, pool, stride, 0), conv_out(W, pool, stride, 0)
     out = {}
     for where in (bk, ref):
         X = stored(where, x)
