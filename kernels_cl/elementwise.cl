@@ -165,15 +165,25 @@ KERNEL void bias_activation_stored(GLOBAL STORED* a, const int a_off, GLOBAL STO
         }
 }
 
-/* z <- z + x; a <- f(z), elementwise: a residual block's sum and its activation */
-KERNEL void add_activation(GLOBAL real* a, const int a_off, GLOBAL real* z, const int z_off,
-                           const GLOBAL real* x, const int x_off, const int kind, const int n) {
+/* z <- z + x; a <- f(z), elementwise: a residual block's sum and its activation (built with
+   STORED_HALF, all three 16-bit: z and a each rounded from the float32 sum) */
+KERNEL void add_activation(GLOBAL STORED* a, const int a_off, GLOBAL STORED* z, const int z_off,
+                           const GLOBAL STORED* x, const int x_off, const int kind, const int n) {
     const int i = GLOBAL_ID(0);
     if (i < n) {
-        const real zi = z[z_off + i] + x[x_off + i];
-        z[z_off + i] = zi;
-        a[a_off + i] = activate(kind, zi);
+        const real zi = FROM_STORED(z[z_off + i]) + FROM_STORED(x[x_off + i]);
+        z[z_off + i] = TO_STORED(zi);
+        a[a_off + i] = TO_STORED(activate(kind, zi));
     }
+}
+
+/* delta <- f'(z) . da, out of z's place: z may be 16-bit (built with STORED_HALF), the delta
+   float32 where a BatchNorm or a Residual block stores its z in 16 bits; delta may be da */
+KERNEL void activation_delta(GLOBAL real* delta, const int delta_off, const GLOBAL STORED* z,
+                             const int z_off, const GLOBAL real* da, const int da_off,
+                             const int kind, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) delta[delta_off + i] = activate_grad(kind, FROM_STORED(z[z_off + i])) * da[da_off + i];
 }
 
 /* z <- f'(z) . da: the layer's delta, in place in z; where shadow is set, h <- its 16-bit

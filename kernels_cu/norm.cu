@@ -2,9 +2,12 @@
    a Dense layer's (features, batch) activations, or per channel of (C, H, W, N) images
    (n = H W N). Statistics are per row; mean, inv_std, gamma, beta, running_mean,
    running_var, dgamma and dbeta hold one value per row. Every pointer is followed by its
-   offset in elements. */
+   offset in elements. Built with STORED_HALF (copies.h), x, z and a are a layer's 16-bit
+   storage (bf16, fp16): read as their values, written rounded; the statistics, the
+   parameters and the gradients dz and dx stay real. */
 #include "prelude.h"
 #include "groups.h"
+#include "copies.h"
 
 /* Per row r, over its n values:
      mean = sum(x) / n;  var = sum((x - mean)^2) / n   (two passes: E[x^2] - E[x]^2
@@ -14,21 +17,21 @@
      running_var <- (1 - momentum) running_var + momentum var n / (n - 1)   (var if n = 1)
    One group of GROUP_THREADS per row; each work-item reads and writes the same elements in
    every pass, so z may be x. */
-KERNEL void batchnorm_train(GLOBAL real* z, const int z_off, GLOBAL real* a, const int a_off,
+KERNEL void batchnorm_train(GLOBAL STORED* z, const int z_off, GLOBAL STORED* a, const int a_off,
                             GLOBAL real* mean, const int mean_off, GLOBAL real* inv_std,
                             const int inv_std_off, GLOBAL real* running_mean, const int rm_off,
-                            GLOBAL real* running_var, const int rv_off, const GLOBAL real* x,
+                            GLOBAL real* running_var, const int rv_off, const GLOBAL STORED* x,
                             const int x_off, const GLOBAL real* gamma, const int gamma_off,
                             const GLOBAL real* beta, const int beta_off, const int kind,
                             const real eps, const real momentum, const int rows, const int n) {
     LOCAL real partial[GROUP_THREADS];
     const int r = GROUP_ID(0), t = LOCAL_ID(0), row = r * n;
     real sum = 0;
-    for (int k = t; k < n; k += GROUP_THREADS) sum += x[x_off + row + k];
+    for (int k = t; k < n; k += GROUP_THREADS) sum += FROM_STORED(x[x_off + row + k]);
     const real m = group_sum(partial, sum) / (real)n;
     real squares = 0;
     for (int k = t; k < n; k += GROUP_THREADS) {
-        const real d = x[x_off + row + k] - m;
+        const real d = FROM_STORED(x[x_off + row + k]) - m;
         squares += d * d;
     }
     const real var = group_sum(partial, squares) / (real)n;
@@ -43,16 +46,16 @@ KERNEL void batchnorm_train(GLOBAL real* z, const int z_off, GLOBAL real* a, con
     }
     const real g = gamma[gamma_off + r] * s, b = beta[beta_off + r];
     for (int k = t; k < n; k += GROUP_THREADS) {
-        const real zk = g * (x[x_off + row + k] - m) + b;
-        z[z_off + row + k] = zk;
-        a[a_off + row + k] = activate(kind, zk);
+        const real zk = g * (FROM_STORED(x[x_off + row + k]) - m) + b;
+        z[z_off + row + k] = TO_STORED(zk);
+        a[a_off + row + k] = TO_STORED(activate(kind, zk));
     }
 }
 
 /* z <- gamma (x - running_mean) / sqrt(running_var + eps) + beta; a <- f(z). One work-item
    per element; dimension 0 runs along the row. */
-KERNEL void batchnorm_infer(GLOBAL real* z, const int z_off, GLOBAL real* a, const int a_off,
-                            const GLOBAL real* x, const int x_off, const GLOBAL real* gamma,
+KERNEL void batchnorm_infer(GLOBAL STORED* z, const int z_off, GLOBAL STORED* a, const int a_off,
+                            const GLOBAL STORED* x, const int x_off, const GLOBAL real* gamma,
                             const int gamma_off, const GLOBAL real* beta, const int beta_off,
                             const GLOBAL real* running_mean, const int rm_off,
                             const GLOBAL real* running_var, const int rv_off, const int kind,
@@ -60,10 +63,11 @@ KERNEL void batchnorm_infer(GLOBAL real* z, const int z_off, GLOBAL real* a, con
     const int j = GLOBAL_ID(0), r = GLOBAL_ID(1);
     if (r < rows && j < n) {
         const real s = (real)1 / sqrt(running_var[rv_off + r] + eps);
-        const real zk = gamma[gamma_off + r] * s * (x[x_off + r * n + j] - running_mean[rm_off + r])
+        const real zk = gamma[gamma_off + r] * s
+                        * (FROM_STORED(x[x_off + r * n + j]) - running_mean[rm_off + r])
                         + beta[beta_off + r];
-        z[z_off + r * n + j] = zk;
-        a[a_off + r * n + j] = activate(kind, zk);
+        z[z_off + r * n + j] = TO_STORED(zk);
+        a[a_off + r * n + j] = TO_STORED(activate(kind, zk));
     }
 }
 
@@ -71,12 +75,12 @@ KERNEL void batchnorm_infer(GLOBAL real* z, const int z_off, GLOBAL real* a, con
      dbeta <- alpha sum(dz) + beta dbeta;  dgamma <- alpha sum(dz xhat) + beta dgamma
      (beta = 0: the old values are not read) and, where has_dx,
      dx <- gamma inv_std (dz - sum(dz) / n - xhat sum(dz xhat) / n).
-   One group of GROUP_THREADS per row. dx may be x or dz (the layer's input overwritten by
-   its gradient): each element of dx is written by the work-item that read it, after its
-   last read. Without dx, pass any array as dx and has_dx = 0. */
+   One group of GROUP_THREADS per row. dx may be x (where x is real: the layer's input
+   overwritten by its gradient) or dz: each element of dx is written by the work-item that
+   read it, after its last read. Without dx, pass any real array as dx and has_dx = 0. */
 KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamma,
                            const int dgamma_off, GLOBAL real* dbeta, const int dbeta_off,
-                           const GLOBAL real* dz, const int dz_off, const GLOBAL real* x,
+                           const GLOBAL real* dz, const int dz_off, const GLOBAL STORED* x,
                            const int x_off, const GLOBAL real* gamma, const int gamma_off,
                            const GLOBAL real* mean, const int mean_off,
                            const GLOBAL real* inv_std, const int inv_std_off, const real alpha,
@@ -88,7 +92,7 @@ KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamm
     for (int k = t; k < n; k += GROUP_THREADS) {
         const real d = dz[dz_off + row + k];
         sum += d;
-        dot += d * ((x[x_off + row + k] - m) * s);
+        dot += d * ((FROM_STORED(x[x_off + row + k]) - m) * s);
     }
     const real sum_dz = group_sum(partial, sum);
     const real sum_dz_xhat = group_sum(partial, dot);
@@ -102,7 +106,7 @@ KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamm
     const real g = gamma[gamma_off + r] * s;
     const real mean_dz = sum_dz / (real)n, mean_dz_xhat = sum_dz_xhat / (real)n;
     for (int k = t; k < n; k += GROUP_THREADS) {
-        const real xhat = (x[x_off + row + k] - m) * s;
+        const real xhat = (FROM_STORED(x[x_off + row + k]) - m) * s;
         dx[dx_off + row + k] = g * (dz[dz_off + row + k] - mean_dz - xhat * mean_dz_xhat);
     }
 }

@@ -29,7 +29,10 @@ class Layer:
     keeps_input = False         # its products read a_prev, kept (keep_operands) until read
     output_kept = False         # the next layer keeps our output so (set by its network)
     half_storage = False        # its z and a may be 16-bit, and it reads a 16-bit a_prev
-    #                             (Dense, Conv2D: docs/ARCHITECTURE.md, "16-bit storage")
+    #                             (Dense, Conv2D, BatchNorm, Residual blocks of these:
+    #                             docs/ARCHITECTURE.md, "16-bit storage")
+    half_alike = False          # and it stores its output as it reads its input (BatchNorm,
+    #                             Residual): 16 bits only where both are
     half_out = False            # its z and a are 16-bit (set by its network: bf16 or fp16,
     #                             and the next layer reads them so)
     half_in = False             # its a_prev is 16-bit (the previous layer's, or the batch)
@@ -92,6 +95,11 @@ class Layer:
         in 16 bits takes there."""
         return elements(self.out_shape) * m if self.half_out and not self.is_view else 0
 
+    def grad_size(self, m):
+        """Elements of the network's float32 products buffer grad_slot this layer writes
+        before dL/da_prev (BatchNorm's delta), beyond what the layer before it sizes."""
+        return 0
+
     def half_views(self, shared, da, da_prev):
         """(da, da_prev): where dL/da arrives and dL/da_prev goes, given as the arrays they
         take in real storage (a and a_prev, as the layer views them); where the layer
@@ -119,6 +127,10 @@ class Layer:
     def sublayers(self):
         """[(name, layer)] of the layers inside this one (Residual's), in order."""
         return []
+
+    def plan_half(self):
+        """Where the layers inside this one store (half_in, half_out, half_grad) and which
+        products buffers they use, once the network has set this one's."""
 
     def begin_step(self):
         """Host work before each training step, outside what a recorded step replays
@@ -560,8 +572,12 @@ class BatchNorm(Layer):
     normalizes with the batch's mean and variance and keeps running averages of them
     (momentum as PyTorch's: new = (1 - momentum) old + momentum batch; the variance's
     unbiased); inference normalizes with the running ones. Both are saved with the network.
-    Inputs viewed (rows, n): (features, batch) or (channels, H.W.batch), as stored."""
+    Inputs viewed (rows, n): (features, batch) or (channels, H.W.batch), as stored. In
+    16-bit storage its input, z and a are 16-bit; its delta, float32, goes into the products
+    buffer grad_slot, where dL/dx then replaces it."""
     trainable = True
+    half_storage = True
+    half_alike = True
 
     def __init__(self, activation="linear", momentum=0.1, eps=1e-5):
         if activation not in ACTIVATIONS or activation == "softmax":
@@ -600,9 +616,12 @@ class BatchNorm(Layer):
         return {"gamma": np.ones(self.rows), "running_var": np.ones(self.rows)}
 
     def batch_buffers(self, m):
-        n = elements(self.in_shape) * m
-        return {"_z": (n, None), "_a": (n, None), "_mean": (self.rows, None),
+        n, dtype = elements(self.in_shape) * m, _output_dtype(self)
+        return {"_z": (n, dtype), "_a": (n, dtype), "_mean": (self.rows, None),
                 "_inv_std": (self.rows, None)}
+
+    def grad_size(self, m):
+        return elements(self.in_shape) * m if self.half_out else 0
 
     def bind(self, a_prev, m, shared):
         cols = elements(self.in_shape) // self.rows * m
@@ -611,6 +630,14 @@ class BatchNorm(Layer):
         self.z = bk.view(self._z, (self.rows, cols))
         self.a = bk.view(self._a, (self.rows, cols))
         self.mean, self.inv_std = self._mean, self._inv_std
+        # where dL/da arrives and the delta goes, then dL/dx: in place of a, z and x where
+        # they are real; in 16 bits, the products buffers half_slot and grad_slot
+        self.da = self.a
+        self.delta = self.z
+        if self.half_out:
+            products = shared.products
+            self.da = bk.view(products[self.half_slot], self.a.shape)
+            self.delta = bk.view(products[self.grad_slot], self.z.shape)
 
     def forward(self, training=True):
         bk = self.backend
@@ -624,11 +651,16 @@ class BatchNorm(Layer):
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
-        if not delta_in_z:
+        if self.half_out:               # the delta out of the 16-bit z's place (none to
+            if self.activation != "linear" or self.half_slot != self.grad_slot:  # form:
+                bk.activation_grad(self.activation, self.z, self.da, self.delta)  # linear)
+        elif not delta_in_z:
             bk.activation_grad(self.activation, self.z, self.a)
         g, alpha, beta = train.gradient(self)
-        # dgamma, dbeta and (in place of the input) dx in one pass over the batch
-        bk.batchnorm_grad(None if first else self.a_prev, g["gamma"], g["beta"], self.z,
+        # dgamma, dbeta and (in place of the input, or of the 16-bit layers' delta) dx in
+        # one pass over the batch
+        dx = self.delta if self.half_out else self.a_prev
+        bk.batchnorm_grad(None if first else dx, g["gamma"], g["beta"], self.delta,
                           self.a_prev, self.gamma, self.mean, self.inv_std, alpha, beta)
         train.update(self)
 
@@ -638,7 +670,15 @@ class Residual(Layer):
     then an activation. The shortcut is the input itself where the shapes agree, else a
     1x1 convolution with the stride that makes them agree (Dense for vectors), trained
     with the block. The sum is made in place of the last inner layer's output, which then
-    holds the sum's gradient for the inner layers' backward."""
+    holds the sum's gradient for the inner layers' backward.
+
+    In 16-bit storage (a block of Dense, Conv2D and BatchNorm layers between 16-bit layers)
+    every output in it is 16-bit, and the gradients float32 in the network's two products
+    buffers: the sum's gradient arrives in the block's half_slot and stays there while the
+    inner layers' gradients run in the other buffer (the last inner layer's grad_slot),
+    which then takes the shortcut's part of dL/dx."""
+    half_alike = True
+    grad_in_place = False           # (in 16 bits; for a real block it is not asked)
 
     def __init__(self, layers, activation="linear"):
         self.layers = list(layers) if isinstance(layers, (list, tuple)) else None
@@ -664,6 +704,30 @@ class Residual(Layer):
     @property
     def capturable(self):
         return all(l.capturable for l in self.layers)
+
+    @property
+    def half_storage(self):
+        """Whether the block can be stored in 16 bits: its layers are Dense, Conv2D and
+        BatchNorm (each reads a 16-bit input and stores 16 bits, its gradient in place)."""
+        return all(l.half_storage and l.grad_in_place and not l.passes_storage
+                   for l in self.layers)
+
+    def plan_half(self):
+        """Stored in 16 bits (half_out), so is every output inside the block, and their
+        gradients go through the products buffers around the block's half_slot and
+        grad_slot; else everything inside is real."""
+        for _, layer in walk([sub for _, sub in self.sublayers()]):
+            layer.half_in = layer.half_out = layer.half_grad = self.half_out
+        if not self.half_out:
+            return
+        self.layers[0].half_grad = self.half_grad
+        if self.projection:                 # its dL/dx goes to the block's own _dx
+            self.projection.half_grad = False
+            self.projection.half_slot = self.half_slot
+        # the sum's gradient stays in half_slot, where the last layer reads it
+        for layer in self.layers:
+            layer.half_slot = layer.grad_slot = self.grad_slot
+        self.layers[-1].half_slot = self.half_slot
 
     def configure(self, backend, in_shape):
         self.backend, self.in_shape = backend, tuple(in_shape)
@@ -694,7 +758,7 @@ class Residual(Layer):
             ([("proj", self.projection)] if self.projection else [])
 
     def batch_buffers(self, m):
-        out = {"_a": (elements(self.out_shape) * m, None)}
+        out = {"_a": (elements(self.out_shape) * m, _output_dtype(self))}
         if self.projection:
             out["_dx"] = (elements(self.in_shape) * m, None)
         return out
@@ -712,6 +776,10 @@ class Residual(Layer):
             a = layer.a
         self.z = bk.view(a, (*self.out_shape, m))            # the sum, in place
         self.a = bk.view(self._a, (*self.out_shape, m))
+        # where dL/da arrives, and the sum's gradient stays (real: in place in z), and where
+        # dL/dx goes (real: in place of x)
+        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
+        self.dsum = self.da if self.half_out else self.z
         if self.projection:
             self.projection.bind(self.a_prev, m, shared)
             self.projection.da_prev = bk.view(self._dx, self.a_prev.shape)
@@ -728,18 +796,24 @@ class Residual(Layer):
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
-        if not delta_in_z:
+        if self.half_out:               # dL/d(sum) in place of dL/da
+            if self.activation != "linear":
+                bk.activation_grad(self.activation, self.z, self.da, self.dsum)
+        elif not delta_in_z:
             bk.activation_grad(self.activation, self.z, self.a)  # dL/d(sum), in z
         if self.projection:             # its delta is the sum's; its dL/dx goes to _dx
             proj = self.projection
-            bk.copy(self.z, proj.z)
-            proj.backward(train, first, delta_in_z=True)
+            if self.half_out:           # (linear: f' is 1, its delta dL/d(sum) stored)
+                proj.backward(train, first)
+            else:
+                bk.copy(self.z, proj.z)
+                proj.backward(train, first, delta_in_z=True)
         for i in reversed(range(len(self.layers))):
             inner_first = first and not any(l.trainable for l in self.layers[:i])
             self.layers[i].backward(train, inner_first)
         if not first:                   # plus the shortcut's part of dL/dx
             bk.axpy(1.0, bk.view(self._dx, self.a_prev.shape) if self.projection else
-                    bk.view(self.z, self.a_prev.shape), self.a_prev)
+                    bk.view(self.dsum, self.a_prev.shape), self.da_prev)
 
 
 class Flatten(Layer):

@@ -53,40 +53,48 @@ class Shared:
 
 def _storage(layers, half):
     """Which arrays a network of `layers` stores in 16 bits, where `half` (bf16, fp16): what
-    only the products of Dense and Conv2D layers read (half_storage), the batch where one
-    reads it first and each one's z and a where another reads them, looking through the
-    layers that store their output as their input is (passes_storage: Flatten, the pools,
-    Dropout). Sets each layer's half_in, half_out and half_grad, and the products buffer
-    each 16-bit layer's sums and gradients use (half_slot, grad_slot); returns whether the
-    batch is stored so."""
+    only the layers that read a 16-bit input read (half_storage: Dense, Conv2D, BatchNorm,
+    Residual blocks of these), the batch where one reads it first and each one's z and a
+    where another reads them, looking through the layers that store their output as their
+    input is (passes_storage: Flatten, the pools, Dropout). BatchNorm and Residual blocks
+    read and store alike (half_alike): 16 bits where what reads them does. Sets each
+    layer's half_in, half_out and half_grad, and the products buffer each 16-bit layer's
+    sums and gradients use (half_slot, grad_slot); returns whether the batch is stored so."""
     def reader(i):                  # the first layer after i that does not pass storage on
         j = i + 1
         while j < len(layers) and layers[j].passes_storage:
             j += 1
-        return layers[j] if j < len(layers) else None
+        return j if j < len(layers) else None
 
-    first = reader(-1)
-    stored = half_x = half and first is not None and first.half_storage
+    reads = [False] * len(layers)   # reads[j]: layer j (not passing storage) reads 16 bits
+    for j in reversed(range(len(layers))):
+        after = reader(j)
+        reads[j] = half and layers[j].half_storage and (
+            not layers[j].half_alike or after is not None and reads[after])
+
+    def read(j):
+        return j is not None and reads[j]
+
+    stored = half_x = read(reader(-1))
     from_layer = False              # whether the input is a layer's output, not the batch
     for i, layer in enumerate(layers):
         layer.half_in, layer.half_grad = stored, stored and from_layer
         if layer.passes_storage:
             layer.half_out = stored
+        elif layer.half_alike:      # (read(i): what reads it reads 16 bits)
+            layer.half_out = stored and read(i)
         else:
-            after = reader(i)
-            layer.half_out = (half and layer.half_storage and after is not None
-                              and after.half_storage)
+            layer.half_out = read(i) and read(reader(i))
         from_layer = from_layer or not layer.is_view
         stored = layer.half_out
-        for _, inner in layer_module.walk([sub for _, sub in layer.sublayers()]):   # real
-            inner.half_in = inner.half_out = inner.half_grad = False
     # dL/da of a 16-bit layer arrives in a products buffer, where the layer after it writes
-    # its dL/da_prev; a layer that reads dL/da while it writes dL/da_prev (a pool) takes it
-    # from one buffer into the other, so the two alternate there
+    # its dL/da_prev; a layer that reads dL/da while it writes dL/da_prev (a pool, a
+    # Residual block) takes it from one buffer into the other, so the two alternate there
     slot = 0
     for layer in reversed(layers):
         layer.half_slot = slot
         layer.grad_slot = slot = slot if layer.grad_in_place else 1 - slot
+        layer.plan_half()           # (the layers inside it: Residual's)
     return half_x
 
 
@@ -201,8 +209,10 @@ class Sequential:
         target = np.dtype(np.int32) if self.loss.name == "softmax_cross_entropy" else real
         sizes = [layer.shared_sizes(m) for layer in self.layers]     # Residual: its inner
         x = self.backend.storage_dtype if self._half_x else real
-        products = [max([0] + [layer.product_size(m) for layer in self.layers
-                               if layer.half_slot == slot]) for slot in (0, 1)]
+        products = [max([0] + [layer.product_size(m) for _, layer in self.walk()
+                               if layer.half_slot == slot]
+                        + [layer.grad_size(m) for _, layer in self.walk()
+                           if layer.grad_slot == slot]) for slot in (0, 1)]
         own = [("_x", "batch", self.n_in * m, x), ("_y", "batch", self.n_out * m, target),
                ("_loss_sum", "batch", m, real), ("_hit_sum", "batch", m, real),
                ("_order", "batch", m, np.dtype(np.int32)),

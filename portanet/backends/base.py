@@ -408,8 +408,10 @@ class Backend:
         storage = self.storage_dtype        # (None == float64 in NumPy: compared only if set)
         return storage is not None and x.dtype == storage
 
-    def activation_grad(self, kind, z, da):
-        """z <- f'(z) * da, the layer's delta, in place in z."""
+    def activation_grad(self, kind, z, da, delta=None):
+        """z <- f'(z) * da, the layer's delta, in place in z; given delta, delta <- f'(z) * da
+        instead, z unchanged: z may then be in 16-bit storage (a BatchNorm's or a Residual
+        block's, storage_dtype), da and delta are real, and delta may be da."""
         raise NotImplementedError
 
     def dense(self, kind, w, x, b, z, a):
@@ -429,7 +431,8 @@ class Backend:
 
     def add_activation(self, kind, z, x, a):
         """z <- z + x; a <- f(z), elementwise (a residual block's sum and its activation).
-        kind is any activation but softmax; z, x, a have the same shape (any rank)."""
+        kind is any activation but softmax; z, x, a have the same shape (any rank) and are
+        stored alike: all real, or all 16-bit (z and a each rounded from the real sum)."""
         raise NotImplementedError
 
     # The losses write the delta and ADD each sample's loss and hit (1 if classified right)
@@ -535,7 +538,10 @@ class Backend:
         raise NotImplementedError
 
     # batch normalization: x viewed as (rows, n), a row per feature of (features, batch) or
-    # per channel of (C, H, W, N) images (n = H W N); per-row vectors hold a value per row
+    # per channel of (C, H, W, N) images (n = H W N); per-row vectors hold a value per row.
+    # x, z and a are stored alike: all real, or all 16-bit (a BatchNorm between 16-bit
+    # layers), read as their values and written rounded (a from the unrounded z); the
+    # statistics, parameters and gradients (dz, dx) are real
 
     def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
                         running_var, eps, momentum):
@@ -707,6 +713,31 @@ def check_add_activation(kind, z, x, a):
     if not z.shape == x.shape == a.shape:
         raise ShapeError(f"add_activation: z {z.shape}, x {x.shape} and a {a.shape} must "
                          f"have one shape")
+    check_alike("add_activation", z=z, x=x, a=a)
+
+
+def check_activation_grad(bk, kind, z, da, delta):
+    """activation_grad's arrays: z in place (real), or into delta (real, z may be 16-bit)."""
+    check_activation(kind)
+    out = z if delta is None else delta
+    if not z.shape == da.shape == out.shape:
+        raise ShapeError(f"activation_grad: z {z.shape}, da {da.shape} and delta "
+                         f"{out.shape} must have one shape")
+    check_real(bk, "activation_grad", da=da, delta=out)
+
+
+def check_norm_grad(bk, dx, dz):
+    """batchnorm_grad's gradients: real, whatever x's storage."""
+    check_real(bk, "batchnorm_grad", dz=dz, **({} if dx is None else {"dx": dx}))
+
+
+def check_real(bk, op, **arrays):
+    """Arrays a kernel takes in the backend's real type (gradients), whatever its others'
+    storage."""
+    wrong = {name: x.dtype for name, x in arrays.items() if x.dtype != bk.dtype}
+    if wrong:
+        raise ShapeError(f"{op}: " + ", ".join(f"{name} {d}" for name, d in wrong.items())
+                         + f": gradients are {bk.dtype}, not 16-bit storage")
 
 
 def check_update(op, n_decay, w, *state):

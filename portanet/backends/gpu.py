@@ -15,7 +15,8 @@ from .. import config, tuning
 from ..errors import ShapeError
 from ..precision import PRECISIONS, to_storage
 from . import routes, sources
-from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
+from .base import (ACC_K, Backend, check_activation, check_activation_grad, check_adam,
+                   check_add_activation, check_norm_grad,
                    check_alike, check_conv, check_found, check_gather, check_gemm,
                    check_loss_scale, check_norm_kind, check_pool, check_rows, check_skip,
                    check_stored, check_transpose, check_update, conv_out, log_beta)
@@ -72,7 +73,7 @@ def copy_split(dst, src):
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
 FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
                             "bias_activation_stored",
-                            "activation_grad", "add_activation",
+                            "activation_grad", "activation_delta", "add_activation",
                             "gather_columns", "gather_labels", "gather_batch", "features_first",
                             "transpose",
                             "momentum_updates", "momentum_update", "sgd_update", "adam_update",
@@ -1259,14 +1260,19 @@ class KernelBackend(Backend):
             self._run("bias_activation", (cols, -(-rows // STEPS)), a, z, b,
                       *self._copy_beside(a), ACT[kind], rows, cols)
 
-    def activation_grad(self, kind, z, da):
-        check_activation(kind)
+    def activation_grad(self, kind, z, da, delta=None):
+        check_activation_grad(self, kind, z, da, delta)
+        if delta is not None:
+            self._run("activation_delta", (z.size,), delta, z, da, ACT[kind], z.size,
+                      stored=self._stored(z))
+            return
         self._run("activation_grad", (z.size,), z, da, *self._copy_beside(z), ACT[kind],
                   z.size)
 
     def add_activation(self, kind, z, x, a):
         check_add_activation(kind, z, x, a)
-        self._run("add_activation", (z.size,), a, z, x, ACT[kind], z.size)
+        self._run("add_activation", (z.size,), a, z, x, ACT[kind], z.size,
+                  stored=self._stored(z))
 
     def softmax_xent(self, delta, loss, hit, a, labels):
         self._run("softmax_xent", (a.shape[1],), delta, loss, hit, a, labels, *a.shape)
@@ -1481,10 +1487,11 @@ class KernelBackend(Backend):
         rows, n = check_rows("batchnorm_train", x, {"z": z, "a": a},
                              {"mean": mean, "inv_std": inv_std, "gamma": gamma, "beta": beta,
                               "running_mean": running_mean, "running_var": running_var})
+        check_alike("batchnorm_train", z=z, a=a, x=x)
         threads = self.gemv_threads
         self._run("batchnorm_train", (rows * threads,), z, a, mean,
                   inv_std, running_mean, running_var, x, gamma, beta, act, float(eps),
-                  float(momentum), rows, n, local=(threads,))
+                  float(momentum), rows, n, local=(threads,), stored=self._stored(x))
 
     def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
         check_norm_kind(kind)
@@ -1492,18 +1499,22 @@ class KernelBackend(Backend):
         rows, n = check_rows("batchnorm_infer", x, {"z": z, "a": a},
                              {"gamma": gamma, "beta": beta, "running_mean": running_mean,
                               "running_var": running_var})
+        check_alike("batchnorm_infer", z=z, a=a, x=x)
         self._run("batchnorm_infer", (n, rows), z, a, x, gamma, beta,
-                  running_mean, running_var, act, float(eps), rows, n)
+                  running_mean, running_var, act, float(eps), rows, n,
+                  stored=self._stored(x))
 
     def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
-        """Without dx the kernel gets x in its place, never written (has_dx = 0)."""
+        """Without dx the kernel gets dz in its place, never written (has_dx = 0)."""
         rows, n = check_rows("batchnorm_grad", x, {"dx": dx, "dz": dz},
                              {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
                               "inv_std": inv_std})
+        check_norm_grad(self, dx, dz)
         threads = self.gemv_threads
         self._run("batchnorm_grad", (rows * threads,),
-                  x if dx is None else dx, dgamma, dbeta, dz, x, gamma, mean, inv_std,
-                  float(alpha), float(beta), dx is not None, rows, n, local=(threads,))
+                  dz if dx is None else dx, dgamma, dbeta, dz, x, gamma, mean, inv_std,
+                  float(alpha), float(beta), dx is not None, rows, n, local=(threads,),
+                  stored=self._stored(x))
 
 
 # split-K makes parts until the work-groups hold this many work-items per compute unit (two

@@ -7,11 +7,11 @@ import numpy as np
 
 from ..precision import from_storage, round_to, to_storage
 from ..rng import dropout_mask
-from .base import (ACC_K, Backend, check_activation, check_adam, check_add_activation,
-                   CONV_WORKSPACE_BYTES, check_alike, check_conv, check_gather, check_gemm,
-                   check_found, check_loss_scale, check_norm_kind, check_pool, check_rows,
-                   check_skip, check_stored, check_transpose, check_update, conv_out,
-                   features_first, log_beta)
+from .base import (ACC_K, Backend, check_activation, check_activation_grad, check_adam,
+                   check_add_activation, CONV_WORKSPACE_BYTES, check_alike, check_conv,
+                   check_gather, check_gemm, check_found, check_loss_scale, check_norm_grad,
+                   check_norm_kind, check_pool, check_rows, check_skip, check_stored,
+                   check_transpose, check_update, conv_out, features_first, log_beta)
 
 
 def _skipped(op, skip):
@@ -262,15 +262,16 @@ class NumpyBackend(Backend):
         self._store(z, delta)
 
     @_quiet
-    def activation_grad(self, kind, z, da):
-        check_activation(kind)
-        z[...] = activate_grad(kind, z) * da
+    def activation_grad(self, kind, z, da, delta=None):
+        check_activation_grad(self, kind, z, da, delta)
+        (z if delta is None else delta)[...] = activate_grad(kind, self._value(z)) * da
 
     @_quiet
     def add_activation(self, kind, z, x, a):
         check_add_activation(kind, z, x, a)
-        z += x
-        a[...] = activate(kind, z)
+        total = self._value(z) + self._value(x)
+        self._store(z, total)
+        self._store(a, activate(kind, total))
 
     @_quiet
     def softmax_xent(self, delta, loss, hit, a, labels):
@@ -462,14 +463,15 @@ class NumpyBackend(Backend):
         rows, n = check_rows("batchnorm_train", x, {"z": z, "a": a},
                              {"mean": mean, "inv_std": inv_std, "gamma": gamma, "beta": beta,
                               "running_mean": running_mean, "running_var": running_var})
-        xs = x.reshape(rows, n)
+        check_alike("batchnorm_train", z=z, a=a, x=x)
+        xs = self._value(x).reshape(rows, n)
         mu = xs.mean(axis=1)
         d = xs - mu[:, None]
         var = (d * d).mean(axis=1)                   # two passes, not E[x^2] - E[x]^2
         s = 1 / np.sqrt(var + eps)
-        zs = gamma[:, None] * (d * s[:, None]) + beta[:, None]
-        z[...] = zs.reshape(z.shape)                 # x is read: z may be x
-        a[...] = activate(kind, z)
+        zs = (gamma[:, None] * (d * s[:, None]) + beta[:, None]).reshape(z.shape)
+        self._store(z, zs)                           # x is read: z may be x
+        self._store(a, activate(kind, zs))
         mean[...] = mu
         inv_std[...] = s
         unbiased = var * (n / (n - 1)) if n > 1 else var
@@ -482,18 +484,21 @@ class NumpyBackend(Backend):
         rows, n = check_rows("batchnorm_infer", x, {"z": z, "a": a},
                              {"gamma": gamma, "beta": beta, "running_mean": running_mean,
                               "running_var": running_var})
+        check_alike("batchnorm_infer", z=z, a=a, x=x)
         s = 1 / np.sqrt(running_var + eps)
-        zs = (gamma * s)[:, None] * (x.reshape(rows, n) - running_mean[:, None]) + beta[:, None]
-        z[...] = zs.reshape(z.shape)
-        a[...] = activate(kind, z)
+        zs = (gamma * s)[:, None] * (self._value(x).reshape(rows, n) - running_mean[:, None]) \
+            + beta[:, None]
+        self._store(z, zs.reshape(z.shape))
+        self._store(a, activate(kind, zs.reshape(z.shape)))
 
     @_quiet
     def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
         rows, n = check_rows("batchnorm_grad", x, {"dx": dx, "dz": dz},
                              {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
                               "inv_std": inv_std})
+        check_norm_grad(self, dx, dz)
         dzs = dz.reshape(rows, n)
-        xhat = (x.reshape(rows, n) - mean[:, None]) * inv_std[:, None]
+        xhat = (self._value(x).reshape(rows, n) - mean[:, None]) * inv_std[:, None]
         sum_dz = dzs.sum(axis=1)
         sum_dz_xhat = (dzs * xhat).sum(axis=1)
         if dx is not None:
