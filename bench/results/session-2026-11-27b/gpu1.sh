@@ -1,6 +1,6 @@
 # session 27b, call 1: the second half of the whole suite (test_l* .. test_z*) on cuda and
 # NVIDIA's OpenCL at the last session's final tree (4402321, carried as .base): session 27
-# ran it to 81% and 88% only. Half of its files here, the rest in call 2 (gpu2.sh).
+# ran it to 81% and 88% only. test_l* .. test_p* here, test_r* .. test_z* in call 2.
 source bench/gpu_setup.sh
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/pytest_xdist*.whl \
     .whl/execnet*.whl || exit 1
