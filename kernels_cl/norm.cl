@@ -9,34 +9,77 @@
 #include "groups.h"
 #include "copies.h"
 
+/* How a row's work is shared (phase): one group of GROUP_THREADS per row does all of it
+   (BN_WHOLE, parts = 1), or, where the rows alone leave the device idle (a conv layer's
+   channels over H.W.N columns), `parts` groups per row each take a piece of its columns in
+   successive launches: the sums of their pieces into ws (BN_SUMS, for the forward then
+   BN_SQUARES), then the outputs of their pieces (BN_APPLY) from the row's total, which
+   every group adds up from ws in the same order. ws holds 2 rows parts reals: the first
+   per-piece sums of each row, then the second. */
+#define BN_WHOLE 0
+#define BN_SUMS 1
+#define BN_SQUARES 2
+#define BN_APPLY 3
+
+/* the sum of a row's parts, in order */
+DEVICE real parts_total(const GLOBAL real* v, const int parts) {
+    real total = 0;
+    for (int i = 0; i < parts; i++) total += v[i];
+    return total;
+}
+
 /* Per row r, over its n values:
      mean = sum(x) / n;  var = sum((x - mean)^2) / n   (two passes: E[x^2] - E[x]^2
      cancels catastrophically where the mean is large against the spread)
      inv_std = 1 / sqrt(var + eps);  z <- gamma (x - mean) inv_std + beta;  a <- f(z)
      running_mean <- (1 - momentum) running_mean + momentum mean
      running_var <- (1 - momentum) running_var + momentum var n / (n - 1)   (var if n = 1)
-   One group of GROUP_THREADS per row; each work-item reads and writes the same elements in
-   every pass, so z may be x. */
+   Groups (GROUP_THREADS, 1): dimension 0 the rows, 1 the parts. Each work-item reads and
+   writes the same elements in every pass, so z may be x. */
 KERNEL void batchnorm_train(GLOBAL STORED* z, const int z_off, GLOBAL STORED* a, const int a_off,
                             GLOBAL real* mean, const int mean_off, GLOBAL real* inv_std,
                             const int inv_std_off, GLOBAL real* running_mean, const int rm_off,
                             GLOBAL real* running_var, const int rv_off, const GLOBAL STORED* x,
                             const int x_off, const GLOBAL real* gamma, const int gamma_off,
                             const GLOBAL real* beta, const int beta_off, const int kind,
-                            const real eps, const real momentum, const int rows, const int n) {
+                            const real eps, const real momentum, const int rows, const int n,
+                            GLOBAL real* ws, const int ws_off, const int parts,
+                            const int phase) {
     LOCAL real partial[GROUP_THREADS];
-    const int r = GROUP_ID(0), t = LOCAL_ID(0), row = r * n;
-    real sum = 0;
-    for (int k = t; k < n; k += GROUP_THREADS) sum += FROM_STORED(x[x_off + row + k]);
-    const real m = group_sum(partial, sum) / (real)n;
-    real squares = 0;
-    for (int k = t; k < n; k += GROUP_THREADS) {
-        const real d = FROM_STORED(x[x_off + row + k]) - m;
-        squares += d * d;
+    const int r = GROUP_ID(0), p = GROUP_ID(1), t = LOCAL_ID(0), row = r * n;
+    const int chunk = (n + parts - 1) / parts, k0 = p * chunk, k1 = min(n, k0 + chunk);
+    GLOBAL real* sums = ws + ws_off + r * parts;
+    GLOBAL real* squares = ws + ws_off + (rows + r) * parts;
+    real m, var;
+    if (phase == BN_WHOLE || phase == BN_SUMS) {
+        real sum = 0;
+        for (int k = k0 + t; k < k1; k += GROUP_THREADS) sum += FROM_STORED(x[x_off + row + k]);
+        sum = group_sum(partial, sum);
+        if (phase == BN_SUMS) {
+            if (t == 0) sums[p] = sum;
+            return;
+        }
+        m = sum / (real)n;
+    } else {
+        m = parts_total(sums, parts) / (real)n;
     }
-    const real var = group_sum(partial, squares) / (real)n;
+    if (phase == BN_WHOLE || phase == BN_SQUARES) {
+        real sq = 0;
+        for (int k = k0 + t; k < k1; k += GROUP_THREADS) {
+            const real d = FROM_STORED(x[x_off + row + k]) - m;
+            sq += d * d;
+        }
+        sq = group_sum(partial, sq);
+        if (phase == BN_SQUARES) {
+            if (t == 0) squares[p] = sq;
+            return;
+        }
+        var = sq / (real)n;
+    } else {
+        var = parts_total(squares, parts) / (real)n;
+    }
     const real s = (real)1 / sqrt(var + eps);
-    if (t == 0) {
+    if (p == 0 && t == 0) {
         const real unbiased = n > 1 ? var * (real)n / (real)(n - 1) : var;
         mean[mean_off + r] = m;
         inv_std[inv_std_off + r] = s;
@@ -45,7 +88,7 @@ KERNEL void batchnorm_train(GLOBAL STORED* z, const int z_off, GLOBAL STORED* a,
                                   + momentum * unbiased;
     }
     const real g = gamma[gamma_off + r] * s, b = beta[beta_off + r];
-    for (int k = t; k < n; k += GROUP_THREADS) {
+    for (int k = k0 + t; k < k1; k += GROUP_THREADS) {
         const real zk = g * (FROM_STORED(x[x_off + row + k]) - m) + b;
         z[z_off + row + k] = TO_STORED(zk);
         a[a_off + row + k] = TO_STORED(activate(kind, zk));
@@ -75,28 +118,48 @@ KERNEL void batchnorm_infer(GLOBAL STORED* z, const int z_off, GLOBAL STORED* a,
      dbeta <- alpha sum(dz) + beta dbeta;  dgamma <- alpha sum(dz xhat) + beta dgamma
      (beta = 0: the old values are not read) and, where has_dx,
      dx <- gamma inv_std (dz - sum(dz) / n - xhat sum(dz xhat) / n).
-   One group of GROUP_THREADS per row. dx may be x (where x is real: the layer's input
-   overwritten by its gradient) or dz: each element of dx is written by the work-item that
-   read it, after its last read. Without dx, pass any real array as dx and has_dx = 0. */
+   Groups (GROUP_THREADS, 1) as batchnorm_train's: BN_WHOLE, or BN_SUMS (the sums of dz
+   and dz xhat over each piece) then BN_APPLY. dx may be x (where x is real: the layer's
+   input overwritten by its gradient) or dz: each element of dx is written by the
+   work-item that read it, after its last read. Without dx, pass any real array as dx and
+   has_dx = 0. */
 KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamma,
                            const int dgamma_off, GLOBAL real* dbeta, const int dbeta_off,
                            const GLOBAL real* dz, const int dz_off, const GLOBAL STORED* x,
                            const int x_off, const GLOBAL real* gamma, const int gamma_off,
                            const GLOBAL real* mean, const int mean_off,
                            const GLOBAL real* inv_std, const int inv_std_off, const real alpha,
-                           const real beta, const int has_dx, const int rows, const int n) {
+                           const real beta, const int has_dx, const int rows, const int n,
+                           GLOBAL real* ws, const int ws_off, const int parts,
+                           const int phase) {
     LOCAL real partial[GROUP_THREADS];
-    const int r = GROUP_ID(0), t = LOCAL_ID(0), row = r * n;
+    const int r = GROUP_ID(0), p = GROUP_ID(1), t = LOCAL_ID(0), row = r * n;
+    const int chunk = (n + parts - 1) / parts, k0 = p * chunk, k1 = min(n, k0 + chunk);
+    GLOBAL real* sums = ws + ws_off + r * parts;
+    GLOBAL real* dots = ws + ws_off + (rows + r) * parts;
     const real m = mean[mean_off + r], s = inv_std[inv_std_off + r];
-    real sum = 0, dot = 0;
-    for (int k = t; k < n; k += GROUP_THREADS) {
-        const real d = dz[dz_off + row + k];
-        sum += d;
-        dot += d * ((FROM_STORED(x[x_off + row + k]) - m) * s);
+    real sum_dz, sum_dz_xhat;
+    if (phase == BN_WHOLE || phase == BN_SUMS) {
+        real sum = 0, dot = 0;
+        for (int k = k0 + t; k < k1; k += GROUP_THREADS) {
+            const real d = dz[dz_off + row + k];
+            sum += d;
+            dot += d * ((FROM_STORED(x[x_off + row + k]) - m) * s);
+        }
+        sum_dz = group_sum(partial, sum);
+        sum_dz_xhat = group_sum(partial, dot);
+        if (phase == BN_SUMS) {
+            if (t == 0) {
+                sums[p] = sum_dz;
+                dots[p] = sum_dz_xhat;
+            }
+            return;
+        }
+    } else {
+        sum_dz = parts_total(sums, parts);
+        sum_dz_xhat = parts_total(dots, parts);
     }
-    const real sum_dz = group_sum(partial, sum);
-    const real sum_dz_xhat = group_sum(partial, dot);
-    if (t == 0) {
+    if (p == 0 && t == 0) {
         dbeta[dbeta_off + r] = alpha * sum_dz
                                + (beta == (real)0 ? (real)0 : beta * dbeta[dbeta_off + r]);
         dgamma[dgamma_off + r] = alpha * sum_dz_xhat
@@ -105,7 +168,7 @@ KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamm
     if (!has_dx) return;
     const real g = gamma[gamma_off + r] * s;
     const real mean_dz = sum_dz / (real)n, mean_dz_xhat = sum_dz_xhat / (real)n;
-    for (int k = t; k < n; k += GROUP_THREADS) {
+    for (int k = k0 + t; k < k1; k += GROUP_THREADS) {
         const real xhat = (FROM_STORED(x[x_off + row + k]) - m) * s;
         dx[dx_off + row + k] = g * (dz[dz_off + row + k] - mean_dz - xhat * mean_dz_xhat);
     }

@@ -275,6 +275,45 @@ def test_batchnorm_large_shapes(bk, rng, shape):
         assert rel_err(g, w, scale) < TOL[bk.dtype], name
 
 
+@pytest.mark.parametrize("shape,parts", [((3, 5, 7, 11), 2), ((2, 1000), 7), ((1, 3), 5)])
+def test_batchnorm_in_pieces(bk, rng, shape, parts, monkeypatch):
+    """Rows split into pieces (norm_parts, where the rows alone leave a GPU idle): each
+    group's sums through the workspace, then its piece's outputs from the row's totals;
+    pieces that do not divide the row, and more pieces than columns (empty ones), z over
+    x, dx new, over x and over dz, without dx, and beta != 0."""
+    if bk.kind == "cpu":
+        pytest.skip("the reference has no pieces")
+    monkeypatch.setattr(gpu, "norm_parts", lambda *_: parts)
+    rows = shape[0]
+    args = inputs(rng, bk, shape)
+    want = train(REF, "tanh", *args)
+    for z_is_x in (False, True):
+        got = train(bk, "tanh", *args, z_is_x=z_is_x)
+        for name in TRAIN_OUT:
+            assert rel_err(got[name], want[name]) < TOL[bk.dtype], (name, z_is_x)
+    x, gamma = args[0], args[1]
+    dz, mean, inv_std = statistics(rng, bk, x, gamma, args[2])
+    old = rounded(bk, rng.standard_normal(rows), rng.standard_normal(rows))
+    for dx, beta in (("new", 0.0), ("x", 0.9), ("dz", 0.0), (None, -1.0)):
+        want = grad(REF, dz, x, gamma, mean, inv_std, 0.5, beta, old, dx)
+        got = grad(bk, dz, x, gamma, mean, inv_std, 0.5, beta, old, dx)
+        scales = grad_scales(dz, x, gamma, mean, inv_std, 0.5, beta, old)
+        for name, g, w, scale in zip(("dx", "dgamma", "dbeta"), got, want, scales):
+            if w is None:
+                assert g is None
+            else:
+                assert rel_err(g, w, scale) < TOL[bk.dtype], (name, dx)
+
+
+def test_norm_parts_fill_the_device():
+    """One group per row where the rows fill the device, else pieces up to
+    NORM_GROUPS_PER_UNIT groups per compute unit, none under SPLIT_RUN columns a work-item."""
+    assert gpu.norm_parts(2000, 10**6, 256, 132) == 1
+    assert gpu.norm_parts(32, 28 * 28 * 512, 256, 132) == 33
+    assert gpu.norm_parts(32, 4096, 256, 132) == 2
+    assert gpu.norm_parts(3, 100, 256, 2) == 1
+
+
 def test_variance_of_an_offset_row(bk, rng):
     """Rows whose mean is 10^7 times their spread, in float64, with the statistics known
     exactly (x = 10^7 + v, v in multiples of 2^-20 and their negatives: mean 10^7 exactly).

@@ -23,6 +23,9 @@ from .base import (ACC_K, Backend, check_activation, check_activation_grad, chec
 
 log = logging.getLogger("portanet")
 
+# how norm.cl's kernels share a row (BN_* there): one group, or pieces in these launches
+BN_WHOLE, BN_SUMS, BN_SQUARES, BN_APPLY = 0, 1, 2, 3
+
 # activation codes, as ACT_* in prelude.h
 ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4, "leaky_relu": 5, "elu": 6,
        "gelu": 7, "silu": 8}
@@ -1488,10 +1491,12 @@ class KernelBackend(Backend):
                              {"mean": mean, "inv_std": inv_std, "gamma": gamma, "beta": beta,
                               "running_mean": running_mean, "running_var": running_var})
         check_alike("batchnorm_train", z=z, a=a, x=x)
-        threads = self.gemv_threads
-        self._run("batchnorm_train", (rows * threads,), z, a, mean,
-                  inv_std, running_mean, running_var, x, gamma, beta, act, float(eps),
-                  float(momentum), rows, n, local=(threads,), stored=self._stored(x))
+        parts, ws, phases = self._norm_pieces(rows, n, mean, (BN_SUMS, BN_SQUARES, BN_APPLY))
+        for phase in phases:
+            self._run("batchnorm_train", (rows * self.gemv_threads, parts), z, a, mean,
+                      inv_std, running_mean, running_var, x, gamma, beta, act, float(eps),
+                      float(momentum), rows, n, ws, parts, phase,
+                      local=(self.gemv_threads, 1), stored=self._stored(x))
 
     def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
         check_norm_kind(kind)
@@ -1510,11 +1515,22 @@ class KernelBackend(Backend):
                              {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
                               "inv_std": inv_std})
         check_norm_grad(self, dx, dz)
-        threads = self.gemv_threads
-        self._run("batchnorm_grad", (rows * threads,),
-                  dz if dx is None else dx, dgamma, dbeta, dz, x, gamma, mean, inv_std,
-                  float(alpha), float(beta), dx is not None, rows, n, local=(threads,),
-                  stored=self._stored(x))
+        parts, ws, phases = self._norm_pieces(rows, n, dz, (BN_SUMS, BN_APPLY))
+        for phase in phases:
+            self._run("batchnorm_grad", (rows * self.gemv_threads, parts),
+                      dz if dx is None else dx, dgamma, dbeta, dz, x, gamma, mean, inv_std,
+                      float(alpha), float(beta), dx is not None, rows, n, ws, parts, phase,
+                      local=(self.gemv_threads, 1), stored=self._stored(x))
+
+    def _norm_pieces(self, rows, n, unused, phases):
+        """(parts, ws, phases) of a row-wise norm.cl call: one group per row (BN_WHOLE; ws
+        is `unused`, a real array the kernel does not touch) where the rows fill the device,
+        else norm_parts pieces of each row in the launches of `phases`, their sums in the
+        split workspace."""
+        parts = norm_parts(rows, n, self.gemv_threads, self.compute_units)
+        if parts == 1:
+            return 1, unused, (BN_WHOLE,)
+        return parts, self._split_workspace(2 * rows * parts), phases
 
 
 # split-K makes parts until the work-groups hold this many work-items per compute unit (two
@@ -1522,6 +1538,7 @@ class KernelBackend(Backend):
 # OpenCL in 157 unsplit groups of 64 (two warps per unit), 178 in 7 parts of K
 WORK_ITEMS_PER_UNIT = 512
 MAX_PARTS = 512
+NORM_GROUPS_PER_UNIT = 8   # batch normalization's groups of gemv_threads per compute unit
 FINISH_PARTS = 16           # the most parts gemm.cl's last part adds up itself (SPLIT_K 2)
 SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, where lanes allow
 ROUTING_REPEATS = 3        # timed calls per path and round when auto routing meets a new
@@ -1846,6 +1863,18 @@ def gemv_parts(rows, cols, threads, units):
     if 2 * rows >= groups:
         return 1
     return max(1, min(-(-groups // rows), cols // (threads * SPLIT_RUN), MAX_PARTS))
+
+
+def norm_parts(rows, n, threads, units):
+    """The pieces batchnorm_train and batchnorm_grad split each row into: enough that the
+    groups fill the device with NORM_GROUPS_PER_UNIT each, none shorter than SPLIT_RUN
+    columns per work-item; 1 where the rows alone fill it. Streams over a row that one
+    group per compute unit cannot keep in flight: a ResNet's BatchNorm on an H100, 32 to
+    128 channels of 28 x 28 x 512 values, took 0.4 ms a call whole (session-2026-11-27b)."""
+    groups = units * NORM_GROUPS_PER_UNIT
+    if rows >= groups:
+        return 1
+    return max(1, min(-(-groups // rows), n // (threads * SPLIT_RUN), MAX_PARTS))
 
 
 def gemm_options(trans_a, trans_b, params):
