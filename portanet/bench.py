@@ -143,8 +143,8 @@ def training_step(workload, bk, batch, rng, eager=False):
                          device=bk)
         x = rng.standard_normal((batch, sizes[0]), dtype=np.float32)
         y, opt = _targets(loss, sizes[-1], batch, rng), SGD(0.01, 0.9)
-    elif workload == "lenet-step":
-        net = models.lenet(device=bk)
+    elif workload in ("lenet-step", "resnet-step"):
+        net = (models.lenet if workload == "lenet-step" else models.resnet)(device=bk)
         x = rng.random((batch, 1, 28, 28), dtype=np.float32)
         y, opt = rng.integers(0, 10, batch), SGD(0.02, 0.9)
     else:
@@ -167,6 +167,8 @@ def step_batches(workload, bk):
     """The batch sizes a training-step workload times on bk."""
     if workload == "lenet-step":
         return 64, 256
+    if workload == "resnet-step":
+        return (16,) if _is_slow(bk) else (128, 512)
     batch = MLPS[workload][3]
     return (batch // 10 if _is_slow(bk) and workload == "mlp-big" else batch,)
 
@@ -189,23 +191,34 @@ def wl_mlp(name):
     return workload
 
 
-def _lenet_flops(m):
-    # conv1 1x9 -> 16 at 26x26, conv2 144 -> 32 at 24x24, dense 4608 -> 10
-    conv1, conv2, dense = 2 * 16 * 9 * 676 * m, 2 * 32 * 144 * 576 * m, 2 * 10 * 4608 * m
-    return conv1 * 2 + conv2 * 3 + dense * 3
+def _products_flops(net, m):
+    """The matrix products of a training step of net on m samples: each Dense's and
+    Conv2D's forward and weight gradient, and its input gradient past the first layer with
+    weights (the layers inside Residual blocks included)."""
+    flops, first = 0, True
+    for _, layer in net.walk():
+        if isinstance(layer, Dense):            # (Conv2D is one)
+            positions = math.prod(layer.out_shape[1:]) if len(layer.out_shape) == 3 else 1
+            product = 2 * layer.units * layer.n_in * positions * m
+            flops += product * (2 if first else 3)
+            first = False
+    return flops
 
 
-def wl_lenet_step(bk, rng):
-    for m in step_batches("lenet-step", bk):
-        def run(m=m):
-            net, step = training_step("lenet-step", bk, m, rng)
-            try:
-                t = _step_timing(bk, step, _lenet_flops(m))
-            finally:
-                net.free()
-            t["throughput"], t["throughput_unit"] = m / t["median_s"], "images/s"
-            return t
-        yield f"batch {m}", run
+def wl_step(name):
+    """A CNN's training step (lenet-step, resnet-step) at each of its batches."""
+    def workload(bk, rng):
+        for m in step_batches(name, bk):
+            def run(m=m):
+                net, step = training_step(name, bk, m, rng)
+                try:
+                    t = _step_timing(bk, step, _products_flops(net, m))
+                finally:
+                    net.free()
+                t["throughput"], t["throughput_unit"] = m / t["median_s"], "images/s"
+                return t
+            yield f"batch {m}", run
+    return workload
 
 
 def wl_lenet_infer(bk, rng):
@@ -233,12 +246,14 @@ WORKLOADS = {
                                    "10000-5000 tanh-1000 sigmoid-10 sigmoid, BCE"),
     "mlp-small": (wl_mlp("mlp-small"), "training step, batch 1000, 1000-500 relu-100 relu-10 "
                                        "softmax-CE"),
-    "lenet-step": (wl_lenet_step, "LeNet training step, batch 64 and 256"),
+    "lenet-step": (wl_step("lenet-step"), "LeNet training step, batch 64 and 256"),
+    "resnet-step": (wl_step("resnet-step"), "ResNet training step (models.resnet: BatchNorm, "
+                                            "residual blocks), batch 128 and 512 (16 on CPUs)"),
     "lenet-infer": (wl_lenet_infer, "LeNet inference throughput, images/s (upload and "
                                     "download included)"),
 }
-GEMM_BOUND = {"gemm", "mlp-big", "mlp-small", "lenet-step"}
-STEPS = {"mlp-big", "mlp-small", "lenet-step"}          # the training-step workloads
+GEMM_BOUND = {"gemm", "mlp-big", "mlp-small", "lenet-step", "resnet-step"}
+STEPS = {"mlp-big", "mlp-small", "lenet-step", "resnet-step"}     # the training-step workloads
 
 
 # -- PyTorch as the peer -----------------------------------------------------------------
@@ -296,10 +311,10 @@ def torch_case(workload, case, device, graph=False, precision="fp32"):
             y = (torch.rand(m, sizes[-1], device=device) > 0.5).float()
             loss_fn = torch.nn.BCEWithLogitsLoss()
     else:
-        model = torch.nn.Sequential(
+        model = (_torch_resnet(torch) if workload == "resnet-step" else torch.nn.Sequential(
             torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3),
             torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
-            torch.nn.Linear(4608, 10)).to(device)
+            torch.nn.Linear(4608, 10))).to(device)
         x = torch.rand(m, 1, 28, 28, device=device)
         y, loss_fn = torch.randint(0, 10, (m,), device=device), torch.nn.CrossEntropyLoss()
     if workload == "lenet-infer":
@@ -325,6 +340,30 @@ def torch_case(workload, case, device, graph=False, precision="fp32"):
                                 "which a CUDA graph cannot capture")
         step = _torch_graph(torch, step, opt)
     return measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S)
+
+
+def _torch_resnet(torch):
+    """models.resnet in PyTorch: the same layers (a 1x1 convolution with bias as the
+    projection where a block changes the shape), in the same order."""
+    nn = torch.nn
+
+    class Block(nn.Module):
+        def __init__(self, c_in, c, stride):
+            super().__init__()
+            self.inner = nn.Sequential(
+                nn.Conv2d(c_in, c, 3, stride, 1), nn.BatchNorm2d(c), nn.ReLU(),
+                nn.Conv2d(c, c, 3, 1, 1), nn.BatchNorm2d(c))
+            self.proj = nn.Conv2d(c_in, c, 1, stride) if (c_in, stride) != (c, 1) else None
+
+        def forward(self, x):
+            return torch.relu(self.inner(x) + (self.proj(x) if self.proj else x))
+
+    layers, c = [nn.Conv2d(1, 32, 3, 1, 1), nn.BatchNorm2d(32), nn.ReLU()], 32
+    for width, stride in models.RESNET_BLOCKS:
+        layers.append(Block(c, width, stride))
+        c = width
+    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.3),
+                         nn.Linear(c, 10))
 
 
 def _torch_graph(torch, step, opt):

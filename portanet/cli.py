@@ -321,7 +321,7 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
               help="also write the profile to this file")
 def profile(workload, device, batch_size, precision, json_path):
     """Time every kernel launch and vendor call of one training step of WORKLOAD
-    (mlp-big, mlp-small, lenet-step) and the host time between them."""
+    (mlp-big, mlp-small, lenet-step, resnet-step) and the host time between them."""
     import numpy as np
     from . import bench as bench_module, profiler
     try:

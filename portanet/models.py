@@ -42,9 +42,9 @@ LENET = "conv(16, 3, relu) conv(32, 3, relu) maxpool(2) flatten dense({classes},
 # without dropout or weight decay, and twice the width stayed at 0.92-0.93 on an H100:
 # bench/results/issue14/resnet-variants.md).
 _BLOCK = "residual(conv({w}, 3, stride={s}, pad=1) batchnorm(relu) conv({w}, 3, pad=1) batchnorm, relu) "
+RESNET_BLOCKS = ((32, 1), (32, 1), (64, 2), (64, 1), (128, 2), (128, 1))   # (width, stride)
 RESNET = ("conv(32, 3, pad=1) batchnorm(relu) "
-          + "".join(_BLOCK.format(w=w, s=s) for w, s in
-                    ((32, 1), (32, 1), (64, 2), (64, 1), (128, 2), (128, 1)))
+          + "".join(_BLOCK.format(w=w, s=s) for w, s in RESNET_BLOCKS)
           + "globalavgpool dropout(0.3) dense({classes}, {output})")
 
 

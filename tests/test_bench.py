@@ -2,9 +2,11 @@
 fails is reported with its error, not dropped. (Timings are never asserted.)"""
 import json
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
+import portanet as pn
 from portanet import bench
 from portanet.cli import main
 
@@ -22,7 +24,7 @@ ROW_KEYS = {"workload": str, "case": str, "device": str, "precision": str, "stat
 def test_list_names_every_workload():
     result = CliRunner().invoke(main, ["bench", "--list"])
     assert result.exit_code == 0
-    for name in ("gemm", "mlp-big", "mlp-small", "lenet-step", "lenet-infer"):
+    for name in ("gemm", "mlp-big", "mlp-small", "lenet-step", "resnet-step", "lenet-infer"):
         assert name in result.output
 
 
@@ -72,3 +74,36 @@ def test_plot(tmp_path):
     report = bench.run(["cpu"], ["mlp-small"], peer=False, progress=lambda line: None)
     bench.plot(report, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
+
+
+def test_a_steps_products_are_counted_layer_by_layer():
+    """LeNet's: conv1 (the first: no input gradient) 1x9 -> 16 at 26x26, conv2 144 -> 32
+    at 24x24, the dense 4608 -> 10; a ResNet's include the layers inside its blocks."""
+    m = 7
+    lenet = pn.models.lenet(device="cpu")
+    conv1, conv2, dense = 2 * 16 * 9 * 676 * m, 2 * 32 * 144 * 576 * m, 2 * 10 * 4608 * m
+    assert bench._products_flops(lenet, m) == conv1 * 2 + conv2 * 3 + dense * 3
+    # the ResNet's stem, then per stage: its first block's first conv (stride 2 past the
+    # first stage), the other three, the projection (1x1), then the dense
+    stem = 2 * 32 * 9 * 784 * m * 2
+    stage1 = 4 * 3 * 2 * 32 * 288 * 784 * m
+    stage2 = 3 * 2 * m * 196 * (64 * 288 + 3 * 64 * 576 + 64 * 32)
+    stage3 = 3 * 2 * m * 49 * (128 * 576 + 3 * 128 * 1152 + 128 * 64)
+    resnet = pn.models.resnet(device="cpu")
+    assert bench._products_flops(resnet, m) == stem + stage1 + stage2 + stage3 + \
+        3 * 2 * 10 * 128 * m
+
+
+def test_resnet_step_runs_and_matches_torchs_network():
+    """The resnet-step workload's step trains (one step on the reference, 4 images), and
+    PyTorch's peer network has the same parameters, layer for layer."""
+    bk = pn.device("cpu")
+    net, step = bench.training_step("resnet-step", bk, 4, np.random.default_rng(0))
+    before = net.get_weights()["0.w"].copy()
+    step()
+    assert not np.array_equal(net.get_weights()["0.w"], before)
+    torch = pytest.importorskip("torch")
+    shapes = [tuple(p.shape) for p in bench._torch_resnet(torch).parameters()]
+    trained = {name: x for name, x in net.get_weights().items() if "running" not in name}
+    assert sum(int(np.prod(s)) for s in shapes) == sum(x.size for x in trained.values())
+    assert len(shapes) == len(trained)
