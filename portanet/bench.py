@@ -92,14 +92,6 @@ def _is_slow(bk):
     return not bk.is_gpu
 
 
-def _mlp_flops(sizes, m):
-    """forward z = w a (2 m in out) + dW and, past the first layer, da_prev (2 m in out each)."""
-    flops = 0
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        flops += 2 * m * n_in * n_out * (2 if i == 0 else 3)
-    return flops
-
-
 MLPS = {"mlp-big": ([10000, 5000, 1000, 10], ["tanh", "sigmoid", "sigmoid"],
                     "binary_cross_entropy", 10000),
         "mlp-small": ([1000, 500, 100, 10], ["relu", "relu", "softmax"],
@@ -173,24 +165,6 @@ def step_batches(workload, bk):
     return (batch // 10 if _is_slow(bk) and workload == "mlp-big" else batch,)
 
 
-def wl_mlp(name):
-    sizes = MLPS[name][0]
-
-    def workload(bk, rng):
-        m, = step_batches(name, bk)
-
-        def run():
-            net, step = training_step(name, bk, m, rng)
-            try:
-                t = _step_timing(bk, step, _mlp_flops(sizes, m))
-            finally:
-                net.free()
-            t["throughput"], t["throughput_unit"] = m / t["median_s"], "samples/s"
-            return t
-        yield f"batch {m}", run
-    return workload
-
-
 def _products_flops(net, m):
     """The matrix products of a training step of net on m samples: each Dense's and
     Conv2D's forward and weight gradient, and its input gradient past the first layer with
@@ -206,7 +180,10 @@ def _products_flops(net, m):
 
 
 def wl_step(name):
-    """A CNN's training step (lenet-step, resnet-step) at each of its batches."""
+    """A training step (STEPS) at each of its batches: samples a second, and GFLOP/s of
+    its products."""
+    unit = "samples/s" if name in MLPS else "images/s"
+
     def workload(bk, rng):
         for m in step_batches(name, bk):
             def run(m=m):
@@ -215,7 +192,7 @@ def wl_step(name):
                     t = _step_timing(bk, step, _products_flops(net, m))
                 finally:
                     net.free()
-                t["throughput"], t["throughput_unit"] = m / t["median_s"], "images/s"
+                t["throughput"], t["throughput_unit"] = m / t["median_s"], unit
                 return t
             yield f"batch {m}", run
     return workload
@@ -242,9 +219,9 @@ def wl_lenet_infer(bk, rng):
 
 WORKLOADS = {
     "gemm": (wl_gemm, "SGEMM n x n x n, several n (vendor or own GEMM as configured)"),
-    "mlp-big": (wl_mlp("mlp-big"), "training step, batch 10000 (1000 on CPUs), "
+    "mlp-big": (wl_step("mlp-big"), "training step, batch 10000 (1000 on CPUs), "
                                    "10000-5000 tanh-1000 sigmoid-10 sigmoid, BCE"),
-    "mlp-small": (wl_mlp("mlp-small"), "training step, batch 1000, 1000-500 relu-100 relu-10 "
+    "mlp-small": (wl_step("mlp-small"), "training step, batch 1000, 1000-500 relu-100 relu-10 "
                                        "softmax-CE"),
     "lenet-step": (wl_step("lenet-step"), "LeNet training step, batch 64 and 256"),
     "resnet-step": (wl_step("resnet-step"), "ResNet training step (models.resnet: BatchNorm, "

@@ -77,9 +77,13 @@ def test_plot(tmp_path):
 
 
 def test_a_steps_products_are_counted_layer_by_layer():
-    """LeNet's: conv1 (the first: no input gradient) 1x9 -> 16 at 26x26, conv2 144 -> 32
-    at 24x24, the dense 4608 -> 10; a ResNet's include the layers inside its blocks."""
+    """An MLP's: each layer's forward and weight gradient, and past the first its input
+    gradient. LeNet's: conv1 1x9 -> 16 at 26x26, conv2 144 -> 32 at 24x24, the dense 4608
+    -> 10; a ResNet's include the layers inside its blocks."""
     m = 7
+    mlp, _ = bench.training_step("mlp-small", pn.device("cpu"), m, np.random.default_rng(0))
+    assert bench._products_flops(mlp, m) == 2 * m * (1000 * 500 * 2 + 500 * 100 * 3
+                                                     + 100 * 10 * 3)
     lenet = pn.models.lenet(device="cpu")
     conv1, conv2, dense = 2 * 16 * 9 * 676 * m, 2 * 32 * 144 * 576 * m, 2 * 10 * 4608 * m
     assert bench._products_flops(lenet, m) == conv1 * 2 + conv2 * 3 + dense * 3
