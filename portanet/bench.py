@@ -167,15 +167,16 @@ def step_batches(workload, bk):
 
 def _products_flops(net, m):
     """The matrix products of a training step of net on m samples: each Dense's and
-    Conv2D's forward and weight gradient, and its input gradient past the first layer with
-    weights (the layers inside Residual blocks included)."""
+    Conv2D's forward and weight gradient, and its input gradient where a trained layer
+    comes before it (the layers inside Residual blocks included)."""
     flops, first = 0, True
     for _, layer in net.walk():
         if isinstance(layer, Dense):            # (Conv2D is one)
             positions = math.prod(layer.out_shape[1:]) if len(layer.out_shape) == 3 else 1
             product = 2 * layer.units * layer.n_in * positions * m
             flops += product * (2 if first else 3)
-            first = False
+        if not layer.sublayers():               # (a block's layers count, not the block)
+            first = first and not layer.trainable
     return flops
 
 

@@ -97,7 +97,9 @@ class Layer:
 
     def grad_size(self, m):
         """Elements of the network's float32 products buffer grad_slot this layer writes
-        before dL/da_prev (BatchNorm's delta), beyond what the layer before it sizes."""
+        before dL/da_prev (BatchNorm's delta): the layer before sizes that buffer for
+        dL/da_prev, but inside a Residual block the buffer may be the one the block's input
+        gradient takes, of the block's input's size."""
         return 0
 
     def half_views(self, shared, da, da_prev):
@@ -651,9 +653,11 @@ class BatchNorm(Layer):
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
-        if self.half_out:               # the delta out of the 16-bit z's place (none to
-            if self.activation != "linear" or self.half_slot != self.grad_slot:  # form:
-                bk.activation_grad(self.activation, self.z, self.da, self.delta)  # linear)
+        # in 16 bits the delta goes out of z's place, into grad_slot: where that is dL/da's
+        # buffer, linear's delta is dL/da as it lies
+        if self.half_out:
+            if self.activation != "linear" or self.half_slot != self.grad_slot:
+                bk.activation_grad(self.activation, self.z, self.da, self.delta)
         elif not delta_in_z:
             bk.activation_grad(self.activation, self.z, self.a)
         g, alpha, beta = train.gradient(self)

@@ -57,7 +57,8 @@ def _storage(layers, half):
     Residual blocks of these), the batch where one reads it first and each one's z and a
     where another reads them, looking through the layers that store their output as their
     input is (passes_storage: Flatten, the pools, Dropout). BatchNorm and Residual blocks
-    read and store alike (half_alike): 16 bits where what reads them does. Sets each
+    read and store alike (half_alike): 16 bits where what reads them does and their input
+    is a 16-bit layer's, not the batch. Sets each
     layer's half_in, half_out and half_grad, and the products buffer each 16-bit layer's
     sums and gradients use (half_slot, grad_slot); returns whether the batch is stored so."""
     def reader(i):                  # the first layer after i that does not pass storage on
@@ -75,7 +76,11 @@ def _storage(layers, half):
     def read(j):
         return j is not None and reads[j]
 
-    stored = half_x = read(reader(-1))
+    # the batch as it came where what reads it first reads and stores alike: BatchNorm put
+    # first normalizes raw features, which 16 bits would round (bf16 steps by 4 near 1000;
+    # fp16 ends at 65504), as autocast leaves a network's input float32
+    first = reader(-1)
+    stored = half_x = read(first) and not layers[first].half_alike
     from_layer = False              # whether the input is a layer's output, not the batch
     for i, layer in enumerate(layers):
         layer.half_in, layer.half_grad = stored, stored and from_layer
@@ -773,15 +778,16 @@ class Sequential:
 def _input_meets_product(layers):
     """Whether a network's input reaches a matrix product (Dense, Conv2D) with its own
     magnitude: through Flatten, Dropout and pooling, into a Residual block's first layer or
-    its projection (an identity shortcut adds the input unrounded), not through BatchNorm or
-    a layer unknown here."""
+    its projection, or past the block, whose identity shortcut adds the input to its output;
+    not through BatchNorm or a layer unknown here."""
     for layer in layers:
         if isinstance(layer, layer_module.Dense):           # Conv2D too
             return True
         if isinstance(layer, layer_module.Residual):
-            return layer.projection is not None or _input_meets_product(layer.layers)
-        if not isinstance(layer, (layer_module.Flatten, layer_module.Dropout,
-                                  layer_module.MaxPool2D, layer_module.AvgPool2D)):
+            if layer.projection is not None or _input_meets_product(layer.layers):
+                return True
+        elif not isinstance(layer, (layer_module.Flatten, layer_module.Dropout,
+                                    layer_module.MaxPool2D, layer_module.AvgPool2D)):
             return False
     return False
 

@@ -556,6 +556,32 @@ def test_which_arrays_a_network_stores_in_16_bits():
     again.fit(np.zeros((8, 5), np.float32), np.zeros(8, np.int64), epochs=1, batch_size=4)
 
 
+def test_batchnorm_or_a_block_first_reads_the_batch_as_it_came():
+    """BatchNorm put first normalizes raw features, which 16 bits would round away (bf16
+    steps by 4 near 1000): there the batch stays float32, and so do BatchNorm and a block
+    that read it; the layers after them store 16 bits as ever. Its batch statistics are
+    then fp32's."""
+    T, F = True, False
+    rng = np.random.default_rng(5)
+    x = (1000 + rng.standard_normal((64, 6))).astype(np.float32)
+    y = rng.integers(0, 3, 64)
+    means = {}
+    for precision in ("bf16", "fp32"):
+        net = pn.Sequential([pn.BatchNorm(), pn.Dense(8, "relu"), pn.Dense(3, "softmax")], (6,),
+                            device="cpu", precision=precision, loss_scale=None)
+        net.train_batch(x, y, pn.SGD(0.01))
+        means[precision] = net.get_weights()["0.running_mean"]
+        if precision == "bf16":
+            assert not net._half_x
+            assert layout(net)[0] == [(F, F, F), (F, T, F), (T, F, T)]
+    np.testing.assert_allclose(means["bf16"], means["fp32"], rtol=1e-6)
+    block = pn.Sequential([pn.Residual([pn.Conv2D(2, 3, padding=1)], "relu"),
+                           pn.Conv2D(3, 3, activation="relu"), pn.Flatten(),
+                           pn.Dense(3, "softmax")], (2, 6, 6), device="cpu", precision="fp16")
+    assert not block._half_x
+    assert layout(block)[0] == [(F, F, F), (F, T, F), (T, T, T), (T, F, T)]
+
+
 def test_the_plan_counts_16_bit_storage():
     """A wide MLP's batch buffers in bf16 take under three quarters of fp32's: the batch and
     the hidden z and a in 2 bytes, and the float32 products buffer (the largest hidden
@@ -627,6 +653,44 @@ def test_the_batch_is_laid_out_in_16_bits(device_name, rng, half):
     got = values(bk, out)
     assert np.array_equal(got[:45 * 16].reshape(45, 16), round_to(x[idx].T.copy(), half))
     assert not got[45 * 16:].any(), "gather wrote past its output"
+
+
+@pytest.mark.parametrize("kind", ["conv", "dense"])
+def test_a_16_bit_resnets_step_is_fp32s_within_its_rounding(half, kind):
+    """One step of a ResNet (identity and projection blocks, BatchNorm with and without an
+    activation; of convolutions, or of Dense layers over features) on the reference, its
+    input already 16-bit: each parameter's update within 10 units of the precision of fp32's
+    (the activations round where they are stored: 3 units measured), relative to its size
+    plus a hundredth of the whole update's. This holds the backward's logic, which every
+    backend shares, to fp32's: a block that drops its shortcut's gradient, or a BatchNorm
+    that forgets f', is 100 to 1000 times off."""
+    rng = np.random.default_rng(0)
+    if kind == "conv":
+        shape, layers = (1, 12, 12), lambda: pn.models.parse(
+            "conv(8, 3, pad=1) batchnorm(tanh) residual(conv(8, 3, pad=1) batchnorm(tanh) "
+            "conv(8, 3, pad=1) batchnorm, tanh) residual(conv(12, 3, stride=2, pad=1) "
+            "batchnorm(tanh) conv(12, 3, pad=1) batchnorm, tanh) globalavgpool "
+            "dense(4, softmax)")
+    else:
+        shape, layers = (20,), lambda: [
+            pn.Dense(16, "tanh"), pn.BatchNorm("tanh"),
+            pn.Residual([pn.Dense(16, "tanh"), pn.BatchNorm(), pn.Dense(16)], "tanh"),
+            pn.Residual([pn.Dense(12, "tanh"), pn.BatchNorm("tanh")]), pn.Dense(4, "softmax")]
+    x = round_to(rng.standard_normal((64, *shape)).astype(np.float32), half)
+    y = rng.integers(0, 4, 64)
+    steps = {}
+    for precision in (half, "fp32"):
+        net = pn.Sequential(layers(), shape, device="cpu", precision=precision, seed=3,
+                            loss_scale=None)
+        assert all(l.half_out for _, l in list(net.walk())[:-1]) == (precision == half)
+        before = net.get_weights()
+        net.train_batch(x, y, pn.SGD(0.1))
+        steps[precision] = {k: w - before[k] for k, w in net.get_weights().items()
+                            if "running" not in k}
+    whole = np.sqrt(sum(np.sum(d * d) for d in steps["fp32"].values()))
+    for name, want in steps["fp32"].items():
+        err = np.linalg.norm(steps[half][name] - want) / (np.linalg.norm(want) + 0.01 * whole)
+        assert err < 10 * UNIT_ROUNDOFF[half], name
 
 
 CNN16 = ("conv(4, 3, relu, pad=1) maxpool(2) conv(6, 3, tanh) avgpool(2) dropout(0.25) "

@@ -723,6 +723,9 @@ def check_activation_grad(bk, kind, z, da, delta):
     if not z.shape == da.shape == out.shape:
         raise ShapeError(f"activation_grad: z {z.shape}, da {da.shape} and delta "
                          f"{out.shape} must have one shape")
+    if delta is None and z.dtype != bk.dtype:
+        raise ShapeError(f"activation_grad in place of a 16-bit z ({z.dtype}): the delta is "
+                         f"{bk.dtype}; give it an array of its own (delta=)")
     check_real(bk, "activation_grad", da=da, delta=out)
 
 

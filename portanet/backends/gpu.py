@@ -1491,7 +1491,7 @@ class KernelBackend(Backend):
                              {"mean": mean, "inv_std": inv_std, "gamma": gamma, "beta": beta,
                               "running_mean": running_mean, "running_var": running_var})
         check_alike("batchnorm_train", z=z, a=a, x=x)
-        parts, ws, phases = self._norm_pieces(rows, n, mean, (BN_SUMS, BN_SQUARES, BN_APPLY))
+        parts, ws, phases = self._norm_pieces(rows, n, (BN_SUMS, BN_SQUARES, BN_APPLY), mean)
         for phase in phases:
             self._run("batchnorm_train", (rows * self.gemv_threads, parts), z, a, mean,
                       inv_std, running_mean, running_var, x, gamma, beta, act, float(eps),
@@ -1515,21 +1515,21 @@ class KernelBackend(Backend):
                              {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
                               "inv_std": inv_std})
         check_norm_grad(self, dx, dz)
-        parts, ws, phases = self._norm_pieces(rows, n, dz, (BN_SUMS, BN_APPLY))
+        parts, ws, phases = self._norm_pieces(rows, n, (BN_SUMS, BN_APPLY), dz)
         for phase in phases:
             self._run("batchnorm_grad", (rows * self.gemv_threads, parts),
                       dz if dx is None else dx, dgamma, dbeta, dz, x, gamma, mean, inv_std,
                       float(alpha), float(beta), dx is not None, rows, n, ws, parts, phase,
                       local=(self.gemv_threads, 1), stored=self._stored(x))
 
-    def _norm_pieces(self, rows, n, unused, phases):
-        """(parts, ws, phases) of a row-wise norm.cl call: one group per row (BN_WHOLE; ws
-        is `unused`, a real array the kernel does not touch) where the rows fill the device,
-        else norm_parts pieces of each row in the launches of `phases`, their sums in the
-        split workspace."""
+    def _norm_pieces(self, rows, n, phases, placeholder):
+        """(parts, ws, phases) of a row-wise norm.cl call: one group per row (BN_WHOLE) where
+        the rows fill the device, ws then a placeholder (any real array of the call: the
+        kernel does not touch it); else norm_parts pieces of each row in the launches of
+        `phases`, their sums in the split workspace."""
         parts = norm_parts(rows, n, self.gemv_threads, self.compute_units)
         if parts == 1:
-            return 1, unused, (BN_WHOLE,)
+            return 1, placeholder, (BN_WHOLE,)
         return parts, self._split_workspace(2 * rows * parts), phases
 
 
