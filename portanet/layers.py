@@ -632,14 +632,10 @@ class BatchNorm(Layer):
         self.z = bk.view(self._z, (self.rows, cols))
         self.a = bk.view(self._a, (self.rows, cols))
         self.mean, self.inv_std = self._mean, self._inv_std
-        # where dL/da arrives and the delta goes, then dL/dx: in place of a, z and x where
-        # they are real; in 16 bits, the products buffers half_slot and grad_slot
-        self.da = self.a
-        self.delta = self.z
-        if self.half_out:
-            products = shared.products
-            self.da = bk.view(products[self.half_slot], self.a.shape)
-            self.delta = bk.view(products[self.grad_slot], self.z.shape)
+        # where dL/da arrives (a), and where the delta goes (z), then dL/dx (over x); in 16
+        # bits, where its input reads 16 bits too (half_grad), the products buffers
+        # half_slot and grad_slot, the delta and dL/dx where dL/da_prev goes
+        self.da, self.delta = self.half_views(shared, self.a, self.z)
 
     def forward(self, training=True):
         bk = self.backend

@@ -58,9 +58,9 @@ def _storage(layers, half):
     where another reads them, looking through the layers that store their output as their
     input is (passes_storage: Flatten, the pools, Dropout). BatchNorm and Residual blocks
     read and store alike (half_alike): 16 bits where what reads them does and their input
-    is a 16-bit layer's, not the batch. Sets each
-    layer's half_in, half_out and half_grad, and the products buffer each 16-bit layer's
-    sums and gradients use (half_slot, grad_slot); returns whether the batch is stored so."""
+    is a 16-bit layer's, not the batch. Sets each layer's half_in, half_out and half_grad,
+    and the products buffer each 16-bit layer's sums and gradients use (half_slot,
+    grad_slot); returns whether the batch is stored so."""
     def reader(i):                  # the first layer after i that does not pass storage on
         j = i + 1
         while j < len(layers) and layers[j].passes_storage:

@@ -39,6 +39,13 @@ def values(bk, x):
     return from_storage(bk.download(x), bk.precision)
 
 
+def close_values(got, want, half, scale):
+    """16-bit values within one unit of the precision of the reference's (2 UNIT_ROUNDOFF
+    relative: a float32 sum in another order may round the other way), or within float32's
+    rounding of the terms they come from where they cancel to near 0."""
+    return np.all(np.abs(got - want) <= 2 * UNIT_ROUNDOFF[half] * np.abs(want) + F32 * scale)
+
+
 # -- the storage type ------------------------------------------------------------------------
 
 def test_storage_is_the_rounded_value_in_16_bits(rng, half):
@@ -374,19 +381,12 @@ def test_dropout_and_copy_keep_16_bits(device_name, rng, half, rate):
     (y, c, xs), (y_ref, _, _) = out[bk], out[ref]
     assert np.array_equal(c, xs)
     assert np.array_equal(y == 0, y_ref == 0)
-    assert np.all(np.abs(y - y_ref) <= 2 * UNIT_ROUNDOFF[half] * np.abs(y_ref))
+    assert close_values(y, y_ref, half, 0)
     if rate == 0:
         assert np.array_equal(y, from_storage(xs, half))
 
 
 # -- BatchNorm and Residual blocks ----------------------------------------------------------
-
-def close_values(got, want, half, scale):
-    """16-bit values within one unit of the precision of the reference's (2 UNIT_ROUNDOFF
-    relative: a float32 sum in another order may round the other way), or within float32's
-    rounding of the terms they come from where they cancel to near 0."""
-    return np.all(np.abs(got - want) <= 2 * UNIT_ROUNDOFF[half] * np.abs(want) + F32 * scale)
-
 
 @pytest.mark.parametrize("kind", ["linear", "relu", "tanh"])
 @pytest.mark.parametrize("rows,n", [(1, 2), (3, 333), (17, 2049)])

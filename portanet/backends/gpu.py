@@ -16,10 +16,10 @@ from ..errors import ShapeError
 from ..precision import PRECISIONS, to_storage
 from . import routes, sources
 from .base import (ACC_K, Backend, check_activation, check_activation_grad, check_adam,
-                   check_add_activation, check_norm_grad,
-                   check_alike, check_conv, check_found, check_gather, check_gemm,
-                   check_loss_scale, check_norm_kind, check_pool, check_rows, check_skip,
-                   check_stored, check_transpose, check_update, conv_out, log_beta)
+                   check_add_activation, check_alike, check_conv, check_found, check_gather,
+                   check_gemm, check_loss_scale, check_norm_grad, check_norm_kind,
+                   check_pool, check_rows, check_skip, check_stored, check_transpose,
+                   check_update, conv_out, log_beta)
 
 log = logging.getLogger("portanet")
 
@@ -1860,9 +1860,7 @@ def gemv_parts(rows, cols, threads, units):
     columns per work-item; 1 where the rows alone fill it. Whether the split (two launches)
     beats one group per row is measured (auto GEMM routing)."""
     groups = units * max(2, WORK_ITEMS_PER_UNIT // threads)
-    if 2 * rows >= groups:
-        return 1
-    return max(1, min(-(-groups // rows), cols // (threads * SPLIT_RUN), MAX_PARTS))
+    return 1 if 2 * rows >= groups else row_pieces(rows, cols, threads, groups)
 
 
 def norm_parts(rows, n, threads, units):
@@ -1871,10 +1869,14 @@ def norm_parts(rows, n, threads, units):
     columns per work-item; 1 where the rows alone fill it. Streams over a row that one
     group per compute unit cannot keep in flight: a ResNet's BatchNorm on an H100, 32 to
     128 channels of 28 x 28 x 512 values, took 0.4 ms a call whole (session-2026-11-27b)."""
-    groups = units * NORM_GROUPS_PER_UNIT
-    if rows >= groups:
-        return 1
-    return max(1, min(-(-groups // rows), n // (threads * SPLIT_RUN), MAX_PARTS))
+    return row_pieces(rows, n, threads, units * NORM_GROUPS_PER_UNIT)
+
+
+def row_pieces(rows, cols, threads, groups):
+    """The pieces each of `rows` rows of `cols` columns splits into so that the work-groups
+    of `threads` make `groups`: none shorter than SPLIT_RUN columns per work-item, at most
+    MAX_PARTS; 1 where the rows alone make them."""
+    return max(1, min(-(-groups // rows), cols // (threads * SPLIT_RUN), MAX_PARTS))
 
 
 def gemm_options(trans_a, trans_b, params):
