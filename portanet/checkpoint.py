@@ -13,21 +13,16 @@ that trusts nothing in the zip: it reads each member's .npy header, never its da
 a tensor is asked for.
 
     check_destination(path)                          before training: can we save there?
-    write(path, architecture, tensors, metadata)     atomic: temp, fsync, os.replace
+    write(path, architecture, tensors, metadata)     atomic, by files.write_atomically's rule
     with read(path, max_bytes) as f:                 header only
         f.architecture, f.metadata, f.entries        {name: Entry(dtype, shape)}
         f.tensor(name)                               one tensor, checked float and finite
 """
-import glob
 import json
 import math
 import os
-import re
-import shutil
 import stat
 import struct
-import tempfile
-import time
 import zipfile
 import zlib
 from pathlib import Path
@@ -37,7 +32,9 @@ import numpy as np
 import safetensors
 import safetensors.numpy
 
+from . import files
 from .errors import ModelFileError
+from .files import _fsync_folder, _mode_for  # noqa: F401 (tuning imports them from here)
 
 FORMAT = "portanet-model-2"
 OLD_FORMAT = "portanet-model-1"   # the .npz that Sequential.save wrote before FORMAT
@@ -68,15 +65,17 @@ class Entry(NamedTuple):
 
 # -- writing -------------------------------------------------------------------------
 
+# The writer rule is files.write_atomically's, one for every file portanet writes; these
+# name it for model files.
+_WHAT = "the model"
+
 
 def check_destination(path):
     """The Path a model can be saved to, checked now rather than after hours of training.
 
     Raises ModelFileError naming the path and the fix when its folder is missing, is not a
     folder or is not writable, or when the path is an existing folder or special file."""
-    target = _destination(path)
-    os.remove(_temp_beside(target, path))
-    return target
+    return files.check_destination(path, _WHAT, ModelFileError)
 
 
 def write(path, architecture, tensors, metadata=None):
@@ -98,99 +97,10 @@ def write(path, architecture, tensors, metadata=None):
         path, lambda tmp: safetensors.numpy.save_file(tensors, tmp, metadata=header))
 
 
-def write_atomically(path, save):
-    """save(temp_path) writes a file, which then replaces `path` atomically: after this
-    returns, or fails, or the process is killed at any moment, `path` holds either the
-    complete previous file or the complete new one (model files, ONNX exports). Raises
-    ModelFileError as write does. Returns the Path written."""
-    target = _destination(path)
-    mode = _mode_for(target)
-
-    # Write into a hidden temp folder beside the target: os.replace from it is then a
-    # rename within one file system (atomic), and safetensors' own temp file, which
-    # save_file makes next to the path it is given (".tmpXXXXXX", then renamed onto it),
-    # lands in that folder too. So everything a SIGKILL or power loss can leave behind is
-    # one folder named after the target, which read() never opens and a later write()
-    # removes (_remove_stale_temps).
-    _remove_stale_temps(target)
-    work = _temp_beside(target, path, mkdir=True)
-    tmp = os.path.join(work, "model.tmp")
-    try:
-        save(tmp)
-        os.chmod(tmp, mode)
-        # neither safetensors nor onnx fsyncs: without this a crash soon after the
-        # rename could leave an empty target on some file systems.
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-    except BaseException as e:
-        shutil.rmtree(work, ignore_errors=True)
-        if not isinstance(e, Exception):   # Ctrl-C, SystemExit: the user's, not ours
-            raise
-        raise ModelFileError(f"could not save {path}: {_reason(e)}; the previous file, if "
-                             f"any, is unchanged. Free some disk space or choose another "
-                             f"folder") from e
-    shutil.rmtree(work, ignore_errors=True)
-    _fsync_folder(target.parent)
-    return target
-
-
-def _temp_beside(target, shown, mkdir=False):
-    """A new hidden file, or folder, in the target's folder, named after the target."""
-    try:
-        if mkdir:
-            return tempfile.mkdtemp(dir=target.parent, prefix=_temp_prefix(target),
-                                    suffix=".tmp")
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=_temp_prefix(target),
-                                   suffix=".probe")
-        os.close(fd)
-        return tmp
-    except OSError as e:
-        raise ModelFileError(f"cannot save to {shown}: cannot create files in "
-                             f"{target.parent} ({e.strerror or e}); choose a folder you can "
-                             f"write to") from e
-
-
-def _temp_prefix(target):
-    return f".{target.name[:100]}."     # [:100]: room for the random part in 255 bytes
-
-
-def _remove_stale_temps(target, age_s=3600):
-    """Remove the temp folders of earlier saves of this target that were killed. One left
-    untouched for an hour is no longer being written: a save in progress updates it."""
-    cutoff = time.time() - age_s
-    for old in target.parent.glob(glob.escape(_temp_prefix(target)) + "*.tmp"):
-        try:
-            if max(p.lstat().st_mtime for p in [old, *old.iterdir()]) < cutoff:
-                shutil.rmtree(old)
-        except OSError:      # gone already, or not ours to remove: leave it
-            pass
-
-
-def _destination(path):
-    shown = path
-    path = Path(os.fspath(path))
-    try:
-        # Write through a symlink to the file it names, so the link stays a link.
-        target = Path(os.path.realpath(path)) if path.is_symlink() else path
-        if str(shown).endswith(os.sep) or target.is_dir():
-            raise ModelFileError(f"cannot save to {shown}: it is a folder; give a file name "
-                                 f"in it, e.g. {path / 'model.safetensors'}")
-        folder = target.parent
-        if not folder.exists():
-            raise ModelFileError(f"cannot save to {shown}: the folder {folder} does not "
-                                 f"exist; create it first (os.makedirs)")
-        if not folder.is_dir():
-            raise ModelFileError(f"cannot save to {shown}: {folder} is a file, not a folder")
-        if target.exists() and not target.is_file():
-            raise ModelFileError(f"cannot save to {shown}: it exists and is not a regular "
-                                 f"file; choose another path")
-    except OSError as e:          # a name too long, a folder we may not look into, ...
-        raise ModelFileError(f"cannot save to {shown}: {e.strerror or e}") from e
-    return target
+def write_atomically(path, save, what=_WHAT):
+    """files.write_atomically raising ModelFileError: save(temp_path) writes a file, which
+    then replaces `path` atomically (model files, ONNX exports). Returns the Path written."""
+    return files.write_atomically(path, save, what, ModelFileError)
 
 
 def _prepare(name, x):
@@ -202,41 +112,6 @@ def _prepare(name, x):
     # safetensors writes an array's buffer as it lies in memory: a strided view would be
     # saved scrambled, without an error. Little-endian is the format's byte order.
     return np.ascontiguousarray(x, dtype=x.dtype.newbyteorder("<"))
-
-
-def _mode_for(target):
-    """Keep an existing file's permissions; give a new one what open() would (mkstemp and
-    safetensors both create 0600 files)."""
-    try:
-        return stat.S_IMODE(os.stat(target).st_mode)
-    except OSError:
-        pass
-    try:   # the umask, without os.umask's set-and-restore race between threads
-        umask = int(re.search(r"Umask:\s*([0-7]+)", Path("/proc/self/status").read_text())[1], 8)
-    except (OSError, TypeError):
-        umask = 0o022
-    return 0o666 & ~umask
-
-
-def _fsync_folder(folder):
-    # Makes the rename itself durable. Best effort: some systems cannot open a folder or
-    # fsync one (EINVAL); the file's own data is already on disk.
-    try:
-        fd = os.open(folder, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
-def _reason(e):
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
-    return str(e) or type(e).__name__
 
 
 # -- reading -------------------------------------------------------------------------
