@@ -1,12 +1,13 @@
 """The `portanet` command: devices, train, bench, profile, tune, export."""
 import json
 import logging
+import os
 import sys
 import time
 
 import click
 
-from . import backends, checkpoint as files, data, models, optim, schedules
+from . import backends, data, files, models, optim, schedules
 from .errors import PortanetError
 
 CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
@@ -145,9 +146,9 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
         group = distributed.init() if dist else None
         echo = click.echo if distributed.leader() else (lambda *args, **kwargs: None)
         checkpoint = checkpoint or resume
-        for path in (save, checkpoint, plot_path):
-            if path:
-                files.check_destination(path)    # before the training, not after it
+        check_outputs(("--save", save, "the model"),         # before the training, not
+                      ("--checkpoint", checkpoint, "the checkpoints"),      # after it
+                      ("--plot", plot_path, "the training curves"))
         opt = make_optimizer(optimizer, lr, momentum, nesterov, weight_decay)
         lr_schedule = schedules.parse("cosine({})".format(epochs) if schedule.strip().lower()
                                       == "cosine" else schedule)
@@ -219,6 +220,40 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
         raise click.ClickException(str(e)) from e
 
 
+def check_outputs(*outputs):
+    """Every file a command writes after its long work (a training, a search, a benchmark)
+    checked before that work starts, so that none of it is lost at the end. outputs are
+    (option, path or None, what) triples; each path must be a regular file or absent in a
+    folder that can be written (files.check_destination), no two options the same file,
+    and a --plot needs matplotlib and a format it draws. Raises PortanetError."""
+    given = [(option, path, what) for option, path, what in outputs if path]
+    seen = {}
+    for option, path, what in given:
+        target = os.path.realpath(files.check_destination(path, what))
+        if target in seen:
+            raise PortanetError(f"{seen[target]} and {option} name the same file, {path}: "
+                                f"one would overwrite the other; give each its own")
+        seen[target] = option
+        if option == "--plot":
+            _check_plot(path)
+
+
+def _check_plot(path):
+    """That a plot can be drawn to path: matplotlib is installed (the `plot` extra) and its
+    Agg canvas, which curves.plot and bench.plot draw on, writes the format path's suffix
+    names (png where it has none)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+    except ImportError as e:
+        raise PortanetError(f"--plot needs matplotlib, which cannot be imported here ({e}): "
+                            f"pip install 'portanet[plot]', or leave out --plot") from e
+    fmt = os.path.splitext(path)[1][1:].lower() or "png"
+    supported = FigureCanvasAgg.get_supported_filetypes()
+    if fmt not in supported:
+        raise PortanetError(f"--plot {path}: matplotlib draws {', '.join(sorted(supported))}, "
+                            f"not {fmt!r}; end the name with .png, .svg or .pdf")
+
+
 def make_optimizer(name, lr, momentum, nesterov, weight_decay):
     """The optimizer the train command's options describe."""
     lr = DEFAULT_LR[name] if lr is None else lr
@@ -285,6 +320,7 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
                                    "PORTANET_DEVICE and its precision from "
                                    "PORTANET_PRECISION, and draws no plot")
         try:
+            check_outputs(("--json", json_path, "the benchmark report"))
             report = bench_module.run_distributed(workloads, progress=click.echo)
             if json_path and distributed.leader():
                 bench_module.write_json(report, json_path)
@@ -296,6 +332,8 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
             click.echo(f"{name:12s} {description}")
         return
     try:
+        check_outputs(("--json", json_path, "the benchmark report"),   # before the timing
+                      ("--plot", plot_path, "the benchmark plot"))
         report = bench_module.run(devices, workloads, peer=not no_torch,
                                   progress=lambda line: click.echo(line, err=True),
                                   precisions=precisions)
@@ -325,6 +363,7 @@ def profile(workload, device, batch_size, precision, json_path):
     import numpy as np
     from . import bench as bench_module, profiler
     try:
+        check_outputs(("--json", json_path, "the profile"))
         bk = backends.device_for(device, "float32", precision)
         net, step = bench_module.training_step(workload, bk, batch_size,
                                                np.random.default_rng(0), eager=True)

@@ -231,3 +231,92 @@ def test_train_option_errors():
     assert bad.exit_code != 0 and "--momentum is an option of sgd and rmsprop" in bad.output
     bad = run("train", "--dataset", "coordinates", "--optimizer", "rmsprop", "--nesterov")
     assert bad.exit_code != 0 and "--nesterov is an option of --optimizer sgd" in bad.output
+
+
+def _no_matplotlib(monkeypatch):
+    """matplotlib as if not installed: every import of it, or of a module in it, fails."""
+    import sys
+    for name in [n for n in sys.modules if n == "matplotlib" or n.startswith("matplotlib.")]:
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+
+
+def _not_trained(monkeypatch):
+    def fit(*args, **kwargs):
+        pytest.fail("trained before every output was checked")
+    monkeypatch.setattr(pn.Sequential, "fit", fit)
+
+
+def test_plot_without_matplotlib_is_refused_before_training(tmp_path, monkeypatch):
+    """--plot without matplotlib failed only after the training (exit 1, no JSON line)."""
+    _no_matplotlib(monkeypatch)
+    _not_trained(monkeypatch)
+    result = run("train", "--dataset", "coordinates", "--epochs", "2", "--device", "cpu",
+                 "--plot", str(tmp_path / "curves.png"), "--json")
+    assert result.exit_code == 1, result.output
+    assert "--plot needs matplotlib" in result.output
+    assert "pip install 'portanet[plot]'" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("name,why", [("curves.txt", "not 'txt'"),
+                                      ("missing/curves.png", "does not exist")])
+def test_a_plot_that_cannot_be_drawn_there_is_refused_before_training(tmp_path, monkeypatch,
+                                                                     name, why):
+    pytest.importorskip("matplotlib")
+    _not_trained(monkeypatch)
+    result = run("train", "--dataset", "coordinates", "--epochs", "2", "--device", "cpu",
+                 "--plot", str(tmp_path / name))
+    assert result.exit_code == 1 and why in result.output, result.output
+
+
+@pytest.mark.parametrize("option", ["--plot", "--json"])
+def test_bench_checks_its_outputs_before_timing(tmp_path, monkeypatch, option):
+    from portanet import bench
+    monkeypatch.setattr(bench, "run", lambda *a, **k: pytest.fail("timed before the check"))
+    _no_matplotlib(monkeypatch)
+    missing = run("bench", "--device", "cpu", option, str(tmp_path / "no" / "report.png"))
+    assert missing.exit_code == 1 and "does not exist" in missing.output, missing.output
+    if option == "--plot":
+        result = run("bench", "--device", "cpu", option, str(tmp_path / "report.png"))
+        assert result.exit_code == 1 and "--plot needs matplotlib" in result.output
+
+
+def test_a_failed_epoch_checkpoint_is_a_warning_and_the_model_is_saved(tmp_path, monkeypatch):
+    """The checkpoint's folder removed during the second epoch: that epoch's checkpoint
+    cannot be written, which is said, and the training goes on to its end and --save."""
+    import shutil
+    from portanet.cli import Progress
+    folder, save = tmp_path / "checkpoints", tmp_path / "model.safetensors"
+    folder.mkdir()
+    update = Progress.update
+
+    def removing(self, done, total):
+        if self.epoch == 1 and folder.exists():
+            shutil.rmtree(folder)
+        update(self, done, total)
+    monkeypatch.setattr(Progress, "update", removing)
+    result = run("train", "--dataset", "coordinates", "--epochs", "3", "--device", "cpu",
+                 "--checkpoint", str(folder / "run.safetensors"), "--save", str(save),
+                 "--json")
+    assert result.exit_code == 0, result.output
+    assert "epoch 3/3" in result.output and "run.safetensors" in result.output
+    report = json.loads(result.output.strip().splitlines()[-1])
+    assert len(report["epoch_seconds"]) == 3
+    assert pn.load(save).evaluate(*pn.data.coordinates(seed=0)[1])[1] == pytest.approx(
+        report["test_accuracy"])
+
+
+def test_two_outputs_of_one_run_in_one_file_are_refused_before_training(tmp_path,
+                                                                       monkeypatch):
+    """--plot onto the --save file would have replaced the trained model with a picture."""
+    _not_trained(monkeypatch)
+    same = tmp_path / "out.safetensors"
+    result = run("train", "--dataset", "coordinates", "--device", "cpu", "--save", str(same),
+                 "--checkpoint", str(tmp_path / "." / "out.safetensors"))
+    assert result.exit_code == 1 and "--save and --checkpoint name the same file" in \
+        result.output, result.output
+
+
+def test_profile_checks_its_output_before_profiling(tmp_path):
+    result = run("profile", "--device", "cpu", "--json", str(tmp_path / "no" / "p.json"))
+    assert result.exit_code == 1 and "does not exist" in result.output, result.output
