@@ -25,6 +25,7 @@ There is no History callback: fit builds the history itself and returns it.
 import math
 import numbers
 import os
+import re
 import string
 
 import numpy as np
@@ -65,6 +66,19 @@ def checked(callbacks):
                              f"portanet.callbacks.Callback (its hooks are on_train_begin, "
                              f"on_epoch_end and on_train_end)")
     return list(callbacks)
+
+
+def keep_apart(callbacks, checkpoint):
+    """Refuse, before training, a ModelCheckpoint among callbacks whose path names or can
+    name fit's `checkpoint` file (None: fit keeps none): a ModelCheckpoint's save holds the
+    network but no training state, and would replace the file a run resumes from. A path
+    is the same file after resolving it (relative or absolute, through symbolic links in
+    any part of it, a hard link); a path with fields is refused where some numbers in its
+    fields spell the checkpoint's path, and the rest (a link named by a field's value) when
+    the save is formatted (on_epoch_end), before anything is written."""
+    for cb in callbacks:
+        if isinstance(cb, ModelCheckpoint):
+            cb._keep_apart(checkpoint)
 
 
 class _Monitor(Callback):
@@ -212,6 +226,7 @@ class ModelCheckpoint(_Monitor):
                              f"got {save_best_only!r}")
         self.path, self.save_best_only = path, save_best_only
         self.last_saved = None
+        self._apart = None              # fit's checkpoint file, never to be written here
 
     def on_train_begin(self, net, logs):
         self.best = -math.inf if self.higher_is_better else math.inf
@@ -229,11 +244,37 @@ class ModelCheckpoint(_Monitor):
             return
         self._check_fields(logs, "the epoch's logs hold")
         path = self._format(epoch, logs)
+        if self._apart is not None and _same_file(path, self._apart):
+            raise self._clash(self._apart, f"formatted as {path!r}, names")
         if distributed.leader():        # in a distributed job, rank 0 writes the file
             net.save(path)
         self.last_saved = path
         if self.save_best_only:         # after the save: a failed one leaves best as it was
             self.best = value
+
+    def _keep_apart(self, checkpoint):
+        """Refuse this ModelCheckpoint where it names or can name the file `checkpoint`
+        (see keep_apart); remember the file for the saves' own check."""
+        self._apart = None
+        if checkpoint is None:
+            return
+        checkpoint = os.fspath(checkpoint)
+        if not self.fields:
+            if _same_file(self.path.format(), checkpoint):
+                raise self._clash(checkpoint, "names")
+        else:
+            names = {checkpoint, os.path.abspath(checkpoint), os.path.realpath(checkpoint)}
+            if any(re.fullmatch(pattern, name) for pattern in _patterns(self.path)
+                   for name in names):
+                raise self._clash(checkpoint, "can name")
+        self._apart = checkpoint
+
+    def _clash(self, checkpoint, how):
+        return InputError(f"ModelCheckpoint({self.path!r}) {how} the same file as fit's "
+                          f"checkpoint={str(checkpoint)!r}: its saves hold the network but no "
+                          f"training state, and would replace the checkpoint a run resumes "
+                          f"from; give two paths, e.g. checkpoint='run.safetensors' and "
+                          f"ModelCheckpoint('model-{{epoch:02d}}.safetensors')")
 
     def _check_fields(self, names, when):
         missing = [f for f in self.fields if f != "epoch" and f not in names]
@@ -253,6 +294,39 @@ class ModelCheckpoint(_Monitor):
     def __repr__(self):
         return (f"ModelCheckpoint({self.path!r}, monitor={self.monitor!r}, "
                 f"save_best_only={self.save_best_only}, mode={self.mode!r})")
+
+
+def _same_file(a, b):
+    """a and b are one file: the same path once relative parts and symbolic links are
+    resolved, or (both existing) the same inode, as a hard link is."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:             # one of them does not exist (yet)
+        return False
+
+
+# What a number formatted by str.format may be spelled with: digits, sign, padding,
+# decimal point, exponent, grouping, percent, inf and nan ({epoch:03d}, {val_loss:.4f}).
+_NUMBER = r"[-+ 0-9.,_%eEinfaINFA]*"
+
+
+def _patterns(path):
+    """Regular expressions of the paths a ModelCheckpoint path with fields formats to,
+    each field a number: as written, made absolute, and with its folder's links resolved
+    (where the folder has no fields)."""
+    def pattern(text):
+        return "".join(re.escape(literal) + (_NUMBER if field is not None else "")
+                       for literal, field, _, _ in string.Formatter().parse(text))
+    out = [pattern(path)]
+    if not os.path.isabs(path):
+        out.append(re.escape(os.getcwd() + os.sep) + pattern(path))
+    folder, name = os.path.split(path)
+    if not _fields(folder):
+        out.append(re.escape(os.path.join(os.path.realpath(folder.format() or "."), ""))
+                   + pattern(name))
+    return out
 
 
 def _host_copy(weights):

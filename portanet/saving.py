@@ -35,43 +35,72 @@ def resume(net, path, settings, epochs):
     """The training.Run saved in checkpoint `path`, after writing its parameters, optimizer
     state, step count and Dropout steps into net, whose optimizer state fit has prepared.
     The file must come from fit(checkpoint=...) of this architecture with the same
-    settings (precision, batch size, optimizer, schedule, seed, shuffling, samples, loss
-    scale): else resuming could not end where the uninterrupted run would; and hold fewer
-    than `epochs` epochs.
+    settings (training.SETTINGS and LATER_SETTINGS: precision, batch size, optimizer,
+    schedule, seed, shuffling, samples, loss scale, loss, validation, ranks), its training
+    state whole and sound (training.read_training), and hold fewer than `epochs` epochs:
+    else resuming could not end where the uninterrupted run would.
     Everything is checked before anything is written."""
-    from . import training
     with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
-        _check_same(net, f, path)
-        if "training" not in f.metadata:
-            raise ModelFileError(f"{path} holds a network but no training state; resume "
-                                 f"from a file written by fit(checkpoint=...)")
-        run, step, dropout_steps = training.read_training(f.metadata["training"], path)
-        # (checkpoints written before the precision was recorded hold none to compare)
-        run.settings.setdefault("precision", settings.get("precision"))
-        differ = [f"{k}: {run.settings.get(k)!r} in the file, {v!r} now"
-                  for k, v in settings.items() if run.settings.get(k) != v]
-        if differ:
-            if run.settings["precision"] != settings.get("precision"):
-                where = (f"; the precision is the network's: make it in "
-                         f"{run.settings['precision']} (precision= on Sequential, the models "
-                         f"and load; --precision; PORTANET_PRECISION)")
-            elif run.settings.get("loss_scale") != settings.get("loss_scale"):
-                where = ("; the loss scale is the network's: make it with the same "
-                         "loss_scale (Sequential, the models, load)")
-            else:
-                where = ""
-            raise InputError(f"cannot resume from {path} with other settings ("
-                             f"{'; '.join(differ)}); give fit the same ones{where}")
-        if run.epoch >= epochs:
-            raise InputError(f"{path} holds {run.epoch} epochs already, fit asks for "
-                             f"{epochs}: give epochs > {run.epoch} to train on")
+        run, step, dropout_steps = _resumable(net, f, path, settings, epochs)
         state = net.optimizer_state.tensors()
         _write_parameters(net, f, path, extra=state)
         net.optimizer_state.t = step
         for name, layer in net.walk():
             if name in dropout_steps:
-                layer.step = int(dropout_steps[name])
+                layer.step = dropout_steps[name]
     return run
+
+
+def check_resume(net, path, settings, epochs):
+    """What resume checks, without writing anything: fit calls it before it prepares
+    anything for the run, so that a checkpoint it cannot resume leaves the network as it
+    was."""
+    with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
+        _resumable(net, f, path, settings, epochs)
+
+
+# Where the setting comes from, said when it differs (the first of these that differs).
+_SETTING_HINTS = {
+    "precision": lambda theirs: (
+        f"the precision is the network's: make it in {theirs} (precision= on Sequential, "
+        f"the models and load; --precision; PORTANET_PRECISION)"),
+    "loss_scale": lambda theirs: ("the loss scale is the network's: make it with the same "
+                                  "loss_scale (Sequential, the models, load)"),
+    "loss": lambda theirs: (f"the loss is the network's: make it with loss={theirs!r} "
+                            f"(Sequential, the models, load keep the file's)"),
+    "validation": lambda theirs: ("validate as the run that wrote it did "
+                                  + ("(validation_data or validation_split)" if theirs else
+                                     "(without validation_data or validation_split)")),
+    "ranks": lambda theirs: f"run it on {theirs} ranks, as the run that wrote it",
+}
+
+
+def _resumable(net, f, path, settings, epochs):
+    """(run, step, dropout_steps) of the open checkpoint f, once its architecture, its
+    training state and its settings are found to be net's and fit's; nothing written."""
+    from . import training
+    _check_same(net, f, path)
+    if "training" not in f.metadata:
+        raise ModelFileError(f"{path} holds a network but no training state; resume "
+                             f"from a file written by fit(checkpoint=...)")
+    run, step, dropout_steps = training.read_training(f.metadata["training"], path, net)
+    # a file written before a setting was recorded has it as the run resuming it (the
+    # loss: its architecture's), as nothing of it can be told
+    run.settings.setdefault("loss", f.architecture["loss"])
+    for key in training.LATER_SETTINGS:
+        run.settings.setdefault(key, settings.get(key))
+    differ = [f"{k}: {run.settings.get(k)!r} in the file, {v!r} now"
+              for k, v in settings.items() if run.settings.get(k) != v]
+    if differ:
+        hint = next((_SETTING_HINTS[k](run.settings[k]) for k in _SETTING_HINTS
+                     if run.settings.get(k) != settings.get(k)), None)
+        raise InputError(f"cannot resume from {path} with other settings ("
+                         f"{'; '.join(differ)}); give fit the same ones"
+                         + (f"; {hint}" if hint else ""))
+    if run.epoch >= epochs:
+        raise InputError(f"{path} holds {run.epoch} epochs already, fit asks for "
+                         f"{epochs}: give epochs > {run.epoch} to train on")
+    return run, step, dropout_steps
 
 
 def load_weights(net, path):
