@@ -8,12 +8,16 @@ predictions are transposed once on download. Batch buffers are sized
 for the largest batch seen and viewed for smaller ones, so after the first step of a size
 training allocates nothing.
 """
+import functools
+import inspect
+import threading
+
 import numpy as np
 
 from . import precision as precisions
 from . import (backends, config, distributed, dlpack, layers as layer_module, losses, optim,
                saving, training)
-from .errors import InputError, OutOfMemoryError, ShapeError, check_count
+from .errors import InputError, OutOfMemoryError, PortanetError, ShapeError, check_count
 from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refuse,
                      size_text as _size)
 
@@ -103,6 +107,57 @@ def _storage(layers, half):
     return half_x
 
 
+class _Call:
+    """One call of a network's public API (see Sequential, "Threads"): its lock held for
+    the call, and a network that free() gave back refused. A class, not a
+    contextlib.contextmanager: n_in and walk pass here several times a step."""
+    __slots__ = ("net", "what")
+
+    def __init__(self, net, what):
+        self.net, self.what = net, what
+
+    def __enter__(self):
+        net = self.net
+        net._lock.acquire()
+        if net._freed:
+            net._lock.release()
+            raise PortanetError(f"Sequential.{self.what}: the network was freed: free() gave "
+                                f"its device memory back, so it cannot be used any more; "
+                                f"build or load it again (pn.load of a file it saved)")
+        net._calls += 1
+
+    def __exit__(self, *exc):
+        self.net._calls -= 1
+        self.net._lock.release()
+
+
+def _held(function, what):
+    """function (a method or a property's getter or setter) run as a _Call."""
+    @functools.wraps(function)
+    def held(net, *args, **kwargs):
+        with _Call(net, what):
+            return function(net, *args, **kwargs)
+    held.held = True
+    return held
+
+
+def _guard(cls):
+    """Every public method and property of cls, those it inherits included, run as a _Call
+    (the one entry point of the API: a method added later is guarded without a word);
+    free() takes the lock itself."""
+    for name in dir(cls):
+        member = inspect.getattr_static(cls, name)
+        if name.startswith("_") or name == "free":
+            continue
+        if inspect.isfunction(member) and not getattr(member, "held", False):
+            setattr(cls, name, _held(member, name))
+        elif isinstance(member, property) and not getattr(member.fget, "held", False):
+            setattr(cls, name, property(_held(member.fget, name),
+                                        member.fset and _held(member.fset, name),
+                                        member.fdel, member.__doc__))
+    return cls
+
+
 class Sequential:
     """A stack of layers trained with a fused loss and an optimizer (portanet.optim).
 
@@ -112,10 +167,30 @@ class Sequential:
     Memory is planned before it is allocated (`memory_plan`): a network or a batch that
     does not fit is refused with the numbers, and a failed call leaves the network as it
     was.
+
+    Threads: a network may be used from several threads, one call at a time. Every public
+    method and property holds the network's re-entrant lock for the whole call, as every
+    backend operation holds the backend's: a fit, predict or evaluate shares the network's
+    batch buffers, layer activations and optimizer state, so two at once would each undo
+    the other's; one after the other, concurrent calls give what some serial order of them
+    gives, bit for bit. A second thread's call waits for the first's to end (a predict
+    waits for a whole fit); the lock is re-entrant, so a callback may predict, evaluate or
+    save from inside fit. free() waits for a running call as well, and is refused from
+    inside one (a callback's) that would go on with the buffers; after it every public
+    method raises a PortanetError naming free(). For work in parallel, build one network
+    per thread: their backend interleaves their operations.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        """A subclass's public methods are guarded as Sequential's are (_guard)."""
+        super().__init_subclass__(**kwargs)
+        _guard(cls)
 
     def __init__(self, layers, input_shape, loss="softmax_cross_entropy", device=None,
                  dtype="float32", seed=0, precision=None, loss_scale="auto"):
+        # one call at a time (see the class's docstring); _calls: how deep the holding
+        # thread is in the network's calls
+        self._lock, self._freed, self._calls = threading.RLock(), False, 0
         self.layers = list(layers) if isinstance(layers, (list, tuple)) else None
         if not self.layers:
             raise ShapeError(f"Sequential needs a non-empty list of layers, got {layers!r}")
@@ -363,8 +438,28 @@ class Sequential:
         self.capacity, self.m = 0, None
 
     def free(self):
-        """Give back every device buffer of the network now (it cannot be used afterwards;
-        a network that is simply dropped gives its memory back when it is collected)."""
+        """Give back every device buffer of the network now (it cannot be used afterwards:
+        every public method then raises a PortanetError naming free(); a second free() does
+        nothing). It waits for another thread's call on the network to end, and is refused
+        from inside one of the network's calls (a callback of fit). A network that is
+        simply dropped gives its memory back when it is collected."""
+        with self._lock:
+            if self._calls:
+                raise PortanetError(
+                    "free() was called from inside a call of the same network (a callback "
+                    "of fit?), which would go on with the buffers it gives back: free the "
+                    "network after that call returns (stop fit early with "
+                    "net.stop_training = True)")
+            if not self._freed:
+                self._free_all()
+                self._freed = True
+
+    def _using(self, what):
+        """The network held for one call that is not one of its methods (load_torch_state):
+        see _Call."""
+        return _Call(self, what)
+
+    def _free_all(self):
         self._free_batch_buffers()
         if self.optimizer_state:
             self.optimizer_state.free()
@@ -542,19 +637,23 @@ class Sequential:
         """(mean loss, accuracy) over the whole of x, y (NumPy arrays, or any with
         __dlpack__: see fit)."""
         with dlpack.taken(x, self.backend) as x:
-            x, t = self._check_data(x, y, finite=False)
-            chunk = self._inference_batch(batch_size, len(x))
-            self._bind(chunk)
-            self._reset_sums()
-            self._reset_nonfinite()
-            # the device runs batch i while i + 1 goes up (y is not changed before the sums
-            # are read, which waits for the copies)
-            for i in range(0, len(x), chunk):
-                self._upload_batch(x[i:i + chunk], t[..., i:i + chunk], wait=False, first=i)
-                training.replayed(self, ("evaluate", self.m), self._forward_loss)
-            sums = self._read_sums(len(x))
-            self._check_nonfinite()
-            return sums
+            return self._evaluate(*self._check_data(x, y, finite=False), batch_size)
+
+    def _evaluate(self, x, t, batch_size=None):
+        """evaluate on data as _check_data gives it (targets in the device's layout): fit's
+        validation data, checked once for all its epochs."""
+        chunk = self._inference_batch(batch_size, len(x))
+        self._bind(chunk)
+        self._reset_sums()
+        self._reset_nonfinite()
+        # the device runs batch i while i + 1 goes up (y is not changed before the sums
+        # are read, which waits for the copies)
+        for i in range(0, len(x), chunk):
+            self._upload_batch(x[i:i + chunk], t[..., i:i + chunk], wait=False, first=i)
+            training.replayed(self, ("evaluate", self.m), self._forward_loss)
+        sums = self._read_sums(len(x))
+        self._check_nonfinite()
+        return sums
 
     def predict(self, x, batch_size=None):
         """The network's outputs, (N, outputs): probabilities for softmax/sigmoid outputs.
@@ -630,7 +729,7 @@ class Sequential:
         and train_batch before the first step: _scan_nonfinite)."""
         on_device = isinstance(x, dlpack.DeviceSamples)
         if not on_device and not isinstance(x, np.ndarray):
-            x = np.asarray(x)
+            x = _host_array(x, "x")
         if not on_device and not np.issubdtype(x.dtype, np.floating):
             raise InputError(f"input has dtype {x.dtype}; the network takes floating-point "
                              f"data: convert with x.astype(np.float32) (and scale pixels "
@@ -680,6 +779,8 @@ class Sequential:
 
     def _check_data(self, x, y, finite=True):
         x = self._check_x(x, finite)
+        if not isinstance(y, np.ndarray) and not hasattr(y, "__dlpack__"):
+            y = _host_array(y, "y")
         y = dlpack.host(y, self.backend)
         if y.ndim == 0 or len(y) != len(x):
             raise ShapeError(f"x has {len(x)} samples but y has "
@@ -756,23 +857,72 @@ class Sequential:
 
     def set_weights(self, weights):
         """Set parameters and buffers from {name: array} as get_weights gives them: all
-        names and shapes are checked before any is written."""
+        names, shapes and values are checked before any is written (every value finite in
+        the network's dtype, every BatchNorm running variance >= 0: checked_weights), so a
+        refused call leaves the network as it was."""
         targets = saving._parameters(self)
         if not isinstance(weights, dict):
             raise InputError(f"set_weights takes a dict {{name: array}} as get_weights "
                              f"gives, got {type(weights).__name__}")
         missing, unknown = sorted(set(targets) - set(weights)), sorted(set(weights) - set(targets))
-        wrong = [f"{n} is {np.shape(weights[n])}, the network's is {targets[n].shape}"
-                 for n in targets if n in weights and tuple(np.shape(weights[n])) != targets[n].shape]
+        arrays = {}
+        for name in targets:
+            if name in weights:
+                try:
+                    arrays[name] = np.asarray(weights[name])
+                except (TypeError, ValueError) as e:    # ragged lists, objects
+                    raise InputError(f"set_weights: {name} is not an array of numbers "
+                                     f"({e}); give NumPy arrays as get_weights does") from e
+        wrong = [f"{n} is {x.shape}, the network's is {targets[n].shape}"
+                 for n, x in arrays.items() if x.shape != targets[n].shape]
         if missing or unknown or wrong:
             raise ShapeError("set_weights: " + "; ".join(
                 ([f"missing {', '.join(missing)}"] if missing else [])
                 + ([f"not in the network: {', '.join(unknown)}"] if unknown else []) + wrong))
+        values = checked_weights(arrays, self.backend.dtype,
+                                 lambda problem: InputError(f"set_weights: {problem}"))
         for name, x in targets.items():
-            self.backend.write(x, np.asarray(weights[name], dtype=self.backend.dtype))
+            self.backend.write(x, values[name])
 
     def _describe(self):
         return saving.describe(self.architecture())
+
+
+_guard(Sequential)
+
+
+def checked_weights(values, dtype, error):
+    """{name: array} as `dtype`, checked whole by the one rule for weights that come into a
+    network, whatever their way (set_weights, and so from_onnx and load_torch_state; files
+    through saving._write_parameters: load, load_weights, resume): every value a real
+    number, finite in `dtype`, and every BatchNorm running variance (a name ending in
+    "running_var") >= 0. The first tensor that breaks it is named, with the mend, in
+    error(message), raised before anything is written."""
+    out = {}
+    for name, x in values.items():
+        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
+                or x.dtype == np.bool_):
+            raise error(f"{name} has dtype {x.dtype}: weights are real numbers")
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = x.astype(dtype)
+        bad = ~np.isfinite(cast)
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            was = x[at]
+            if np.isfinite(was):            # 1e39 in float32
+                raise error(f"{name} holds {float(was):g} at index {at}, beyond {dtype}'s "
+                            f"range (it becomes inf): scale the weights, or build the "
+                            f"network with dtype='float64'")
+            raise error(f"{name} holds {'NaN' if np.isnan(was) else 'inf'} (first at index "
+                        f"{at}): a network's weights are finite numbers; take them from "
+                        f"before the training that made them diverge")
+        if name.endswith("running_var") and (cast < 0).any():
+            at = tuple(int(i) for i in np.argwhere(cast < 0)[0])
+            raise error(f"{name} holds the negative value {float(cast[at]):g} at index {at}: "
+                        f"a BatchNorm running variance is a variance, >= 0; give the "
+                        f"variance itself (PyTorch's running_var)")
+        out[name] = cast
+    return out
 
 
 def _input_meets_product(layers):
@@ -790,6 +940,32 @@ def _input_meets_product(layers):
                                     layer_module.MaxPool2D, layer_module.AvgPool2D)):
             return False
     return False
+
+
+def _host_array(value, what):
+    """A value that is no array yet (nested lists, tuples) as a NumPy array; one NumPy
+    cannot make (samples of several shapes: a ragged list) an InputError naming `what` and
+    the shapes."""
+    try:
+        return np.asarray(value)
+    except (TypeError, ValueError) as e:
+        shapes = {}                         # shape -> the first sample of it
+        try:
+            for i, sample in enumerate(value):
+                try:
+                    shape = str(np.shape(sample))
+                except (TypeError, ValueError):
+                    shape = "ragged itself"
+                shapes.setdefault(shape, i)
+        except TypeError:
+            pass
+        if len(shapes) > 1:
+            seen = ", ".join(f"sample {i} {shape}" for shape, i in list(shapes.items())[:4])
+            raise InputError(f"{what} is a ragged sequence, its samples of several shapes "
+                             f"({seen}): give {what} as an array, every sample of one "
+                             f"shape (pad or cut the shorter ones)") from e
+        raise InputError(f"{what} cannot be made an array ({e}): give a NumPy array, or "
+                         f"any array with __dlpack__") from e
 
 
 def _nonfinite(what, sample):

@@ -147,8 +147,9 @@ def _parameters(net):
 
 def _write_parameters(net, f, path, extra=None):
     """Every parameter (and the `extra` tensors, {name: device array}) from the open file
-    f: names and shapes checked against the network first, then each tensor read (real,
-    finite) before any is written to the device. A checkpoint's optimizer state is
+    f: names and shapes checked against the network first, then every tensor read and
+    checked (network.checked_weights: real, finite in the network's dtype, BatchNorm
+    variances >= 0) before any is written to the device. A checkpoint's optimizer state is
     skipped unless asked for in extra."""
     targets = {**_parameters(net), **(extra or {})}
     wanted = {name: x.shape for name, x in targets.items()}
@@ -165,9 +166,13 @@ def _write_parameters(net, f, path, extra=None):
             + (f"; not in the network: {', '.join(unexpected[:5])}" if unexpected else "")
             + (f"; {'; '.join(wrong)}" if wrong else "")
             + ": the file is damaged or was not written by net.save()")
-    values = {name: f.tensor(name) for name in wanted}
+    from .network import checked_weights
+    values = checked_weights(
+        {name: f.tensor(name) for name in wanted}, net.backend.dtype,
+        lambda problem: ModelFileError(f"{path}: {problem}; the file is damaged or was not "
+                                       f"written by net.save()"))
     for name, x in targets.items():
-        net.backend.write(x, values[name].astype(net.backend.dtype))
+        net.backend.write(x, values[name])
 
 
 def _architecture(arch, path):

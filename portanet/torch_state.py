@@ -16,6 +16,7 @@ import numpy as np
 
 from . import layers as L
 from .errors import InputError, ModelFileError, ShapeError
+from .network import checked_weights
 
 SKIPPED = ("num_batches_tracked",)          # PyTorch bookkeeping that portanet keeps not
 
@@ -23,8 +24,18 @@ SKIPPED = ("num_batches_tracked",)          # PyTorch bookkeeping that portanet 
 def load_torch_state(net, state):
     """Set net's parameters from a PyTorch state dict: a dict of tensors or arrays, a
     torch module, or a file (.safetensors read without torch; a torch.save pickle such as
-    .pt/.pth needs torch, read with weights_only=True)."""
+    .pt/.pth needs torch, read with weights_only=True). The values pass set_weights' checks
+    (finite, BatchNorm variances >= 0); the network is held for the whole call, so that
+    another thread's fit cannot come between reading its weights and writing them."""
     tensors = _tensors(state)
+    # set_weights' rule, here too so that the message names the state dict's key
+    checked_weights(tensors, net.backend.dtype,
+                    lambda problem: InputError(f"load_torch_state: {problem}"))
+    with net._using("load_torch_state"):
+        _load(net, tensors)
+
+
+def _load(net, tensors):
     modules = _modules(tensors)
     layers = [(path, layer) for path, layer in net.walk() if layer.parameters()]
     if len(modules) != len(layers):

@@ -540,8 +540,8 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
                    f"inf: bf16 keeps float32's range" if net.backend.precision == "fp16"
                    else ""),
                 epoch=epoch, loss=loss, lr=lr, history=history)
-        if validation_data is not None:
-            logs["val_loss"], logs["val_accuracy"] = net.evaluate(*validation_data)
+        if validation_data is not None:         # checked by _fit: targets laid out
+            logs["val_loss"], logs["val_accuracy"] = net._evaluate(*validation_data)
         for k, v in logs.items():
             history.setdefault(k, []).append(v)
         if checkpoint is not None and distributed.leader():
@@ -585,7 +585,7 @@ def _pair(validation_data):
 
 def _split(net, x, t, fraction):
     """The last `fraction` of the samples (before any shuffling) set apart for validation,
-    as Keras does."""
+    as Keras does: (x, t, (x_val, t_val)), the targets as _check_data lays them out."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
             or not 0 < fraction < 1:
         raise InputError(f"validation_split must be a fraction in (0, 1), got {fraction!r}")
@@ -593,12 +593,7 @@ def _split(net, x, t, fraction):
     if keep < 1 or keep == len(x):
         raise InputError(f"validation_split={fraction} of {len(x)} samples leaves "
                          f"{keep} to train on and {len(x) - keep} to validate: both need one")
-    return x[:keep], t[..., :keep], (x[keep:], _host_targets(t[..., keep:]))
-
-
-def _host_targets(t):
-    """Device-layout targets back in the user's layout, for evaluate."""
-    return t if t.ndim == 1 else t.T
+    return x[:keep], t[..., :keep], (x[keep:], t[..., keep:])
 
 
 def optimizer_config(optimizer):

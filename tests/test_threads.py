@@ -127,3 +127,115 @@ def test_cpu_accounting_under_threads():
     gc.collect()
     assert bk.allocations == before[0] + 2 * threads * rounds
     assert bk.allocated_bytes == before[1]
+
+
+# -- one network, several threads: one call at a time ----------------------------------------
+
+def small_net(device, seed=0):
+    try:
+        return pn.from_description("dense(16, relu) dense(3, softmax)", (6,), device=device,
+                                   seed=seed)
+    except DeviceError as e:
+        pytest.skip(f"no {device} device here: {e}")
+
+
+def paused_forward(net, inside, pause=0.2):
+    """Make net's forward pass in this thread (the one that calls this) set `inside` and
+    wait `pause` seconds, the first time, so that another thread's call comes while it
+    runs; the network's other threads run it as it is."""
+    forward, caller = net._forward, threading.get_ident()
+
+    def slow(*args, **kwargs):
+        if threading.get_ident() == caller and not inside.is_set():
+            inside.set()
+            threading.Event().wait(pause)
+        return forward(*args, **kwargs)
+    net._forward = slow
+
+
+@pytest.mark.parametrize("device", ["cpu", "opencl:pocl", "opencl:intel"])
+def test_free_waits_for_another_threads_predict(device):
+    """free() from another thread while predict runs (on PoCL this freed the buffers under
+    the kernels: SIGSEGV) waits for predict to end; later calls are refused, naming free()."""
+    net = small_net(device)
+    x = np.random.default_rng(0).standard_normal((40, 6)).astype(np.float32)
+    want = net.predict(x)
+    inside = threading.Event()
+
+    def predict():
+        paused_forward(net, inside)
+        return net.predict(x)
+
+    def free():
+        assert inside.wait(10)
+        net.free()
+
+    got, _ = together(predict, free)
+    assert np.array_equal(got, want)
+    with pytest.raises(pn.PortanetError, match=r"free\(\)"):
+        net.predict(x)
+
+
+def test_fit_and_predict_from_two_threads_give_a_serial_result():
+    """predict in one thread while fit runs in another: fit's weights and predict's outputs
+    are those of one order of the two calls (predict came first, so fit waits), bit for
+    bit, though fit and predict bind batches of other sizes."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((30, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 30)
+    serial = small_net("cpu")
+    want_predict = serial.predict(x)
+    serial.fit(x, y, epochs=2, batch_size=4)
+    want_weights = serial.get_weights()
+
+    net = small_net("cpu")
+    inside = threading.Event()
+
+    def predict():
+        paused_forward(net, inside)
+        return net.predict(x)
+
+    def fit():
+        assert inside.wait(10)
+        net.fit(x, y, epochs=2, batch_size=4)
+        return net.get_weights()
+
+    got_predict, got_weights = together(predict, fit)
+    assert np.array_equal(got_predict, want_predict)
+    for name, w in want_weights.items():
+        assert np.array_equal(got_weights[name], w), name
+
+
+def test_threads_sharing_one_network_match_a_serial_run():
+    """fit, predict and evaluate on one network from three threads at once, switched often:
+    fit ends on the weights of fit alone, and predict and evaluate give what they give
+    before or after it."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((24, 6)).astype(np.float32)
+    y = rng.integers(0, 3, 24)
+    serial = small_net("cpu")
+    before = serial.predict(x[:7]), serial.evaluate(x[:10], y[:10], batch_size=3)
+    serial.fit(x, y, epochs=2, batch_size=5)
+    after = serial.predict(x[:7]), serial.evaluate(x[:10], y[:10], batch_size=3)
+    want = serial.get_weights()
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for trial in range(5):
+            net = small_net("cpu")
+
+            def fit():
+                net.fit(x, y, epochs=2, batch_size=5)
+                return net.get_weights()
+
+            def infer():
+                return [(net.predict(x[:7]), net.evaluate(x[:10], y[:10], batch_size=3))
+                        for _ in range(6)]
+
+            weights, seen = together(fit, infer)
+            assert all(np.array_equal(weights[k], w) for k, w in want.items()), trial
+            for p, e in seen:           # (fit may come between the two)
+                assert any(np.array_equal(p, r[0]) for r in (before, after)), trial
+                assert e in (before[1], after[1]), trial
+    finally:
+        sys.setswitchinterval(old_interval)
