@@ -407,9 +407,10 @@ def tune(specs, budget, sizes, quick, output, json_path):
         database = output or (None if quick else tuning.user_path())
         if database == tuning.user_path():
             database.parent.mkdir(parents=True, exist_ok=True)
-        for path in (database, json_path):
-            if path:
-                files.check_destination(path)       # before the search, not after it
+        check_outputs(("--output", database, "the GEMM tuning database"),     # before the
+                      ("--json", json_path, "the measurements"))          # search, not after
+        if database:
+            tuning.check_output(database)       # a database of this version, or none
         if not specs:
             specs = [config.device_variable()] if config.device_variable() else [
                 spec for spec, _ in backends.list_devices()[0]

@@ -49,16 +49,17 @@ A float64 backend takes its device's entry too: the tilings are the same kernel'
 import contextlib
 import functools
 import hashlib
+import itertools
 import json
 import logging
+import math
 import os
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from . import config
+from . import config, files
 from .errors import DeviceError, KernelBuildError, PortanetError
 
 log = logging.getLogger("portanet")
@@ -193,7 +194,8 @@ def _entries(path):
 
 def _read(path):
     """{key: entry} of a database file: {} where there is none, and, with a warning, where
-    it cannot be read or is not a database; an entry that is not one is left out, warned."""
+    it cannot be read or is not a database; an entry that is not one is left out, warned
+    with the file, the entry and the reason."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -201,15 +203,10 @@ def _read(path):
     except (OSError, UnicodeDecodeError) as e:
         log.warning("ignoring the GEMM tuning database %s: cannot read it (%s)", path, e)
         return {}
-    try:
-        data = json.loads(text)
-    except ValueError as e:
-        log.warning("ignoring the GEMM tuning database %s: it is not JSON (%s); remove it "
-                    "or run `portanet tune` again", path, e)
-        return {}
-    problem = _database_problem(data)
+    data, problem = _parsed(text)
     if problem:
-        log.warning("ignoring the GEMM tuning database %s: %s", path, problem)
+        log.warning("ignoring the GEMM tuning database %s: %s; remove it (`portanet tune` "
+                    "writes a new one)", path, problem)
         return {}
     entries = {}
     for key, entry in data["entries"].items():
@@ -219,6 +216,16 @@ def _read(path):
         else:
             entries[key] = entry
     return entries
+
+
+def _parsed(text):
+    """(the database, None) where text is one of this version, else (None, what it is)."""
+    try:
+        data = files.parse_json(text, "it")          # its nesting bounded first
+    except PortanetError as e:
+        return None, str(e)
+    problem = _database_problem(data)
+    return (None, problem) if problem else (data, None)
 
 
 def _database_problem(data):
@@ -239,8 +246,12 @@ def _entry_problem(entry):
     sizes = entry.get("sizes", {})
     if not isinstance(sizes, dict) or not all(
             isinstance(n, str) and n.isdigit() and int(n) > 0 and isinstance(e, dict)
-            and _params_problem(e.get("params")) is None for n, e in sizes.items()):
+            and "params" in e for n, e in sizes.items()):
         return 'sizes is not an object of {"n": {"params": {...}}}'
+    for n, e in sizes.items():
+        problem = _params_problem(e["params"])
+        if problem:
+            return f"sizes[{n!r}]: {problem}"
     k = entry.get("vendor_k")
     if k is not None and (not isinstance(k, int) or isinstance(k, bool) or k < 1):
         return "vendor_k is not a whole number >= 1 or null"
@@ -248,68 +259,99 @@ def _entry_problem(entry):
 
 
 def _params_problem(params):
-    if not isinstance(params, dict) or not params or not all(
-            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)
-            for k, v in params.items()):
+    """Why params cannot be a tiling the search gave, or None. Its names and values become
+    the GEMM kernel's build options and the divisors of its launch sizes, so an entry
+    holds what the search itself is held to: parameters of GEMM_SPACE, each a value the
+    search measures (`tuned_values`), consistent with each other as `gemm_fits` requires
+    on every device (whether the tiling fits this device's limits is apply's to check)."""
+    from .backends.gpu import GEMM_DEFAULTS, gemm_fits
+    if not isinstance(params, dict) or not params:
         return "params is not an object of whole numbers"
+    allowed = tuned_values()
+    for name, value in params.items():
+        if name not in allowed:
+            return (f"params has {name!r}, which is not a parameter of the GEMM kernel "
+                    f"({', '.join(allowed)})")
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"params {name}={value!r} is not a whole number"
+        if value not in allowed[name]:
+            return (f"params {name}={value} is not a value tuning gives "
+                    f"({', '.join(map(str, allowed[name]))})")
+    if not gemm_fits({**GEMM_DEFAULTS, **params}, math.inf, math.inf):
+        return (f"params {_params_text(params)} is not a tiling the GEMM kernel builds "
+                f"(the work per item must divide the tile, its loads the work-items, and "
+                f"MICRO needs work per item and PAD in 4s)")
     return None
+
+
+@functools.lru_cache(maxsize=None)
+def tuned_values():
+    """{parameter: sorted values} a tuned tiling may hold: what the search moves through
+    (GEMM_SPACE, whose values every device class's default tiling takes too) and the
+    ladder of smaller tilings below each tile (`_halved`), which seeds a smaller size's
+    search (the tile's sides go down to 16 there)."""
+    from .backends.gpu import GEMM_DEFAULTS, GEMM_SPACE, _halved
+    values = {name: set(choices) for name, choices in GEMM_SPACE.items()}
+    for m, n, wm, wn in itertools.product(*(GEMM_SPACE[k] for k in ("TSM", "TSN", "WPTM",
+                                                                     "WPTN"))):
+        p = dict(GEMM_DEFAULTS, TSM=m, TSN=n, WPTM=wm, WPTN=wn)
+        while p is not None:
+            for name in values:
+                values[name].add(p[name])
+            p = _halved(p)
+    return {name: tuple(sorted(v)) for name, v in values.items()}
 
 
 def save(result, path=None):
     """Merge `result`'s entry (see `entry`) into the database at path (default: the
-    user's), keeping every other device's: written to a temporary file beside it,
-    fsynced and renamed over it, under a lock on its folder so that two tuners do not
-    lose each other's entries. A file that is not JSON is kept as <name>.corrupt, with a
-    warning; one of another version is refused (PortanetError). Returns the Path."""
-    from .checkpoint import _fsync_folder, _mode_for
+    user's), keeping every other device's: written by portanet's one writer rule
+    (files.write_text: atomically, its mode kept, through a symlink), under a lock on its
+    folder so that two tuners do not lose each other's entries. Only a tuning database of
+    this version is rewritten: anything else at path is refused (PortanetError), as
+    `check_output` refuses it before a search. Returns the Path."""
     path = Path(path) if path is not None else user_path()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise PortanetError(f"cannot save GEMM tuning to {path}: cannot create "
                             f"{path.parent} ({e.strerror or e})") from e
-    tmp = None
-    try:
-        with _folder_lock(path.parent):
-            data = _for_merge(path)
-            data["entries"][result["key"]] = entry(result)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(data, f, indent=1, sort_keys=True)
-                f.write("\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, _mode_for(path))
-            os.replace(tmp, path)
-    except BaseException as e:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.remove(tmp)
-        if isinstance(e, OSError):
-            raise PortanetError(f"cannot save GEMM tuning to {path}: {e.strerror or e}; the "
-                                f"previous file, if any, is unchanged") from e
-        raise
-    _fsync_folder(path.parent)
+    with _folder_lock(Path(os.path.realpath(path)).parent):   # where the new file is made
+        data = _for_merge(path)
+        data["entries"][result["key"]] = entry(result)
+        files.write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n", _WHAT)
     _databases.pop(str(path), None)
     return path
 
 
+def check_output(path=None):
+    """Before a search, that its result can be saved to `path` (default: the user's
+    database): a regular file or nothing there, in a folder that can be written, and
+    where there is a file, a tuning database of this version. Raises PortanetError naming
+    the file and the fix, rather than after the search. Returns the Path."""
+    path = Path(path) if path is not None else user_path()
+    _for_merge(path)
+    return path
+
+
+_WHAT = "the GEMM tuning database"
+
+
 def _for_merge(path):
-    """The database at path as a dict to add to: a new one where there is none."""
+    """The database at path as a dict to add to: a new one where there is none. Anything
+    but a database of this version is refused, never rewritten or moved: a file of another
+    version, a foreign JSON, text that is not JSON or nested deeper than portanet reads."""
+    files.check_destination(path, _WHAT)        # a regular file or none: nothing else is read
     try:
-        data = json.loads(path.read_bytes())
+        text = path.read_bytes()
     except FileNotFoundError:
         return {"version": VERSION, "entries": {}}
-    except ValueError as e:             # not JSON, not UTF-8
-        kept = path.with_name(path.name + ".corrupt")
-        os.replace(path, kept)
-        log.warning("the GEMM tuning database %s is not JSON (%s): kept as %s, starting a new "
-                    "one", path, e, kept)
-        return {"version": VERSION, "entries": {}}
-    problem = _database_problem(data)
+    except OSError as e:
+        data, problem = None, f"it cannot be read ({e.strerror or e})"
+    else:
+        data, problem = _parsed(text)
     if problem:
-        raise PortanetError(f"will not write the GEMM tuning database {path}: {problem}; "
-                            f"give another file with --output")
+        raise PortanetError(f"will not write {_WHAT} {path}: {problem}; give another file "
+                            f"(portanet tune --output), or remove this one")
     return data
 
 

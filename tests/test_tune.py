@@ -67,6 +67,19 @@ def restored(pocl):
         del pocl.vendor_k
 
 
+def unfit_tiling(bk):
+    """A tiling a tuning may give that does not fit bk's limits (a larger device's: more
+    work-items per group, or more local memory)."""
+    import itertools
+    values = tuning.tuned_values()
+    names = ("TSM", "TSN", "TSK", "WPTM", "WPTN")
+    for chosen in itertools.product(*(values[k] for k in names)):
+        p = dict(gpu.GEMM_DEFAULTS, **dict(zip(names, chosen)), DB=1, PAD=4)
+        if tuning._params_problem(p) is None and not bk.gemm_fits(p):
+            return p
+    pytest.fail(f"every tiling fits {bk}")
+
+
 def other_tiling(bk):
     """A tiling that fits bk and is not its current one."""
     current = {**gpu.GEMM_DEFAULTS, **bk.gemm_params}
@@ -209,17 +222,73 @@ def test_a_search_per_size_each_applied_to_its_outputs(restored, databases):
     assert bk.gemm_params == large["params"]
 
 
-@pytest.mark.parametrize("sizes", [[], {"x": {"params": {"TSM": 32}}}, {"64": {}},
-                                   {"64": {"params": {"TSM": 1.5}}}])
-def test_an_entry_with_bad_sizes_is_ignored(pocl, tuned, databases, caplog, sizes):
-    result, _ = tuned
+@pytest.mark.parametrize("sizes,why", [
+    ([], "sizes is not an object"), ({"x": {"params": {"TSM": 32}}}, "sizes is not an object"),
+    ({"64": {}}, "sizes is not an object"), ({"64": {"params": {"TSM": 1.5}}}, "TSM=1.5"),
+    ({"64": {"params": {"WPTM": 0}}}, "sizes['64']: params WPTM=0")])
+def test_an_entry_with_bad_sizes_is_ignored(pocl, databases, caplog, sizes, why):
     user, _ = databases
     user.parent.mkdir()
     user.write_text(json.dumps({"version": 1, "entries": {
-        result["key"]: dict(tuning.entry(result), sizes=sizes)}}))
+        tuning.device_key(pocl): {"params": dict(gpu.CPU_TILES), "sizes": sizes}}}))
     with caplog.at_level(logging.WARNING, logger="portanet"):
         assert tuning.lookup(pocl) is None
-    assert "sizes is not an object" in caplog.text
+    assert why in caplog.text
+
+
+# what a hand-edited or damaged entry may hold: a value the kernel divides by that is zero,
+# one no tuning gives (a negative tile built no kernel), a name that is not a parameter
+# (names and values become the kernel's build options), a tiling inconsistent on every
+# device (MICRO reads 4-wide runs of the local rows, which PAD 1 leaves unaligned)
+BAD_PARAMS = [({"WPTM": 0}, "WPTM=0"), ({"TSM": -64}, "TSM=-64"), ({"TSM": 48}, "TSM=48"),
+              ({"TSM -DTSK=3 -DX": 64}, "'TSM -DTSK=3 -DX', which is not a parameter"),
+              ({"TSM": True}, "TSM=True is not a whole number"),
+              ({"MICRO": 1, "PAD": 1}, "not a tiling the GEMM kernel builds")]
+
+
+@pytest.mark.parametrize("params,why", BAD_PARAMS)
+def test_a_bad_tiling_is_skipped_with_a_warning_naming_file_entry_and_reason(
+        restored, databases, caplog, params, why):
+    """Such entries made the device unusable (ZeroDivisionError as it was made, a
+    KernelBuildError at its first GEMM, options passed to the compiler as written). The
+    entry is skipped, said with the file, the entry and the reason; the file's other
+    entries are used."""
+    bk = restored
+    user, _ = databases
+    user.parent.mkdir()
+    key, other = tuning.device_key(bk), "opencl | another device | x | 1 | gemm 000000000000"
+    user.write_text(json.dumps({"version": 1, "entries": {
+        key: {"params": dict(gpu.CPU_TILES, **params), "vendor_k": 4096},
+        other: {"params": dict(gpu.CPU_TILES), "vendor_k": 2048}}}))
+    default = dict(bk.gemm_params)
+    with caplog.at_level(logging.WARNING, logger="portanet"):
+        assert tuning.apply(bk) is False
+    assert bk.gemm_params == default and getattr(bk, "vendor_k", None) != 4096
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(said) == 1 and str(user) in said[0] and repr(key) in said[0], said
+    assert why in said[0], said
+    assert set(tuning._entries(user)) == {other}
+
+
+def test_a_bad_tiling_does_not_keep_a_device_from_being_made(pocl, databases, caplog):
+    user, _ = databases
+    user.parent.mkdir()
+    user.write_text(json.dumps({"version": 1, "entries": {
+        tuning.device_key(pocl): {"params": dict(gpu.CPU_TILES, WPTM=0)}}}))
+    p, d = map(int, pocl.name.split(":")[1:])
+    with caplog.at_level(logging.WARNING, logger="portanet"):
+        made = opencl.OpenCLBackend(p, d)
+    assert made.gemm_params == made.gemm_default and "WPTM=0" in caplog.text
+
+
+def test_every_tiling_the_search_can_give_is_a_valid_entry():
+    """The tilings an entry may hold are the ones the search measures: the defaults of
+    every class of device and the ladder below them as far as it fits (_tilings)."""
+    for p in [gpu.GEMM_DEFAULTS, gpu.CPU_TILES, gpu.SMALL_TILES,
+              gpu.gemm_params(True, 1024, 48 * 1024, 4), gpu.gemm_params(False, 64, 1152, 4)]:
+        while p is not None and gpu.gemm_fits(p, 1 << 20, 1 << 30):
+            assert tuning._params_problem(p) is None, p
+            p = gpu._halved(p)
 
 
 def test_user_path_follows_xdg_cache_home(monkeypatch, tmp_path):
@@ -252,8 +321,8 @@ def test_a_corrupt_user_file_is_ignored_with_a_warning(pocl, tuned, databases, c
     assert "ignoring the GEMM tuning database" in caplog.text and str(user) in caplog.text
 
 
-def test_a_bad_entry_is_ignored_and_a_corrupt_file_kept_when_saving(pocl, tuned, databases,
-                                                                      caplog):
+def test_a_bad_entry_is_ignored_and_a_corrupt_file_refused_when_saving(pocl, tuned, databases,
+                                                                        caplog):
     result, _ = tuned
     user, _ = databases
     user.parent.mkdir()
@@ -264,10 +333,11 @@ def test_a_bad_entry_is_ignored_and_a_corrupt_file_kept_when_saving(pocl, tuned,
         assert tuning.apply(pocl) is False
     assert "ignoring the entry" in caplog.text
     user.write_text("{not json")
-    with caplog.at_level(logging.WARNING, logger="portanet"):
+    with pytest.raises(PortanetError, match="not valid JSON"):
         tuning.save(result)
-    assert user.with_name("tuning.json.corrupt").read_text() == "{not json"
-    assert tuning.lookup(pocl) == tuning.entry(result)
+    assert user.read_text() == "{not json" and tuning.lookup(pocl) is None
+    user.unlink()
+    assert tuning.save(result) == user and tuning.lookup(pocl) == tuning.entry(result)
 
 
 def test_keys_change_with_the_kernel_source_and_the_driver(pocl, monkeypatch):
@@ -299,9 +369,8 @@ def test_apply_sets_the_tiling_and_vendor_k(restored, tuned, databases):
     tuning.save(dict(result, params=params, vendor_k=8192))
     assert tuning.apply(bk) is True
     assert bk.gemm_params == params and bk.vendor_k == 8192
-    # a tiling this device cannot run (here work per item that does not divide a tile) is
-    # not used; vendor_k still is
-    tuning.save(dict(result, params=dict(params, WPTM=3), vendor_k=2048))
+    # a tiling of another device, which this one cannot run, is not used; vendor_k still is
+    tuning.save(dict(result, params=unfit_tiling(bk), vendor_k=2048))
     assert tuning.apply(bk) is True
     assert bk.gemm_params == params and bk.vendor_k == 2048
 
@@ -398,3 +467,36 @@ def test_the_shipped_entries_are_for_these_kernels(monkeypatch):
     digests = {"cuda": tuning.kernel_hash("cu"), "opencl": tuning.kernel_hash("cl")}
     for key in data["entries"]:
         assert key.endswith(f"gemm {digests[key.split(' | ')[0]]}"), key
+
+
+NOT_A_DATABASE = [("[" * 2000 + "]" * 2000, "nested 2000 levels deep"),
+                  ('{"version": 99, "entries": {}}', "version 99"),
+                  ('{"name": "my settings"}', "not a portanet tuning database"),
+                  ("{not json", "not valid JSON")]
+
+
+@pytest.mark.parametrize("text,why", NOT_A_DATABASE)
+def test_tune_refuses_an_output_that_is_not_a_database_before_the_search(
+        tmp_path, monkeypatch, text, why):
+    """Such a file was refused (or a RecursionError raised) only after the whole search,
+    whose result was lost; it is refused before, and left as it was."""
+    monkeypatch.setattr(tuning, "tune", lambda *a, **k: pytest.fail("searched first"))
+    out = tmp_path / "db.json"
+    out.write_text(text)
+    result = CliRunner().invoke(main, ["tune", "--device", "cpu", "--quick", "--output",
+                                       str(out)])
+    assert result.exit_code == 1 and why in result.output and str(out) in result.output, \
+        result.output
+    assert "Traceback" not in result.output and out.read_text() == text
+    with pytest.raises(PortanetError, match=why):
+        tuning.save({"key": "opencl | a device | x | 1 | gemm 000000000000"}, out)
+    assert out.read_text() == text and [p.name for p in tmp_path.iterdir()] == ["db.json"]
+
+
+def test_tune_checks_where_it_writes_before_the_search(tmp_path, monkeypatch):
+    monkeypatch.setattr(tuning, "tune", lambda *a, **k: pytest.fail("searched first"))
+    os.mkfifo(tmp_path / "fifo")
+    for args, why in [(["--output", str(tmp_path / "fifo")], "FIFO"),
+                      (["--json", str(tmp_path / "no" / "t.json")], "does not exist")]:
+        result = CliRunner().invoke(main, ["tune", "--device", "cpu", "--quick", *args])
+        assert result.exit_code == 1 and why in result.output, result.output
