@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from . import __version__, backends, models, training
+from . import __version__, backends, files, models, training
 from . import precision as precision_module
 from .errors import PortanetError
 from .layers import Dense
@@ -580,13 +580,15 @@ def table(report):
 
 
 def plot(report, path):
-    """A bar chart of median time per workload case, one bar per device (log scale)."""
+    """A bar chart of median time per workload case, one bar per device (log scale),
+    written to `path` by files.write_atomically's rule (the suffix picks the format)."""
     try:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as e:
         raise PortanetError("--plot needs matplotlib: pip install 'portanet[plot]'") from e
+    files.check_destination(path, "the bench plot")            # before any drawing
     ok = [r for r in report["results"] if r["status"] == "ok"]
     ok = [{**r, "device": _series(r)} for r in ok]      # a series per device and precision
     cases = list(dict.fromkeys(f"{r['workload']}\n{r['case']}" for r in ok))
@@ -616,7 +618,10 @@ def plot(report, path):
     ax.set_title(f"portanet bench, {report['date']}")
     ax.legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    try:
+        files.write_atomically(path, lambda tmp: fig.savefig(tmp, dpi=120), "the bench plot")
+    finally:
+        plt.close(fig)
 
 
 def _series(row):
@@ -626,6 +631,7 @@ def _series(row):
 
 
 def write_json(report, path):
-    with open(path, "w") as f:
-        json.dump(report, f, indent=1, default=float)
+    """The report as JSON at `path`, by files.write_atomically's rule."""
+    files.write_text(path, json.dumps(report, indent=1, default=float) + "\n",
+                     "the bench report")
 

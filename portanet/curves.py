@@ -5,19 +5,20 @@
 
 Drawn with matplotlib's Agg canvas on a Figure of our own, never through pyplot, so a
 plot neither changes the backend of a program that uses matplotlib itself nor keeps
-figures alive in pyplot's list. The file is written as every portanet file is: into a
-temporary file in the same folder, flushed, fsynced, then renamed over the target, so a
-failure leaves an earlier plot at `path` whole.
+figures alive in pyplot's list. The file is written as every portanet file is
+(files.write_atomically): only over a regular file, through a symlink, with an earlier
+plot's permissions, atomically, so a failure leaves an earlier plot at `path` whole.
 """
 import numbers
 import os
-import tempfile
 
-from .errors import InputError, PortanetError
+from . import files
+from .errors import InputError
 
 PANELS = (("loss", "loss"), ("accuracy", "accuracy"))     # (history key, axis label)
 SIZE = (10, 4)                                              # inches: two panels side by side
 DPI = 100
+_WHAT = "the training curves"
 
 
 def plot(history, path, title=None):
@@ -34,9 +35,8 @@ def plot(history, path, title=None):
         raise InputError(f"plotting training curves needs matplotlib: "
                          f"pip install 'portanet[plot]' ({e})") from e
     path = os.fspath(path)
-    folder, name = os.path.split(os.path.abspath(path))
-    fmt = os.path.splitext(name)[1][1:].lower() or "png"
-    _check_destination(path, folder)            # before any drawing
+    fmt = os.path.splitext(path)[1][1:].lower() or "png"
+    files.check_destination(path, _WHAT, InputError)           # before any drawing
 
     fig = Figure(figsize=SIZE, dpi=DPI)
     canvas = FigureCanvasAgg(fig)
@@ -63,7 +63,7 @@ def plot(history, path, title=None):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    _write(fig, path, folder, name, fmt)
+    files.write_atomically(path, lambda tmp: fig.savefig(tmp, format=fmt), _WHAT)
     return path
 
 
@@ -97,38 +97,3 @@ def _series(history):
             raise InputError(f"plot: history['val_{key}'] has {len(val)} epochs but "
                              f"history[{key!r}] has {len(train)}")
     return found
-
-
-def _check_destination(path, folder):
-    if not os.path.isdir(folder):
-        raise InputError(f"plot: cannot write {path}: the folder {folder} does not exist; "
-                         f"create it first (os.makedirs)")
-    if os.path.isdir(path):
-        raise InputError(f"plot: cannot write {path}: it is a folder; give a file name in it")
-
-
-def _write(fig, path, folder, name, fmt):
-    try:
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name[:100]}.", suffix=".tmp")
-    except OSError as e:
-        raise PortanetError(f"plot: cannot write {path}: cannot create files in {folder} "
-                            f"({e.strerror or e}); choose a folder you can write to") from e
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=fmt)
-            f.flush()
-            os.fsync(f.fileno())
-        # mkstemp makes 0600 files: keep an earlier plot's mode, else what open() gives
-        # under the usual umask (reading the umask means setting it: not thread-safe)
-        os.chmod(tmp, os.stat(path).st_mode & 0o777 if os.path.isfile(path) else 0o644)
-        os.replace(tmp, path)
-    except BaseException as e:
-        try:
-            os.remove(tmp)
-        except OSError:
-            pass
-        if isinstance(e, OSError):
-            raise PortanetError(f"plot: could not write {path}: {e.strerror or e}; an earlier "
-                                f"file there is unchanged") from e
-        raise
-

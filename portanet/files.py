@@ -4,6 +4,7 @@
     check_destination(path, what)          before long work: can `path` be written?
     write_atomically(path, save, what)     the one writer rule (below), save(tmp) writes
     write_text(path, text, what)           the same for text
+    read_bytes(path, what, max_bytes)      a regular file's bytes; a FIFO or device refused
 
 A leaf module: it imports nothing of portanet's but errors, so the backends may use it.
 """
@@ -51,6 +52,36 @@ def parse_json(text, what, error=PortanetError, max_depth=MAX_JSON_DEPTH):
                     f"portanet's files") from e
 
 
+# -- reading -------------------------------------------------------------------------
+
+
+def read_bytes(path, what, error=PortanetError, max_bytes=None):
+    """The bytes of the regular file at `path` (a symlink followed). Anything else is
+    refused with `error` naming `what`, before it is opened where it can be told apart
+    (a FIFO would block the read, /dev/zero never ends), as is a file over max_bytes.
+    OSErrors (missing, unreadable) propagate as themselves: the caller knows what they
+    mean for it."""
+    info = os.stat(path)
+    if stat.S_ISDIR(info.st_mode):
+        raise error(f"cannot read {what} from {path}: it is a folder; give the path of a "
+                    f"file")
+    if not stat.S_ISREG(info.st_mode):
+        raise error(f"cannot read {what} from {path}: it is {_kind(info.st_mode)}, not a "
+                    f"regular file; choose another path")
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
+    fd = os.open(path, flags)
+    with open(fd, "rb") as f:
+        info = os.fstat(fd)              # the file opened, should path have changed since
+        if not stat.S_ISREG(info.st_mode):
+            raise error(f"cannot read {what} from {path}: it is {_kind(info.st_mode)}, not a "
+                        f"regular file; choose another path")
+        data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+    if max_bytes is not None and len(data) > max_bytes:
+        raise error(f"cannot read {what} from {path}: it is larger than the {max_bytes} "
+                    f"bytes such a file can be; it is not one of portanet's files")
+    return data
+
+
 # -- writing -------------------------------------------------------------------------
 #
 # One rule for every file portanet writes (models, checkpoints, ONNX exports, plots, the
@@ -63,7 +94,8 @@ def parse_json(text, what, error=PortanetError, max_depth=MAX_JSON_DEPTH):
 # or a kill at any moment the path holds the whole old file or the whole new one.
 
 _KINDS = ((stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"),
+          (stat.S_ISDIR, "a folder"))
 
 
 def check_destination(path, what, error=PortanetError):
@@ -143,9 +175,8 @@ def _destination(path, what, error):
             raise error(f"cannot save {what} to {shown}: it is a folder; give the name of a "
                         f"file in it")
         if mode is not None and not stat.S_ISREG(mode):
-            kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
-            raise error(f"cannot save {what} to {shown}: it is {kind}, not a regular file, "
-                        f"and portanet replaces only regular files; choose another path")
+            raise error(f"cannot save {what} to {shown}: it is {_kind(mode)}, not a regular "
+                        f"file, and portanet replaces only regular files; choose another path")
         folder = target.parent
         if not folder.exists():
             raise error(f"cannot save {what} to {shown}: the folder {folder} does not "
@@ -155,6 +186,10 @@ def _destination(path, what, error):
     except OSError as e:          # a name too long, a folder we may not look into, a loop
         raise error(f"cannot save {what} to {shown}: {e.strerror or e}") from e
     return target
+
+
+def _kind(mode):
+    return next((kind for test, kind in _KINDS if test(mode)), "a special file")
 
 
 def _temp_beside(target, shown, what, error, mkdir=False):

@@ -33,9 +33,16 @@ def product(bk, rng):
     assert np.allclose(bk.download(c), a @ b, rtol=1e-4, atol=1e-3)
 
 
+def scopes(path):
+    """The file's {scope: {key: path}}, checked to be marked as a routes file."""
+    kept = json.loads(path.read_text())
+    assert kept["format"] == "portanet-routes-1" and set(kept) == {"format", "scopes"}
+    return kept["scopes"]
+
+
 def only_entry(path, key):
     """The file's one scope, its routes, and the file's key of `key` (with its paths)."""
-    (scope, kept), = json.loads(path.read_text()).items()
+    (scope, kept), = scopes(path).items()
     (entry,) = [k for k in kept if k.startswith(repr(key)[:-1] + ", (")]
     return scope, kept, entry
 
@@ -57,7 +64,7 @@ def test_routes_are_kept_and_read_back(backend, rng, monkeypatch, tmp_path):
     if not paths:
         pytest.skip("one path only for this product here")
     other = next((p for p in paths if p in tilings and tilings[p] is not None), paths[0])
-    path.write_text(json.dumps({scope: {**kept, entry: other}}))
+    path.write_text(json.dumps({scope: {**kept, entry: other}}))      # the earlier layout
     routed(bk, monkeypatch)
     real = bk._timed
 
@@ -68,7 +75,8 @@ def test_routes_are_kept_and_read_back(backend, rng, monkeypatch, tmp_path):
     assert bk._routes[key] == other
     if other in tilings:
         assert bk._route_tilings[key] == tilings[other]
-    path.write_text(json.dumps({scope: {**kept, entry: "no such path"}}))
+    path.write_text(json.dumps({"format": "portanet-routes-1",
+                                "scopes": {scope: {**kept, entry: "no such path"}}}))
     routed(bk, monkeypatch)
     monkeypatch.setattr(bk, "_timed", real)
     product(bk, rng)
@@ -150,7 +158,7 @@ def test_writers_at_once_lose_no_route(tmp_path):
     for t in threads:
         t.join()
     assert all(p.wait(timeout=120) == 0 for p in procs)
-    kept = json.loads(path.read_text())["scope"]
+    kept = scopes(path)["scope"]
     assert len(kept) == 5 * 60 + 60
     assert all(kept[repr((r, i))] == f"p{r}" for r in range(3) for i in range(60))
     firsts = [kept[repr(("shared", i))] for i in range(60)]
@@ -193,8 +201,8 @@ def test_a_second_process_trains_as_the_first(device_name, monkeypatch, tmp_path
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr
         runs.append((int(done.stdout.split()[-1]), np.load(out)))
-    scopes = json.loads((tmp_path / "routes.json").read_text())
+    kept = scopes(tmp_path / "routes.json")
     assert runs[0][0] > 0 and runs[1][0] == 0, \
-        f"timed {runs[0][0]}, then {runs[1][0]}; scopes in the file: {len(scopes)}"
+        f"timed {runs[0][0]}, then {runs[1][0]}; scopes in the file: {len(kept)}"
     assert np.array_equal(runs[0][1], runs[1][1])
 

@@ -16,29 +16,43 @@ the file unused. Each route is kept with the names of the paths there were to ch
 (gpu._file_key), so a shape routed among other paths (no CLBlast, a conv workspace without
 room for im2col) is another entry.
 
-The file is JSON, rewritten whole under a lock (fcntl, a ".lock" file beside it) into a
-temporary file beside it, then os.replace: processes and threads that share it each add
-their routes and lose none. The first route written for an entry stays: a process that
-timed the same entry meanwhile takes the one in the file, so every process computes alike.
-A file that cannot be read or written is warned of once, and the routes then stay in
-memory; one that is not a routes file is an error that names it.
+The file is JSON, {"format": FORMAT, "scopes": {scope: {repr(key): path}}}, rewritten
+whole under a lock (fcntl, a ".lock" file beside it) by files.write_atomically's rule (a
+symlink written through, its permissions kept, atomically): processes and threads that
+share it each add their routes and lose none. The first route written for an entry stays:
+a process that timed the same entry meanwhile takes the one in the file, so every process
+computes alike. A file of the earlier layout (the scopes object alone: 24-hex-digit scopes
+of tuple keys) is read, and written back in this one. Only a routes file is ever
+rewritten: anything else at the path (other JSON, a folder, a FIFO, a file nested too
+deep) is an error that names it, and is left as it was. A routes file that cannot be read
+or written is warned of once, and the routes then stay in memory.
 """
 import contextlib
 import hashlib
 import importlib.metadata
 import json
 import os
-import tempfile
+import re
 import threading
 import warnings
 from pathlib import Path
 
+from .. import files
 from ..errors import PortanetError
 
 try:
     import fcntl
 except ImportError:                 # not on Windows: writers there are not serialised
     fcntl = None
+
+FORMAT = "portanet-routes-1"
+MAX_BYTES = 1 << 26     # thousands of shapes take a few MiB; anything larger is not ours
+_WHAT = "the routes (PORTANET_ROUTES)"
+_SCOPE = re.compile(r"[0-9a-f]{24}")            # scope()'s digests: the earlier layout's keys
+
+
+class _Unwritten(PortanetError):
+    """The routes file could not be written (a full disk, a read-only folder): warned of."""
 
 
 class RouteFile:
@@ -68,13 +82,14 @@ class RouteFile:
             if not self.writable:
                 return path
             try:
+                self._read()    # what is not a routes file is refused before a lock is made
                 with self._locked():
                     every = self._read()
                     mine = every.setdefault(self.scope, {})
                     path = mine.setdefault(repr(key), path)
                     self._routes = dict(mine)
                     self._write(every)
-            except OSError as e:
+            except (OSError, _Unwritten) as e:
                 self._cannot("written", e)
             return path
 
@@ -84,8 +99,8 @@ class RouteFile:
         if self.writable:
             self.writable = False
             warnings.warn(f"PORTANET_ROUTES={str(self.path)!r} cannot be {what} "
-                          f"({e.strerror or e}); the routes measured now stay in this "
-                          f"process only", RuntimeWarning, stacklevel=3)
+                          f"({getattr(e, 'strerror', None) or e}); the routes measured now "
+                          f"stay in this process only", RuntimeWarning, stacklevel=3)
 
     @contextlib.contextmanager
     def _locked(self):
@@ -93,7 +108,9 @@ class RouteFile:
         if fcntl is None:
             yield
             return
-        with open(self.path.with_name(f".{self.path.name}.lock"), "a") as lock:
+        # beside the file itself, so that a path through a symlink locks the same one
+        target = Path(os.path.realpath(self.path))
+        with open(target.with_name(f".{target.name}.lock"), "a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 yield
@@ -101,33 +118,50 @@ class RouteFile:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def _write(self, every):
-        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=f".{self.path.name}.")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(every, f, indent=0, sort_keys=True)
-            os.replace(tmp, self.path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        text = json.dumps({"format": FORMAT, "scopes": every}, indent=0, sort_keys=True)
+        files.write_text(self.path, text + "\n", _WHAT, _Unwritten)
 
     def _read(self):
+        """{scope: {key: path}} of the file; {} where it is missing or empty (touched).
+        Raises PortanetError where the path holds anything but a routes file."""
         try:
-            text = self.path.read_text()
+            raw = files.read_bytes(self.path, _WHAT, PortanetError, MAX_BYTES)
         except FileNotFoundError:
             return {}
-        if not text.strip():
-            return {}                   # made empty (touch): nothing kept yet
+        if not raw.strip():
+            return {}
         try:
-            every = json.loads(text)
-            if not isinstance(every, dict) or \
-                    not all(isinstance(v, dict) for v in every.values()):
-                raise ValueError("not an object of scopes")
-            return every
+            return _scopes(files.parse_json(raw, "its text", ValueError))
         except ValueError as e:
             raise PortanetError(f"PORTANET_ROUTES={str(self.path)!r} is not a routes file "
                                 f"({e}): give another path, or delete it to measure the "
                                 f"routes again") from e
+
+
+def _scopes(data):
+    """The {scope: {key: path}} of a routes file's JSON, of this layout or the earlier
+    one; ValueError for any other JSON, which is not ours to rewrite."""
+    if isinstance(data, dict) and "format" in data:
+        if data["format"] != FORMAT:
+            raise ValueError(f"its format is {data['format']!r}, and this portanet reads "
+                             f"{FORMAT!r}")
+        if set(data) != {"format", "scopes"}:
+            raise ValueError(f"it holds {sorted(set(data) - {'format', 'scopes'})} beside "
+                             f"the routes")
+        every, key_is = data["scopes"], lambda k: True
+    else:     # the earlier layout: scope digests alone, each of repr()s of tuples
+        every = data
+        if not isinstance(every, dict) or not every or \
+                not all(isinstance(s, str) and _SCOPE.fullmatch(s) for s in every):
+            raise ValueError("it is not an object of scopes")
+        key_is = lambda k: k.startswith("(") and k.endswith(")")   # noqa: E731
+    if not isinstance(every, dict) or not all(
+            isinstance(routes, dict) and all(
+                isinstance(k, str) and key_is(k) and isinstance(p, str)
+                for k, p in routes.items())
+            for routes in every.values()):
+        raise ValueError("its scopes are not objects of routes (text to text)")
+    return every
 
 
 def scope(*parts):
