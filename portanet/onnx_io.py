@@ -63,7 +63,8 @@ def to_onnx(net, path, opset=None):
                          f"onnx package's newest), got {opset!r}")
     model = export_model(net, opset)
     onnx.checker.check_model(model, full_check=True)
-    return checkpoint.write_atomically(path, lambda tmp: onnx.save_model(model, tmp))
+    return checkpoint.write_atomically(path, lambda tmp: onnx.save_model(model, tmp),
+                                       "the ONNX model")
 
 
 def export_model(net, opset=OPSET):
