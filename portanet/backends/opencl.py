@@ -249,12 +249,54 @@ class Limits:
             cap = caps["max_alloc"]
             max_alloc = min(max_alloc, int(cap * self.memory) if isinstance(cap, float) else cap)
         group = min(self.work_group, caps.get("work_group", self.work_group))
-        return dataclasses.replace(
+        capped = dataclasses.replace(
             self, work_group=group, work_items=tuple(min(w, group) for w in self.work_items),
             local_bytes=min(self.local_bytes, caps.get("local", self.local_bytes)),
             fp64=self.fp64 and caps.get("fp64", True), max_alloc=max_alloc,
             vector_width=min(self.vector_width, caps.get("vector", self.vector_width)),
             gpu=caps.get("gpu", self.gpu), profile=",".join(names) or spec)
+        capped._check_gemm(self, spec)
+        return capped
+
+    def _check_gemm(self, own, spec):
+        """Refuse caps under which no tiling of our GEMM kernel fits (gemm_params finds
+        none) for the reals the device keeps: float64 where it has them, whose slabs take
+        twice float32's local memory. Every product, so every network, would fail. The
+        DeviceError names the smallest work_group and local that work, found by bisection
+        over gemm_params itself, within the device's own limits."""
+        itemsize = 8 if self.fp64 else 4
+        if _gemm_tiling(self.gpu, self.work_group, self.local_bytes, itemsize) or \
+                not _gemm_tiling(self.gpu, own.work_group, own.local_bytes, itemsize):
+            return              # it fits, or the device's own limits do not: not the caps'
+        ways = " or ".join(self._smallest_caps(own, itemsize))
+        if self.fp64 and _gemm_tiling(self.gpu, self.work_group, self.local_bytes, 4):
+            what, also = "in float64, so no float64 network", ", or fp64=no for float32 alone"
+        else:
+            alone = " or ".join(self._smallest_caps(own, 4))
+            what = "at all, so no network"
+            also = "" if alone == ways else f" ({alone} with fp64=no, for float32 alone)"
+        raise DeviceError(
+            f"PORTANET_CL_LIMITS={spec!r}: with {self.work_group} work-items per group and "
+            f"{self.local_bytes} bytes of local memory no tiling of portanet's GEMM kernel "
+            f"fits {what} could run; the smallest values that work: {ways}{also}")
+
+    def _smallest_caps(self, own, itemsize):
+        """The caps that make a GEMM tiling fit with the least change to these limits:
+        local alone, work_group alone, else both, each the smallest that works."""
+        def fits(group, local):
+            return _gemm_tiling(self.gpu, group, local, itemsize)
+        ways = []
+        if fits(self.work_group, own.local_bytes):
+            local = _smallest(lambda v: fits(self.work_group, v), 1, own.local_bytes)
+            ways.append(f"local={local}")
+        if fits(own.work_group, self.local_bytes):
+            group = _smallest(lambda v: fits(v, self.local_bytes), 1, own.work_group)
+            ways.append(f"work_group={group}")
+        if not ways:
+            group = _smallest(lambda v: fits(v, own.local_bytes), 1, own.work_group)
+            local = _smallest(lambda v: fits(group, v), 1, own.local_bytes)
+            ways.append(f"work_group={group},local={local}")
+        return ways
 
 
 # device classes we cannot test on, as the limits their kernels must live within
@@ -283,6 +325,24 @@ def _limit_value(key, value, spec):
             return int(match.group(1)) * 1024 ** " kmg".index(match.group(2) or " ")
     raise DeviceError(f"PORTANET_CL_LIMITS={spec!r}: {key}={value!r} is not "
                       f"{LIMIT_KEYS[key]}")
+
+
+def _gemm_tiling(is_gpu, work_group, local, itemsize):
+    """Whether some tiling of our GEMM kernel fits these limits (gemm_params finds one)."""
+    try:
+        gemm_params(is_gpu, work_group, local, itemsize)
+    except RuntimeError:
+        return False
+    return True
+
+
+def _smallest(works, low, high):
+    """The smallest value in [low, high] for which works(value), which holds for high and
+    for every value above one for which it holds."""
+    while low < high:
+        middle = (low + high) // 2
+        low, high = (low, middle) if works(middle) else (middle + 1, high)
+    return high
 
 
 BOUND_KERNELS = 4096        # kernel objects with bound arguments kept (see _launch)
