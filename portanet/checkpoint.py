@@ -351,13 +351,16 @@ def _parse_architecture(path, raw):
     if raw is None:
         raise ModelFileError(f"{path} holds no architecture, not a portanet model file; "
                              f"{_HOW}")
+
+    def not_json(reason):
+        return ModelFileError(f"{path}: its architecture is not valid JSON for portanet "
+                              f"({reason}); {_HOW}")
     try:
         text = raw.decode("utf-8") if isinstance(raw, bytes) else raw
-        architecture = json.loads(text)
-    except (UnicodeDecodeError, ValueError, RecursionError) as e:
-        # RecursionError: a forged "[[[[..." nests deeper than the parser's stack
-        raise ModelFileError(f"{path}: its architecture is not valid JSON "
-                             f"({type(e).__name__}); the file is damaged; {_HOW}") from e
+    except UnicodeDecodeError as e:
+        raise not_json(f"{type(e).__name__}: the file is damaged") from e
+    # a forged "[[[[..." is refused by its depth before Python's parser recurses into it
+    architecture = files.parse_json(text, "it", error=not_json)
     if not isinstance(architecture, dict):
         raise ModelFileError(f"{path}: its architecture is a {type(architecture).__name__}, "
                              f"not a JSON object; the file is damaged; {_HOW}")

@@ -9,6 +9,7 @@ a training step allocates nothing.
 """
 import functools
 import math
+import reprlib
 
 import numpy as np
 
@@ -17,6 +18,12 @@ from .backends.base import ACTIVATIONS, CONV_WORKSPACE_BYTES, conv_out
 from .errors import InputError, ShapeError, check_count
 from .memory import elements
 from .rng import key_array, mix32
+
+# How deep Residual blocks may nest, one inside another (a ResNet's are 1 deep): far above
+# any real network, and low enough that everything that walks a network recursively (its
+# description, its saved architecture, configure, walk) stays within Python's recursion and
+# its file's JSON within files.MAX_JSON_DEPTH (3 levels a block).
+MAX_NESTING = 16
 
 # backward's delta_in_z where the loss kernel left the last layer's delta in its z and also
 # formed its bias gradient (Sequential._forward_loss); true, so other layers take it as True
@@ -45,6 +52,7 @@ class Layer:
     passes_storage = False      # our output is stored as our input is (Flatten, the pools,
     #                             Dropout): a 16-bit input gives a 16-bit output
     is_view = False             # our output is a view of our input (Flatten)
+    nesting = 0                 # Residual blocks this layer is, or holds, one inside another
     decayed = ()                # parameters that weight decay applies to (listed first)
 
     def config(self):
@@ -692,6 +700,9 @@ class Residual(Layer):
                              f"got {activation!r}")
         self.activation = activation
         self.projection = None
+        self.nesting = 1 + max(l.nesting for l in self.layers)
+        if self.nesting > MAX_NESTING:
+            raise nesting_error(self.nesting, "Residual blocks")
 
     def config(self):
         return {"layers": [[type(l).__name__, l.config()] for l in self.layers],
@@ -746,9 +757,9 @@ class Residual(Layer):
         if len(inp) == len(out) == 1:
             return Dense(out[0])
         if len(inp) == len(out) == 3:
-            for stride in range(1, max(inp[1:]) + 1):
-                if (conv_out(inp[1], 1, stride, 0), conv_out(inp[2], 1, stride, 0)) == out[1:]:
-                    return Conv2D(out[0], 1, stride=stride)
+            stride = _stride_to(inp[1:], out[1:])
+            if stride is not None:
+                return Conv2D(out[0], 1, stride=stride)
         raise ShapeError(f"{self}: its layers turn {inp} into {out}, which no 1x1 "
                          f"convolution (or Dense) of the input can match; keep the shapes "
                          f"or change them by a stride")
@@ -816,6 +827,24 @@ class Residual(Layer):
                     bk.view(self.dsum, self.a_prev.shape), self.da_prev)
 
 
+def _stride_to(sizes, outs):
+    """The smallest stride s with which a 1x1 window over each of sizes gives the matching
+    one of outs (conv_out(n, 1, s, 0) == o), or None: the strides that do are, for each
+    size, an interval, (n-1) // o < s <= (n-1) // (o-1), and their intersection's least
+    is the answer, found without trying strides one by one (an image 10**12 wide)."""
+    low, high = 1, None
+    for n, o in zip(sizes, outs):
+        if not 1 <= o <= n:
+            return None
+        low = max(low, (n - 1) // o + 1)
+        if o > 1:
+            high = (n - 1) // (o - 1) if high is None else min(high, (n - 1) // (o - 1))
+    if high is not None and low > high:
+        return None
+    assert all(conv_out(n, 1, low, 0) == o for n, o in zip(sizes, outs))
+    return low
+
+
 class Flatten(Layer):
     """(C, H, W) per sample -> (C.H.W,): with batch-innermost storage, a free view."""
     passes_storage = True
@@ -840,24 +869,43 @@ LAYERS = {"Dense": Dense, "Flatten": Flatten, "Conv2D": Conv2D, "MaxPool2D": Max
           "BatchNorm": BatchNorm, "Residual": Residual}
 
 
-def from_config(name, config):
-    """The layer saved as (name, config), or an InputError saying what is wrong."""
+def nesting_error(depth, what):
+    return InputError(f"{what} nest {depth} deep, more than the {MAX_NESTING} portanet "
+                      f"builds (layers.MAX_NESTING); make the network flatter: blocks one "
+                      f"after another rather than one inside another")
+
+
+def from_config(name, config, depth=0):
+    """The layer saved as (name, config), or an InputError saying what is wrong. depth:
+    the Residual blocks around it, which may nest MAX_NESTING deep (refused before
+    the configuration inside is read)."""
     if name not in LAYERS:
         raise InputError(f"unknown layer type {name!r}; portanet has {', '.join(LAYERS)}")
     if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
         raise InputError(f"{name}: its configuration must be a mapping of argument names, "
-                         f"got {config!r}")
+                         f"got {_short(config)}")
     if name == "Residual" and isinstance(config.get("layers"), list):
-        config = dict(config, layers=[from_config(*_pair(l)) for l in config["layers"]])
+        if depth >= MAX_NESTING:
+            raise nesting_error(f"{depth + 1} or more", "the saved Residual blocks")
+        config = dict(config, layers=[from_config(*_pair(l), depth + 1)
+                                      for l in config["layers"]])
     try:
         return LAYERS[name](**config)
     except TypeError as e:           # a missing or unknown argument
         raise InputError(f"{name}({', '.join(config)}): {e}") from e
 
 
-
 def _pair(saved):
     if not (isinstance(saved, (list, tuple)) and len(saved) == 2 and isinstance(saved[0], str)):
         raise InputError(f"Residual: each of its saved layers must be [name, configuration], "
-                         f"got {saved!r}")
+                         f"got {_short(saved)}")
     return saved
+
+
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxstring, _SHORT.maxother = 4, 80, 80
+
+
+def _short(value):
+    """repr(value) of a few levels and items: a file's values may be long or deep."""
+    return _SHORT.repr(value)

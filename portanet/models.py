@@ -15,13 +15,16 @@ A description is a sequence of layers, each `name(arguments)`:
     flatten                                               Flatten
 
 A residual block holds a description of its own, then its activation after a comma:
-`residual(conv(32, 3, pad=1) batchnorm(relu) conv(32, 3, pad=1) batchnorm, relu)`.
+`residual(conv(32, 3, pad=1) batchnorm(relu) conv(32, 3, pad=1) batchnorm, relu)`. Blocks
+may nest one inside another up to layers.MAX_NESTING (16) deep.
 The loss follows the last activation: softmax -> softmax cross-entropy, sigmoid -> binary
 cross-entropy, anything else -> MSE (or give loss=...).
 """
+import re
+
 from .errors import InputError
-from .layers import (AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Flatten, GlobalAvgPool2D,
-                     MaxPool2D, Residual)
+from .layers import (MAX_NESTING, AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Flatten,
+                     GlobalAvgPool2D, MaxPool2D, Residual, nesting_error)
 from .network import Sequential
 
 LAYER_NAMES = {"dense": Dense, "conv": Conv2D, "maxpool": MaxPool2D, "avgpool": AvgPool2D,
@@ -49,74 +52,98 @@ RESNET = ("conv(32, 3, pad=1) batchnorm(relu) "
 
 
 def parse(description):
-    """[layer objects] from a description."""
+    """[layer objects] from a description, read in one pass over its parentheses (the text
+    between them is sliced once): Residual blocks may nest layers.MAX_NESTING deep, and a
+    description nested deeper is refused before any of it is built."""
     if not isinstance(description, str):
         raise InputError(f"a model description is text such as 'dense(10, softmax)', got "
                          f"{description!r}")
-    layers = _layers(description.strip())
+    text = description.strip()
+    layers = _layers(text, 0, len(text), _groups(text))
     if not layers:
         raise InputError("the model description is empty")
     return layers
 
 
-def _layers(text):
-    layers, pos = [], 0
+def _groups(text):
+    """{index of each '(': (index of its ')', [indices of its own commas])}, in one pass;
+    an InputError where they nest deeper than MAX_NESTING blocks around a layer's own
+    arguments. A '(' left open is not in it; a ')' that closes nothing is left to _layers."""
+    groups, open_ = {}, []
+    for m in _PUNCTUATION.finditer(text):
+        c, i = m.group(), m.start()
+        if c == "(":
+            open_.append((i, []))
+            if len(open_) > MAX_NESTING + 1:
+                raise nesting_error(f"{len(open_) - 1} or more",
+                                    "the model description's residual blocks")
+        elif open_ and c == ")":
+            at, commas = open_.pop()
+            groups[at] = (i, commas)
+        elif open_:
+            open_[-1][1].append(i)
+    return groups
+
+
+_PUNCTUATION = re.compile(r"[(),]")
+
+
+def _layers(text, pos, end, groups):
+    """The layers described by text[pos:end]."""
+    layers = []
     while True:
-        while pos < len(text) and text[pos] in SEPARATORS:
+        while pos < end and text[pos] in SEPARATORS:
             pos += 1
-        if pos == len(text):
+        if pos == end:
             return layers
         start = pos
-        while pos < len(text) and (text[pos].isalnum() or text[pos] == "_"):
+        while pos < end and (text[pos].isalnum() or text[pos] == "_"):
             pos += 1
         if pos == start:
-            raise InputError(f"cannot read the model description at {text[start:]!r}; write "
-                             f"layers as name(arguments), e.g. 'dense(10, softmax)'")
+            raise InputError(f"cannot read the model description at {text[start:end]!r}; "
+                             f"write layers as name(arguments), e.g. 'dense(10, softmax)'")
         name, args = text[start:pos].lower(), None
-        while pos < len(text) and text[pos] == " ":
+        while pos < end and text[pos] == " ":
             pos += 1
-        if text.startswith("(", pos):
-            close = _closing(text, pos, start)
-            args, pos = text[pos + 1:close], close + 1
-        layers.append(_layer(name, args))
+        if pos < end and text[pos] == "(":
+            if pos not in groups or groups[pos][0] >= end:
+                raise InputError(f"missing ')' in the model description at "
+                                 f"{text[start:end]!r}")
+            close, commas = groups[pos]
+            args = (pos + 1, close, commas)
+            pos = close + 1
+        layers.append(_layer(name, text, args, groups))
 
 
-def _closing(text, open_at, start):
-    """The index of the ')' that closes the '(' at open_at (of the layer from start)."""
-    depth = 0
-    for i in range(open_at, len(text)):
-        depth += {"(": 1, ")": -1}.get(text[i], 0)
-        if depth == 0:
-            return i
-    raise InputError(f"missing ')' in the model description at {text[start:]!r}")
+def _pieces(text, args):
+    """(start, end) of each top-level comma-separated piece of the arguments, those that
+    are not blank."""
+    if args is None:
+        return []
+    start, close, commas = args
+    bounds = [start] + [c + 1 for c in commas]
+    ends = list(commas) + [close]
+    return [(a, b) for a, b in zip(bounds, ends) if text[a:b].strip()]
 
 
-def _split(args):
-    """The top-level comma-separated pieces of an argument list."""
-    pieces, depth, start = [], 0, 0
-    for i, c in enumerate(args):
-        depth += {"(": 1, ")": -1}.get(c, 0)
-        if c == "," and depth == 0:
-            pieces.append(args[start:i])
-            start = i + 1
-    return [p.strip() for p in pieces + [args[start:]] if p.strip()]
-
-
-def _layer(name, args):
-    """The layer for name(args), args being the text between the parentheses."""
+def _layer(name, text, args, groups):
+    """The layer for name(args), args being (start, end, commas) of the text between the
+    parentheses, or None."""
     name = ALIASES.get(name, name)
+    shown = f"{name}({text[args[0]:args[1]] if args else ''})"
     if name not in LAYER_NAMES:
         raise InputError(f"unknown layer {name!r} in the model description; use one of "
                          f"{', '.join(LAYER_NAMES)} (or a ready-made model: "
                          f"{', '.join(MODELS)})")
     positional, keywords = [], {}
-    pieces = _split(args or "")
+    pieces = _pieces(text, args)
     if name == "residual":
         if not pieces:
             raise InputError("residual(...) needs its layers, e.g. "
                              "'residual(conv(8, 3, pad=1) batchnorm, relu)'")
-        positional.append(_layers(pieces.pop(0)))
-    for arg in pieces:
+        positional.append(_layers(text, *pieces.pop(0), groups))
+    for a, b in pieces:
+        arg = text[a:b].strip()
         key, eq, value = arg.partition("=")
         if eq and "(" not in key:
             keywords[KEYWORDS.get(key.strip(), key.strip())] = _value(value.strip())
@@ -128,7 +155,7 @@ def _layer(name, args):
     try:
         return cls(*positional, **keywords)
     except (InputError, TypeError) as e:
-        raise InputError(f"{name}({args or ''}): {e}") from e
+        raise InputError(f"{shown}: {e}") from e
 
 
 def _value(text):

@@ -4,10 +4,12 @@ The file layer (safetensors, atomic writes, the bounded reader of old .npz files
 portanet/checkpoint.py; this module maps a network onto it and checks a file against the
 architecture it declares before anything is allocated or written: the layers must be
 ones portanet has, with valid arguments; the tensors exactly the parameters those layers
-have, of their shapes, real and finite; their bytes within the device's memory.
+have, of their shapes, real and finite; their bytes, and the network's for one sample,
+within the device's memory.
 """
 from . import checkpoint, layers as layer_module
 from .errors import InputError, ModelFileError, ShapeError
+from .memory import elements, size_text
 
 
 def architecture(net):
@@ -130,12 +132,51 @@ def load(path, device=None, dtype="float32", precision=None, loss_scale="auto"):
         arch = _architecture(f.architecture, path)
         try:
             layers = [layer_module.from_config(name, cfg) for name, cfg in arch["layers"]]
+            _check_declared(layers, arch["input_shape"], f, path, backend)
             net = Sequential(layers, arch["input_shape"], arch["loss"], backend, dtype,
                              loss_scale=loss_scale)
         except (InputError, ShapeError) as e:
             raise ModelFileError(f"{path}: the architecture in the file is not valid: {e}") from e
         _write_parameters(net, f, path)
     return net
+
+
+def _check_declared(layers, input_shape, f, path, backend):
+    """The sizes the file's architecture declares, bounded before the network is made
+    (Sequential allocates every parameter and draws its initial values): the layers'
+    shapes worked out (configure: nothing allocated), their parameters and one sample's
+    activations within the device's memory, and each parameter and saved buffer one of the
+    file's tensors, of its shape. So no layer is larger than the bytes the file holds, and
+    a file that does not hold its network is refused before any of it is allocated."""
+    from .network import _input_shape
+    shape = _input_shape(input_shape)
+    sample = elements(shape)
+    for layer in layers:
+        shape = layer.configure(backend, shape)
+    walked = list(layer_module.walk(layers))
+    declared = {f"{p}.{name}": tuple(int(n) for n in dims) for p, layer in walked
+                for name, dims in {**layer.parameters(), **layer.buffers()}.items()}
+    itemsize, cap = backend.dtype.itemsize, _cap(backend)
+    weights = sum(elements(dims) for dims in declared.values()) * itemsize
+    sample = (sample + sum(elements(layer.out_shape) for _, layer in walked)) * itemsize
+    if weights + sample > cap:
+        raise ModelFileError(
+            f"{path}: its architecture declares {size_text(weights)} of parameters and "
+            f"{size_text(sample)} for one sample's activations, more than the "
+            f"{size_text(cap)} {backend.name} has; this file is not for this device")
+    found = {name: tuple(e.shape) for name, e in f.entries.items()
+             if not name.startswith(TRAINING)}
+    missing = sorted(set(declared) - set(found))
+    unexpected = sorted(set(found) - set(declared))
+    wrong = [f"{n} is {found[n]} in the file, the layer's is {declared[n]}"
+             for n in declared if n in found and found[n] != declared[n]]
+    if missing or unexpected or wrong:
+        raise ModelFileError(
+            f"{path}: its tensors do not match the parameters of the layers it declares"
+            + (f"; missing: {', '.join(missing[:5])}" if missing else "")
+            + (f"; not in the network: {', '.join(unexpected[:5])}" if unexpected else "")
+            + (f"; {'; '.join(wrong[:5])}" if wrong else "")
+            + ": the file is damaged or was not written by net.save()")
 
 
 def _parameters(net):
