@@ -54,6 +54,7 @@ import json
 import logging
 import math
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -197,6 +198,9 @@ def _read(path):
     it cannot be read or is not a database; an entry that is not one is left out, warned
     with the file, the entry and the reason."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):     # a FIFO would block the reading
+            log.warning("ignoring the GEMM tuning database %s: it is not a regular file", path)
+            return {}
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return {}
@@ -212,7 +216,8 @@ def _read(path):
     for key, entry in data["entries"].items():
         problem = _entry_problem(entry)
         if problem:
-            log.warning("%s: ignoring the entry %r: %s", path, key, problem)
+            log.warning("%s: ignoring the entry %r: %s; `portanet tune` on that device "
+                        "writes a new one", path, key, problem)
         else:
             entries[key] = entry
     return entries
@@ -279,8 +284,8 @@ def _params_problem(params):
                     f"({', '.join(map(str, allowed[name]))})")
     if not gemm_fits({**GEMM_DEFAULTS, **params}, math.inf, math.inf):
         return (f"params {_params_text(params)} is not a tiling the GEMM kernel builds "
-                f"(the work per item must divide the tile, its loads the work-items, and "
-                f"MICRO needs work per item and PAD in 4s)")
+                f"(gemm_fits: the work per item divides the tile, the loads divide among the "
+                f"work-items, MICRO's 4-wide runs are aligned...)")
     return None
 
 

@@ -500,3 +500,21 @@ def test_tune_checks_where_it_writes_before_the_search(tmp_path, monkeypatch):
                       (["--json", str(tmp_path / "no" / "t.json")], "does not exist")]:
         result = CliRunner().invoke(main, ["tune", "--device", "cpu", "--quick", *args])
         assert result.exit_code == 1 and why in result.output, result.output
+
+
+def test_a_database_that_is_not_a_regular_file_is_ignored(databases, caplog):
+    """A FIFO as the user's database blocked every device's making on its reading."""
+    import threading
+    user, _ = databases
+    user.parent.mkdir()
+    os.mkfifo(user)
+    read = []
+    reader = threading.Thread(target=lambda: read.append(tuning._entries(user)), daemon=True)
+    with caplog.at_level(logging.WARNING, logger="portanet"):
+        reader.start()
+        reader.join(10)
+    if reader.is_alive():
+        with open(user, "w"):           # lets the blocked reader go
+            pass
+        pytest.fail("reading the tuning database blocked on a FIFO")
+    assert read == [{}] and "not a regular file" in caplog.text and str(user) in caplog.text
