@@ -1,6 +1,8 @@
 """A backend is shared by every network built on its device string, so it must be safe to
 use from several threads at once: two threads training their own networks on one OpenCL
-device get bit for bit the results of the same trainings run one after the other."""
+device get bit for bit the results of the same trainings run one after the other. One
+network used from several threads runs their calls one at a time, and free() waits for
+the call that runs."""
 import gc
 import sys
 import threading
@@ -155,8 +157,9 @@ def paused_forward(net, inside, pause=0.2):
 
 @pytest.mark.parametrize("device", ["cpu", "opencl:pocl", "opencl:intel"])
 def test_free_waits_for_another_threads_predict(device):
-    """free() from another thread while predict runs (on PoCL this freed the buffers under
-    the kernels: SIGSEGV) waits for predict to end; later calls are refused, naming free()."""
+    """free() from another thread while predict runs (which freed the buffers under the
+    kernels: SIGSEGV on PoCL, a failed launch on Intel's OpenCL, NaN on cpu) waits for
+    predict to end; later calls are refused, naming free()."""
     net = small_net(device)
     x = np.random.default_rng(0).standard_normal((40, 6)).astype(np.float32)
     want = net.predict(x)
