@@ -25,11 +25,14 @@ PORTANET_ROUTES  a file (JSON) of the paths auto routing measured on each device
 PORTANET_GRAPHS  on (default) or off: record a training step once (a CUDA graph; on OpenCL
                  its bound launches) and replay it
 PORTANET_TUNING  on (default) or off: use the GEMM tilings `portanet tune` measured for
-                 the device (off: the ones its limits give, as on an untuned device)
+                 the device (off: the ones its limits give, as on an untuned device); an
+                 entry that is not a tiling the search could give is skipped, warned
 PORTANET_DATA    first folder searched for dataset files
 PORTANET_CL_LIMITS  caps on what the OpenCL backend believes of its device: a profile
                  (amd, intel-gpu, mobile) and/or key=value items (work_group=128,
-                 local=32k, fp64=no, max_alloc=25%, vector=1, gpu=yes), comma-separated
+                 local=32k, fp64=no, max_alloc=25%, vector=1, gpu=yes), comma-separated;
+                 caps under which no GEMM tiling fits are refused, naming the smallest
+                 that work
 XDG_CACHE_HOME   the cache folder (default ~/.cache): portanet/ holds compiled kernels
 """
 import os
