@@ -486,6 +486,7 @@ class OpenCLBackend(KernelBackend):
         # CLBlast multiplies its inputs as they are: fp16's products are our kernels'
         self.vendor_gemm = (pyclblast is not None and not self.simulator
                             and self.precision in ("fp32", "fp64"))
+        self._check_compiler()
         self._load_kernels()
         self.gemm_path = "own" if self.simulator else self.gemm_path_asked()
         tuning.apply(self)              # `portanet tune`'s parameters for this device
@@ -539,6 +540,27 @@ class OpenCLBackend(KernelBackend):
         return ["-cl-std=CL2.0"]
 
     # -- programs ------------------------------------------------------------------------
+
+    def _check_compiler(self):
+        """Refuse, as an unusable device, one whose compiler builds nothing here: a CPU
+        runtime whose LLVM predates the host processor (PoCL 3.0 on AMD's Zen 5 says
+        "unknown target CPU 'generic'") fails every kernel, so it is not a device to offer.
+        One empty kernel, built once per device and options (the driver caches it)."""
+        try:
+            with warnings.catch_warnings():     # drivers chatter on success (see _program)
+                warnings.simplefilter("ignore", cl.CompilerWarning)
+                cl.Program(self.ctx, "__kernel void portanet_probe(void) {}").build(
+                    options=self.options, cache_dir=str(self.cache_dir))
+        except cl.Error as e:
+            lines = [l.strip() for l in str(e).splitlines() if "error" in l.lower()]
+            said = (lines[-1] if lines else " ".join(str(e).split()))[:300]
+            raise DeviceError(
+                f"{self.name} ({self.device.name.strip()}, {self.platform.name.strip()}) "
+                f"cannot build any kernel here: its compiler says {said!r}. Its runtime "
+                f"does not support this machine (a CPU runtime older than the processor, a "
+                f"broken install); use another device (portanet devices lists them) or "
+                f"install a newer build of this runtime") from e
+
 
     def _kernel(self, family, name, options=()):
         return cl.Kernel(self._program(family, options), name)
