@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import config
+from . import config, files
 from .errors import DataError
 
 _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
@@ -184,23 +184,24 @@ def fetch(name, dest=None):
         if not digest:
             raise DataError(f"{url}: no sha256 is known for it, and an unverifiable "
                             f"file is never stored; put the file in {dest} yourself")
-        target = dest / (stem + ".gz")
-        part = target.with_name(target.name + ".part")
-        try:
-            got = _download(url, part, size, stem)
+
+        def save(part):
+            try:
+                got = _download(url, part, size, stem)
+            except (OSError, http.client.HTTPException) as e:
+                # URLError, HTTPError, socket.timeout and ConnectionError are all OSErrors
+                reason = e.reason if type(e) is urllib.error.URLError else e  # no "<urlopen "
+                folders = ", ".join(str(base / name) for base in config.data_dirs())
+                raise DataError(f"cannot download {url} ({reason}). Without network: put the "
+                                f"IDX files in one of {folders}{_install_hint(name)}; or "
+                                f"retry with network.") from e
             if got != digest:
                 raise DataError(f"{url}: sha256 {got} is not the expected {digest}: the "
                                 f"download is damaged or the file changed; try again")
-            os.replace(part, target)
-        except (OSError, http.client.HTTPException) as e:
-            # URLError, HTTPError, socket.timeout and ConnectionError are all OSErrors
-            reason = e.reason if type(e) is urllib.error.URLError else e  # no "<urlopen "
-            folders = ", ".join(str(base / name) for base in config.data_dirs())
-            raise DataError(f"cannot download {url} ({reason}). Without network: put the IDX "
-                            f"files in one of {folders}{_install_hint(name)}; or retry "
-                            f"with network.") from e
-        finally:
-            part.unlink(missing_ok=True)
+
+        # moved into place only once verified, by the rule every portanet file follows
+        files.write_atomically(dest / (stem + ".gz"), save, f"the dataset file {stem}.gz",
+                               DataError)
 
 
 def _download(url, part, size, label):
@@ -215,8 +216,6 @@ def _download(url, part, size, label):
                 f.write(chunk)
                 done += len(chunk)
                 _progress(label, done, size)
-            f.flush()
-            os.fsync(f.fileno())
     finally:
         if done:
             print(file=sys.stderr)  # end the progress line, also before an error message

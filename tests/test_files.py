@@ -266,3 +266,25 @@ def test_a_routes_file_of_the_earlier_layout_is_read_and_carried_over(tmp_path):
     assert kept["format"] == "portanet-routes-1"
     assert kept["scopes"] == {SCOPE: {repr((1, 2, ("a", "b"))): "a"},
                               "other": {repr(("k",)): "p"}}
+
+
+def test_a_download_does_not_replace_a_fifo(tmp_path, monkeypatch):
+    """A dataset file is stored by the same rule: a FIFO where it goes is refused (before
+    the rule, the verified download was renamed over it)."""
+    import gzip
+    import hashlib
+    import io
+    import urllib.request
+    from portanet import data
+    body = gzip.compress(b"\x00\x00\x08\x01\x00\x00\x00\x01\x07")      # IDX: 1 byte
+    monkeypatch.setattr("portanet.config.data_dirs", lambda: [tmp_path])
+    monkeypatch.setitem(data.DATASETS, "tiny", {
+        "url": "https://example.invalid/tiny/",
+        "files": {"t": (len(body), hashlib.sha256(body).hexdigest())}})
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: io.BytesIO(body))
+    (tmp_path / "tiny").mkdir()
+    os.mkfifo(tmp_path / "tiny" / "t.gz")
+    with pytest.raises(pn.DataError, match=r"t\.gz.*FIFO"):
+        data.fetch("tiny", dest=tmp_path)
+    assert stat.S_ISFIFO(os.lstat(tmp_path / "tiny" / "t.gz").st_mode)
+    assert os.listdir(tmp_path / "tiny") == ["t.gz"]
