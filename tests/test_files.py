@@ -226,6 +226,32 @@ def test_check_destination_leaves_nothing(tmp_path):
         files.check_destination(tmp_path / "no" / "f", "x", pn.InputError)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away needs root")
+def test_root_keeps_the_owner_and_group(tmp_path):
+    path = tmp_path / "shared.txt"
+    path.write_text("old")
+    os.chown(path, 4321, 4322)
+    os.chmod(path, 0o2664)
+    files.write_text(path, "new", "the text")
+    info = os.stat(path)
+    assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (4321, 4322, 0o2664)
+    assert path.read_text() == "new"
+
+
+def test_read_bytes_takes_regular_files_only(tmp_path):
+    (tmp_path / "f").write_bytes(b"12345")
+    (tmp_path / "link").symlink_to(tmp_path / "f")
+    os.mkfifo(tmp_path / "fifo")
+    assert files.read_bytes(tmp_path / "link", "x") == b"12345"
+    for name, says in (("fifo", "FIFO"), (".", "folder")):
+        with pytest.raises(pn.DataError, match=f"cannot read the data from .*{says}"):
+            within(20, files.read_bytes, tmp_path / name, "the data", pn.DataError)
+    with pytest.raises(PortanetError, match="larger than the 4 bytes"):
+        files.read_bytes(tmp_path / "f", "x", max_bytes=4)
+    with pytest.raises(FileNotFoundError):
+        files.read_bytes(tmp_path / "missing", "x")
+
+
 # -- the routes file is portanet's own or refused -------------------------------------
 
 
