@@ -34,7 +34,6 @@ import safetensors.numpy
 
 from . import files
 from .errors import ModelFileError
-from .files import _fsync_folder, _mode_for  # noqa: F401 (tuning imports them from here)
 
 FORMAT = "portanet-model-2"
 OLD_FORMAT = "portanet-model-1"   # the .npz that Sequential.save wrote before FORMAT

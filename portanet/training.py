@@ -22,6 +22,7 @@ kernels are deterministic: the NumPy reference, PoCL, and CUDA/OpenCL without at
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import time
 
@@ -32,6 +33,8 @@ from . import precision as precisions
 from .errors import DivergedError, InputError, ModelFileError, check_count
 from .layers import Dropout, parameter_views
 from .memory import Buffer, MemoryPlan, allocate, elements, refuse
+
+log = logging.getLogger("portanet")
 
 MAX_GRAPHS = 16         # recorded steps kept per network (see train_step)
 DATA_SHARE = 0.5        # fit keeps the training set on a GPU if all fits in this share
@@ -545,8 +548,12 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
         for k, v in logs.items():
             history.setdefault(k, []).append(v)
         if checkpoint is not None and distributed.leader():
-            saving.save(net, checkpoint, Run(epoch + 1, dict(history), rng.bit_generator.state,
-                                             run.settings))
+            try:
+                saving.save(net, checkpoint, Run(epoch + 1, dict(history),
+                                                 rng.bit_generator.state, run.settings))
+            except ModelFileError as e:     # the training is worth more than its safety net
+                log.warning("epoch %d's checkpoint was not written, the training goes on: %s",
+                            epoch + 1, e)
         if on_epoch:
             on_epoch(epoch, logs)
         for c in callbacks:
