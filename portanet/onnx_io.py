@@ -202,10 +202,6 @@ MAX_FILE_BYTES = 2 << 30
 # broadcast that multiplies them; FLOOR is room for the biases portanet adds (MatMul's).
 GROWTH = 4
 FLOOR = 1 << 20
-# Residual blocks inside one another: deeper than any network in use (a ResNet nests one
-# level, a U-Net a few), shallow enough that the network saves into a file portanet reads
-# back (each level is three of the architecture's JSON levels; files.MAX_JSON_DEPTH is 64).
-MAX_NESTING = 16
 
 
 def from_onnx(model, device=None, dtype="float32", loss=None, seed=0):
@@ -224,9 +220,10 @@ def from_onnx(model, device=None, dtype="float32", loss=None, seed=0):
     resolved), each tensor's bytes within its file, as many as its type and shape take, no
     two tensors on the same bytes; every weight finite (running variances >= 0) and every
     attribute in its range; constant folding, and the network's parameters, at most GROWTH
-    times the values the file holds plus FLOOR; residual blocks nested at most MAX_NESTING
-    deep. A file that breaks one is a ModelFileError, a graph portanet has no layers for an
-    InputError, each naming the file and the node or tensor."""
+    times the values the file holds plus FLOOR; residual blocks nested at most
+    layers.MAX_NESTING deep (the walk stops there). A file that breaks one is a
+    ModelFileError, a graph portanet has no layers for an InputError, each naming the file
+    and the node or tensor."""
     from .network import Sequential
     onnx = _onnx()
     if isinstance(model, (str, os.PathLike)):
@@ -988,10 +985,11 @@ class _Reader:
         """(the Residual block forking at v, the stream value after its Add); depth: how
         many blocks it is inside, itself included."""
         join = self.join(v)
-        if depth > MAX_NESTING:
-            raise InputError(f"{self.where}: residual blocks nested more than {MAX_NESTING} "
-                             f"deep inside one another (the one that {join} closes); "
-                             f"portanet reads blocks nested up to {MAX_NESTING} deep")
+        if depth > L.MAX_NESTING:       # before the walk goes deeper, not after
+            raise InputError(f"{self.where}: residual blocks nested more than "
+                             f"{L.MAX_NESTING} deep inside one another (the one that {join} "
+                             f"closes), more than portanet builds (layers.MAX_NESTING): "
+                             f"make the network flatter, blocks one after another")
         if len(users) != 2:
             raise self.unsupported(join.node, f"{len(users)} streams forking from {v!r}; "
                                               f"portanet's residual blocks have two")
