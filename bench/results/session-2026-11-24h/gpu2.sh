@@ -1,1 +1,0 @@
-source bench/gpu_setup.sh; export PYTHONPATH=$PWD:$PYTHONPATH; timeout 120 python3 bench/results/session-2026-11-24h/debug.py 2>&1 | grep -v Warn | tail -60; timeout 120 python3 bench/results/session-2026-11-24h/debug.py pad 2>&1 | grep -v Warn | grep -v "^w" | tail -12
