@@ -244,8 +244,8 @@ class _Nccl:
     """The NCCL engine (nccl4py): every rank a CUDA device, x averaged where it is, on the
     backend's stream, in order with its kernels (scal, then an in-place all-reduce of a
     DLPack view of x), with no host copy and no wait. MPI still starts the job, passes
-    NCCL's unique id and sums the epoch's few numbers. Written against nccl4py 0.6;
-    awaiting its first run on two GPUs (bench/gpu_issue16.sh)."""
+    NCCL's unique id and sums the epoch's few numbers. Written against nccl4py 0.6; its
+    scaling on two GPUs: bench/gpu_distributed.sh, docs/benchmarks-multi-gpu.md."""
 
     def __init__(self, group):
         try:
