@@ -3,7 +3,7 @@ microseconds per launch (back to back, `--repeats` of them), for an empty kernel
 without arguments, through pyopencl (an Event per call) and straight through the OpenCL
 library (no event, as a replayed step enqueues), on an in-order and an out-of-order queue;
 and the host cost of a batch's upload from pageable and from pinned memory. It says what
-bounds a step of small kernels on a driver (issue 11: NVIDIA's OpenCL pays ~8 us a launch).
+bounds a step of small kernels on a driver (NVIDIA's OpenCL pays ~8 us a launch).
 
 Usage: python bench/cl_launch_cost.py [--device opencl:0:0] [--repeats 2000]
 """

@@ -1,8 +1,8 @@
-"""Where the host's time goes in a training epoch from host arrays (issue 11: the LeNet
-epoch on opencl:0:0 took 1.7x cuda's although its replayed step is 1.2x): the epoch timed
-as fit runs it, then once more under cProfile, with the host microseconds per batch in the
-batch's upload, in the step (a replay) and in the rest of fit's loop, and the functions
-that cost most.
+"""Where the host's time goes in a training epoch from host arrays (an epoch slower against
+another device than its replayed step is points at the host): the epoch timed as fit runs
+it, then once more under cProfile, with the host microseconds per batch in the batch's
+upload, in the step (a replay) and in the rest of fit's loop, and the functions that cost
+most.
 
 Usage: python bench/epoch_profile.py [--device opencl:0:0] [--samples 20000] [--batch 64]
        [--model lenet|mlp] [--on-device]   (fit(data_on_device=True): the set kept on the

@@ -9,8 +9,8 @@
              (wgmma.cu) and cuBLAS's gemm_ex on the same 16-bit K-major operands, float32 c;
              the two library paths with their 16-bit copies; torch.mm in the 16-bit type
 
-Usage: python bench/gpu_compare.py [--json out.json] [--only gemm,mlp-big,mlp-small,tensor]
-                                   [--variants] [--opencl opencl:nvidia]
+Usage: python bench/gemm_paths.py [--json out.json] [--only gemm,mlp-big,mlp-small,tensor]
+                                 [--variants] [--opencl opencl:nvidia]
 Inputs live on the device for both libraries; times are medians of repeated samples.
 """
 import argparse

@@ -1,8 +1,8 @@
 """Our GEMM on one mid-size product, over many tilings and splits of K: how fast can the
-kernel as it is run one shape (issue 11: mlp-small's 500 x 1000 x 1000 products, where
-cuBLAS takes 35-38 us and routing's best tiling 45-50)?
+kernel as it is run one shape (mlp-small's 500 x 1000 x 1000 products, for one, where
+cuBLAS is faster than routing's best tiling on the H100: docs/benchmarks-h100.md)?
 
-    python bench/mid_gemm.py opencl:0:0 500 1000 1000 NN --dense --seconds 120
+    python bench/gemm_tilings.py opencl:0:0 500 1000 1000 NN --dense --seconds 120
 
 Times the vendor's call, routing's candidates (`_candidates`) and then random tilings of
 `space` with random splits of K (--grid: GRID_TILES and their splits, in order) until the

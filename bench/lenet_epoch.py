@@ -6,7 +6,7 @@ portanet in one fit(epochs=N) call (each epoch's seconds from its history), whic
 default keeps the set on a GPU and gathers the batches there; PyTorch takes each shuffled
 batch from the arrays.
 
-Usage: python bench/lenet_compare.py [--devices cuda,opencl] [--epochs 3] [--json out.json]
+Usage: python bench/lenet_epoch.py [--devices cuda,opencl] [--epochs 3] [--json out.json]
        [--data-on-device auto|true|false]   (fit's data_on_device; default auto)
 """
 import argparse

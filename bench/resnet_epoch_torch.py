@@ -18,7 +18,7 @@ Each epoch is timed between device synchronisations, after a warm-up of a few ba
 a separate copy of the network (CUDA context, cuDNN and cuBLAS handles, allocator).
 Prints a line per epoch on stderr and one JSON object on stdout.
 
-Usage: python bench/resnet_torch.py [--epochs 10] [--limit N] [--device cuda|cpu]
+Usage: python bench/resnet_epoch_torch.py [--epochs 10] [--limit N] [--device cuda|cpu]
        [--batch-size 128] [--lr LR] [--seed 0] [--json out.json]
 """
 import argparse
@@ -97,7 +97,7 @@ class Twin:
         if kind == "Residual":
             inner, out = self.sequence(layer.layers, shape)
             return residual_block(self.torch, inner, self.shortcut(shape, out), act), out
-        raise SystemExit(f"resnet_torch.py: no torch twin for portanet's {kind} layer")
+        raise SystemExit(f"resnet_epoch_torch.py: no torch twin for portanet's {kind} layer")
 
     def shortcut(self, shape, out):
         """portanet's: the input where the shapes agree, else a 1x1 convolution with the

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The result set of one GPU host (docs/benchmarks.md): `portanet bench` beside PyTorch, the
+# JSON, its plot and the printed table under $OUT. One part per call (each fits 10 minutes):
+#   bash bench/gpu_bench.sh fp32        every workload on cuda and the GPU's OpenCL device
+#                                       ($OPENCL, default opencl:0:0), PyTorch eager and in
+#                                       a CUDA graph beside cuda: bench.json, bench.png
+#   bash bench/gpu_bench.sh precisions  gemm and the training steps on cuda in fp32, tf32,
+#                                       bf16 and fp16, PyTorch computing alike:
+#                                       precisions.json, precisions.png
+source bench/gpu_setup.sh
+case "$1" in
+fp32)
+    timeout 560 python3 -m portanet.cli bench --device cuda --device "${OPENCL:-opencl:0:0}" \
+        --json "$OUT/bench.json" --plot "$OUT/bench.png" 2>&1 | grep -v Warning \
+        | tee "$OUT/bench.txt" | tail -30 ;;
+precisions)
+    timeout 560 python3 -m portanet.cli bench --device cuda --workload gemm \
+        --workload mlp-big --workload mlp-small --workload lenet-step --workload resnet-step \
+        --precision fp32 --precision tf32 --precision bf16 --precision fp16 \
+        --json "$OUT/precisions.json" --plot "$OUT/precisions.png" 2>&1 | grep -v Warning \
+        | tee "$OUT/precisions.txt" | tail -40 ;;
+*)
+    echo "usage: bash bench/gpu_bench.sh fp32|precisions"; exit 2 ;;
+esac
