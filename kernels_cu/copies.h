@@ -12,7 +12,7 @@
 
 /* STORED: the type of an array the kernel may write or read in 16-bit storage (a Dense's or
    Conv2D's z and a where another of them reads a, a pool's or Dropout's output between them,
-   the batch one reads first: docs/ARCHITECTURE.md, "16-bit storage");
+   the batch one reads first: docs/storage16.md);
    built with STORED_HALF its 16 bits (TO_STORED rounds as half_bits, FROM_STORED is
    half_value; OPERAND_STORED reads a product's input, which OPERAND rounds where it is
    real), else real as it is. */

@@ -37,7 +37,7 @@ class Layer:
     output_kept = False         # the next layer keeps our output so (set by its network)
     half_storage = False        # its z and a may be 16-bit, and it reads a 16-bit a_prev
     #                             (Dense, Conv2D, BatchNorm, Residual blocks of these:
-    #                             docs/ARCHITECTURE.md, "16-bit storage")
+    #                             docs/storage16.md)
     half_alike = False          # and it stores its output as it reads its input (BatchNorm,
     #                             Residual): 16 bits only where both are
     half_out = False            # its z and a are 16-bit (set by its network: bf16 or fp16,

@@ -11,7 +11,7 @@
 
 In bf16 and fp16 what only products read is stored in 16 bits (`STORAGE`): the input
 batch where a Dense reads it first, and a Dense's z and a where another Dense reads a
-(docs/ARCHITECTURE.md, "16-bit storage"). Everything else stays float32: the weights (the
+(docs/storage16.md). Everything else stays float32: the weights (the
 master copy) and the optimizer's state, gradients, the last layer's outputs and the other
 layers' activations. Elsewhere only the matrix products' inputs round (16-bit copies of
 them where a vendor GEMM reads 16-bit types).

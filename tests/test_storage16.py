@@ -1,4 +1,4 @@
-"""16-bit storage in bf16 and fp16 (docs/ARCHITECTURE.md, "16-bit storage"): the batch where
+"""16-bit storage in bf16 and fp16 (docs/storage16.md): the batch where
 a Dense reads it first, and a Dense's z and a where another Dense reads them, are held in
 16 bits (precision.STORAGE); the kernels that write them round as the reference's
 to_storage, the products read them as they are.

@@ -782,8 +782,8 @@ class KernelBackend(Backend):
 
     def _tiling(self, m, n, k, conv=None):
         """(params, parts, k_chunk): the tiling of our GEMM for an m x n x k product, the
-        parts its K is split in and the terms of each. In order (docs/ARCHITECTURE.md has
-        the measurements behind each step):
+        parts its K is split in and the terms of each. In order (docs/gemm.md has
+        the reasons behind each step):
           - the tuned size class nearest the output (`_size_class`), or the device's one
             tiling; run as tuned (one group per tile, K unsplit) where the output fills as
             many of its tiles as the class's own product;
