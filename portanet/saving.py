@@ -7,7 +7,7 @@ ones portanet has, with valid arguments; the tensors exactly the parameters thos
 have, of their shapes, real and finite; their bytes, and the network's for one sample,
 within the device's memory.
 """
-from . import checkpoint, layers as layer_module
+from . import checkpoint, layers as layer_module, run_state
 from .errors import InputError, ModelFileError, ShapeError
 from .memory import elements, size_text
 
@@ -21,25 +21,24 @@ TRAINING = "optimizer."      # the prefix of the optimizer's tensors in a checkp
 
 
 def save(net, path, run=None):
-    """The network to `path`; with run (a training.Run, from fit's checkpoints) also the
+    """The network to `path`; with run (a run_state.Run, from fit's checkpoints) also the
     optimizer's state and what resuming needs, in the metadata's "training" entry."""
-    from . import training
     tensors = {name: net.backend.download(x) for name, x in _parameters(net).items()}
     metadata = None
     if run is not None:
         tensors.update({name: net.backend.download(x)
                         for name, x in net.optimizer_state.tensors().items()})
-        metadata = {"training": training.training_metadata(net, run)}
+        metadata = {"training": run_state.training_metadata(net, run)}
     checkpoint.write(path, architecture(net), tensors, metadata)
 
 
 def resume(net, path, settings, epochs):
-    """The training.Run saved in checkpoint `path`, after writing its parameters, optimizer
+    """The run_state.Run saved in checkpoint `path`, after writing its parameters, optimizer
     state, step count and Dropout steps into net, whose optimizer state fit has prepared.
     The file must come from fit(checkpoint=...) of this architecture with the same
-    settings (training.SETTINGS and LATER_SETTINGS: precision, batch size, optimizer,
+    settings (run_state.SETTINGS and LATER_SETTINGS: precision, batch size, optimizer,
     schedule, seed, shuffling, samples, loss scale, loss, validation, ranks), its training
-    state whole and sound (training.read_training), and hold fewer than `epochs` epochs:
+    state whole and sound (run_state.read_training), and hold fewer than `epochs` epochs:
     else resuming could not end where the uninterrupted run would.
     Everything is checked before anything is written."""
     with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
@@ -80,16 +79,15 @@ _SETTING_HINTS = {
 def _resumable(net, f, path, settings, epochs):
     """(run, step, dropout_steps) of the open checkpoint f, once its architecture, its
     training state and its settings are found to be net's and fit's; nothing written."""
-    from . import training
     _check_same(net, f, path)
     if "training" not in f.metadata:
         raise ModelFileError(f"{path} holds a network but no training state; resume "
                              f"from a file written by fit(checkpoint=...)")
-    run, step, dropout_steps = training.read_training(f.metadata["training"], path, net)
+    run, step, dropout_steps = run_state.read_training(f.metadata["training"], path, net)
     # a file written before a setting was recorded has it as the run resuming it (the
     # loss: its architecture's), as nothing of it can be told
     run.settings.setdefault("loss", f.architecture["loss"])
-    for key in training.LATER_SETTINGS:
+    for key in run_state.LATER_SETTINGS:
         run.settings.setdefault(key, settings.get(key))
     differ = [f"{k}: {run.settings.get(k)!r} in the file, {v!r} now"
               for k, v in settings.items() if run.settings.get(k) != v]
