@@ -4,6 +4,10 @@ shuffle's), all in one process. It says how far runs land apart that differ only
 order of float sums (another precision, another device, another tree on PYTHONPATH, or
 PORTANET_GEMM=vendor against the routed products), beside how far seeds do.
 
+With --torch the same runs are PyTorch's, on CUDA, with PyTorch's own initialisation: the
+same layers, optimizer, batches and epochs, tf32 as `allow_tf32`, bf16 and fp16 under
+autocast, fp16's loss scaled by a GradScaler; the peer's own spread beside portanet's.
+
 Prints one JSON line a run, then for each device, model and precision the accuracies, their
 mean and standard deviation, and each seed's difference from fp32 of the same seed in
 percentage points.
@@ -11,6 +15,7 @@ percentage points.
 Usage: python bench/seed_accuracy.py [--device cuda] [--device opencl:0:0] [--seeds 0-9]
        [--model lenet] [--model mlp] [--precision fp32 ...] [--epochs 5] [--json out.jsonl]
        [--limit N]   (train on the first N images only: a quick check, not a measurement)
+       [--torch]
 """
 import argparse
 import json
@@ -49,6 +54,45 @@ def run(device, model, precision, seed, epochs, data):
             "seconds": round(time.perf_counter() - start, 1)}
 
 
+def torch_run(model, precision, seed, epochs, data):
+    """One training run of the same network in PyTorch on CUDA."""
+    import torch
+    nn = torch.nn
+    (x, y), (xt, yt) = ((torch.from_numpy(np.ascontiguousarray(a)).cuda() for a in part)
+                        for part in data)
+    start = time.perf_counter()
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = \
+        precision == "tf32"
+    torch.manual_seed(seed)
+    net = (nn.Sequential(nn.Flatten(), nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 256),
+                         nn.ReLU(), nn.Linear(256, 10)) if model == "mlp" else
+           nn.Sequential(nn.Conv2d(1, 16, 3), nn.ReLU(), nn.Conv2d(16, 32, 3), nn.ReLU(),
+                         nn.MaxPool2d(2), nn.Flatten(), nn.Linear(32 * 12 * 12, 10))).cuda()
+    opt = torch.optim.SGD(net.parameters(), lr=LR, momentum=MOMENTUM)
+    scaler = torch.amp.GradScaler("cuda", enabled=precision == "fp16")
+    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    autocast = lambda: torch.autocast("cuda", dtype=half or torch.float32,   # noqa: E731
+                                      enabled=half is not None)
+    loss_fn = nn.CrossEntropyLoss()
+    rng = np.random.default_rng(seed)
+    for _ in range(epochs):
+        order = torch.from_numpy(rng.permutation(len(y))).cuda()
+        for i in range(0, len(y), BATCH):
+            idx = order[i:i + BATCH]
+            with autocast():
+                loss = loss_fn(net(x[idx]), y[idx])
+            opt.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+    with torch.no_grad(), autocast():
+        right = sum((net(xt[i:i + 1000]).argmax(1) == yt[i:i + 1000]).sum().item()
+                    for i in range(0, len(yt), 1000))
+    return {"device": "torch", "model": model, "precision": precision, "seed": seed,
+            "epochs": epochs, "test_accuracy": right / len(yt),
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
 def summary(rows):
     groups = {}
     for r in rows:
@@ -78,15 +122,18 @@ def main():
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--json", default=None, help="also write the JSON lines here")
     parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--torch", action="store_true", help="PyTorch's runs instead")
     args = parser.parse_args()
     (x, y), test = pn.load_dataset("fashion-mnist")
     data = (x[:args.limit], y[:args.limit]), test
     rows = []
-    for device in args.device or ["cuda"]:
+    for device in ["torch"] if args.torch else args.device or ["cuda"]:
         for model in args.model or ["lenet"]:
             for seed in seeds(args.seeds):
                 for precision in args.precision or ["fp32"]:
-                    rows.append(run(device, model, precision, seed, args.epochs, data))
+                    rows.append(torch_run(model, precision, seed, args.epochs, data)
+                                if args.torch else
+                                run(device, model, precision, seed, args.epochs, data))
                     print(json.dumps(rows[-1]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
