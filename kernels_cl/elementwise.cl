@@ -230,7 +230,7 @@ DEVICE void momentum_steps(GLOBAL real* w, GLOBAL real* v, const int i, const in
 /* momentum_steps of one layer, an element a work-item: how CPUs update (gpu.py's
    fused_updates). On half a million elements Intel's CPU runtime took 0.37-13.6 ms for
    momentum_updates, by which buffers it was given, and 61-63 us for this; PoCL 0.91-1.77
-   ms and 0.37-0.79 (bench/README.md, "CPU devices"). */
+   ms and 0.37-0.79 (docs/optimizers.md). */
 KERNEL void momentum_update(const GLOBAL int* skip, const int skip_off, const real decay,
                             GLOBAL real* w, const int w_off, GLOBAL real* v, const int v_off,
                             const int n, const int n_decay) {

@@ -1,5 +1,5 @@
 """`portanet bench`: the same workloads on every device, timed the same way, beside
-PyTorch where it is importable. The JSON it writes is documented in bench/README.md.
+PyTorch where it is importable. The JSON it writes is documented in docs/benchmarks.md.
 
 Timing: warm-up calls excluded (program builds, first allocations); device completion
 awaited (CUDA: events on the backend's stream; elsewhere synchronize and the host clock);

@@ -43,7 +43,7 @@ LENET = "conv(16, 3, relu) conv(32, 3, relu) maxpool(2) flatten dense({classes},
 # average pooling, dropout and the classifier. Two blocks per stage and the dropout are what
 # it takes to pass 0.93 on Fashion-MNIST in 10 epochs of Adam (one block per stage, with or
 # without dropout or weight decay, and twice the width stayed at 0.92-0.93 on an H100:
-# bench/results/issue14/resnet-variants.md).
+# docs/benchmarks-h100.md).
 _BLOCK = "residual(conv({w}, 3, stride={s}, pad=1) batchnorm(relu) conv({w}, 3, pad=1) batchnorm, relu) "
 RESNET_BLOCKS = ((32, 1), (32, 1), (64, 2), (64, 1), (128, 2), (128, 1))   # (width, stride)
 RESNET = ("conv(32, 3, pad=1) batchnorm(relu) "

@@ -358,8 +358,7 @@ def data_on_device(net, x, t, mode, epochs):
     data_on_device; epochs: how many this call runs). DeviceSamples x are there already:
     the batches are gathered from its memory, whatever the mode, and only the targets go
     up. "auto" keeps the set on a GPU for two epochs or more: the upload, and recording the
-    steps that gather from it, are paid once a call (bench/README.md, "Issue 11, session
-    9")."""
+    steps that gather from it, are paid once a call (docs/batches.md)."""
     if mode not in ("auto", True, False):
         raise InputError(f"data_on_device must be 'auto', True or False, got {mode!r}")
     in_place = isinstance(x, dlpack.DeviceSamples)

@@ -1,4 +1,4 @@
-"""`portanet bench`: the JSON has the schema bench/README.md documents, and a device that
+"""`portanet bench`: the JSON has the schema docs/benchmarks.md documents, and a device that
 fails is reported with its error, not dropped. (Timings are never asserted.)"""
 import json
 

@@ -50,7 +50,7 @@ def test_train_fashion_mnist_limit():
 
 def test_train_resnet_adam_cosine_limit():
     """The issue's ResNet command, CI-sized: on cpu with --limit (on an H100 the full run
-    reaches 0.936 on cuda and 0.933 on OpenCL: bench/results/issue14)."""
+    reaches 0.93-0.94 on cuda and on OpenCL: docs/benchmarks-h100.md)."""
     try:
         pn.load_dataset("fashion-mnist")
     except pn.DataError as e:

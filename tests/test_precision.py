@@ -9,7 +9,7 @@ Tolerances per precision (normwise, against a float64 product of the same inputs
   its inputs as the reference does (to nearest, ties to even; fp16 to half's range too):
   mma.cu, our FFMA kernels and conv_direct through prelude.h's OPERAND, the 16-bit inputs
   of cuBLAS's bf16 and fp16 GEMMs and of wgmma.cu's through its half_bits. cuBLAS's TF32
-  rounds so too (measured: bench/README.md), but computes degenerate products (K = 1) in
+  rounds so too (measured: docs/precision.md), but computes degenerate products (K = 1) in
   float32: its paths may match either product, and nothing in between. Four units of the
   precision's rounding bound how far the rounded product is from float32's.
 """

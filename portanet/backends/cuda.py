@@ -179,7 +179,7 @@ class CudaBackend(KernelBackend):
                 cublas.set_math_mode(self._cublas, cublas.Math.TF32_TENSOR_OP_MATH)
             # bf16, fp16: gemm_ex on 16-bit copies of the inputs, float32 sums and output
             # (cuBLAS's FAST_16BF on float32 inputs neither rounds them nor runs faster
-            # than TF32: bench/README.md, issue 18 session 2)
+            # than TF32: docs/precision.md)
             self._scalars = np.zeros(2, self.dtype)        # alpha, beta (host pointer mode)
         tuning.apply(self)              # `portanet tune`'s parameters for this device
 

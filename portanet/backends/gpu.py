@@ -39,7 +39,7 @@ STAGED_SAMPLES = 8 * MAX_GROUPS_1
 # training step's batch) goes by a plain write, which the driver stages at once, without
 # the lane's pinned copy, events and waits (measured: at batch 64 the lane cost NVIDIA's
 # OpenCL 150 us a batch, and pinned writes without it gained nothing beyond the noise;
-# bench/README.md, "Issue 11, session 6")
+# docs/batches.md)
 LANE_BYTES = 2**20
 
 # the copy lanes (_CopyLane in cuda.py and opencl.py): the pinned buffers write_samples
@@ -421,7 +421,7 @@ class KernelBackend(Backend):
         orientation, which the vendor's kernels take at another rate. On an H100 cuBLAS
         took 20.09 ms for mlp-big's first forward product as our layout asks it
         (column-major NN) and 19.20 with w transposed (NT), whose copy took 0.18
-        (bench/results/session-2026-11-25). Routing offers it for float32 operands where
+        (docs/gemm.md). Routing offers it for float32 operands where
         the product is large enough for the copy to be paid back (`_transposes`)."""
         at = self.view(self._transposed_workspace(a.size), a.shape[::-1])
         self.transpose(a, at)
@@ -836,8 +836,8 @@ class KernelBackend(Backend):
         slabs, at most 16 groups per compute unit in all), one of each tile shape and
         split: the nearest size class's first. Where the rules split K in more parts than
         SEARCH_PARTS (a weight gradient's K of the batch's pixels) they are kept. The rules
-        missed by up to 8 us a product on the H100's mlp-small step (bench/README.md,
-        "Issue 11, session 7"). Where the last part may add a split up (finishes_splits),
+        missed by up to 8 us a product on the H100's mlp-small step (docs/routing.md).
+        Where the last part may add a split up (finishes_splits),
         each split is tried that way and summed after as well ("... summed")."""
         chosen = self._tiling(m, n, k)
         found = {"own": chosen}

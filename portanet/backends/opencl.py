@@ -516,7 +516,7 @@ class OpenCLBackend(KernelBackend):
         1.2 mem_fence is a membar.cta). CL3.0 where the device's OpenCL C 3.0 has
         FENCE_FEATURES; CL2.0 where it has OpenCL C 2.0, or where its compiler builds the
         kernel as OpenCL C 2.0 (NVIDIA's: its C 3.0 lists neither feature, yet it takes
-        -cl-std=CL2.0 and makes the fences membar.gl, checked in its PTX: bench/README.md).
+        -cl-std=CL2.0 and makes the fences membar.gl, checked in its PTX: docs/gemm.md).
         None elsewhere (or where the compiler refuses), and on the simulator, which has no
         OpenCL C 2.0 atomics: gemm_split_sum adds the parts."""
         dev = self.device
