@@ -627,7 +627,7 @@ class Sequential:
         plan has no room); False sends every batch from the host; "auto" (the default) keeps
         the set on a GPU when it takes at most half the room and the call runs two epochs
         or more. On an H100 that made a LeNet epoch on Fashion-MNIST 1.7x faster on NVIDIA's
-        OpenCL and 1.07x on cuda, the MLP's 1.35x on cuda (bench/README.md).
+        OpenCL and 1.07x on cuda, the MLP's 1.35x on cuda (docs/batches.md).
         """
         return training.fit(self, x, y, epochs, batch_size, optimizer, seed, shuffle,
                             validation_data, validation_split, progress, on_epoch, schedule,
