@@ -8,7 +8,7 @@ from .layers import (AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Flatten, Glob
 from .models import lenet, mlp, resnet, from_description
 from .network import Sequential
 from .optim import SGD, Adam, AdamW, LossScale, RMSprop
-from .saving import load
+from .loading import load
 from .onnx_io import from_onnx
 from .torch_state import load_torch_state
 from .dlpack import to_dlpack

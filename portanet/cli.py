@@ -459,9 +459,9 @@ def tune(specs, budget, sizes, quick, output, json_path):
 def export(model_file, out, opset):
     """Write MODEL_FILE (a file saved by portanet) as the ONNX model OUT (extra `onnx`):
     samples-first input (N, ...) with N free, the output activation included."""
-    from . import onnx_io, saving
+    from . import loading, onnx_io
     try:
-        net = saving.load(model_file, device="cpu", precision="fp32")   # computes nothing
+        net = loading.load(model_file, device="cpu", precision="fp32")   # computes nothing
         path = onnx_io.to_onnx(net, out, opset)
     except PortanetError as e:
         raise click.ClickException(str(e)) from e

@@ -20,6 +20,7 @@ from . import (backends, config, distributed, dlpack, layers as layer_module, lo
 from .errors import InputError, OutOfMemoryError, PortanetError, ShapeError, check_count
 from .memory import (Buffer, MemoryPlan, allocate, elements, largest_batch, refuse,
                      size_text as _size)
+from .saving import checked_weights
 
 # what evaluate and predict give their batch buffers by default (_inference_batch): LeNet
 # then predicts 10000 images in batches of 1224, a plan of 388 MiB with the conv workspace
@@ -889,40 +890,6 @@ class Sequential:
 
 
 _guard(Sequential)
-
-
-def checked_weights(values, dtype, error):
-    """{name: array} as `dtype`, checked whole by the one rule for weights that come into a
-    network, whatever their way (set_weights, and so from_onnx and load_torch_state; files
-    through saving._write_parameters: load, load_weights, resume): every value a real
-    number, finite in `dtype`, and every BatchNorm running variance (a name ending in
-    "running_var") >= 0. The first tensor that breaks it is named, with the mend, in
-    error(message), raised before anything is written."""
-    out = {}
-    for name, x in values.items():
-        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
-                or x.dtype == np.bool_):
-            raise error(f"{name} has dtype {x.dtype}: weights are real numbers")
-        with np.errstate(over="ignore", invalid="ignore"):
-            cast = x.astype(dtype)
-        bad = ~np.isfinite(cast)
-        if bad.any():
-            at = tuple(int(i) for i in np.argwhere(bad)[0])
-            was = x[at]
-            if np.isfinite(was):            # 1e39 in float32
-                raise error(f"{name} holds {float(was):g} at index {at}, beyond {dtype}'s "
-                            f"range (it becomes inf): scale the weights, or build the "
-                            f"network with dtype='float64'")
-            raise error(f"{name} holds {'NaN' if np.isnan(was) else 'inf'} (first at index "
-                        f"{at}): a network's weights are finite numbers; take them from "
-                        f"before the training that made them diverge")
-        if name.endswith("running_var") and (cast < 0).any():
-            at = tuple(int(i) for i in np.argwhere(cast < 0)[0])
-            raise error(f"{name} holds the negative value {float(cast[at]):g} at index {at}: "
-                        f"a BatchNorm running variance is a variance, >= 0; give the "
-                        f"variance itself (PyTorch's running_var)")
-        out[name] = cast
-    return out
 
 
 def _input_meets_product(layers):

@@ -1,15 +1,17 @@
 """Networks to files and back: the architecture and the parameters of a Sequential.
 
 The file layer (safetensors, atomic writes, the bounded reader of old .npz files) is
-portanet/checkpoint.py; this module maps a network onto it and checks a file against the
-architecture it declares before anything is allocated or written: the layers must be
-ones portanet has, with valid arguments; the tensors exactly the parameters those layers
-have, of their shapes, real and finite; their bytes, and the network's for one sample,
-within the device's memory.
+portanet/checkpoint.py; this module maps a network onto it: save (with a checkpoint's
+training state, run_state.py), load_weights and resume into a network that exists, each
+file checked against the network's architecture and parameters before anything is
+written. It also holds the one rule for weights that come into a network by any way
+(checked_weights). Making a network from a file (portanet.load) is loading.py's, above
+network.py, which this module does not import.
 """
-from . import checkpoint, layers as layer_module, run_state
-from .errors import InputError, ModelFileError, ShapeError
-from .memory import elements, size_text
+import numpy as np
+
+from . import checkpoint, run_state
+from .errors import InputError, ModelFileError
 
 
 def architecture(net):
@@ -41,10 +43,10 @@ def resume(net, path, settings, epochs):
     state whole and sound (run_state.read_training), and hold fewer than `epochs` epochs:
     else resuming could not end where the uninterrupted run would.
     Everything is checked before anything is written."""
-    with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
+    with checkpoint.read(path, max_bytes=max_bytes(net.backend)) as f:
         run, step, dropout_steps = _resumable(net, f, path, settings, epochs)
         state = net.optimizer_state.tensors()
-        _write_parameters(net, f, path, extra=state)
+        write_parameters(net, f, path, extra=state)
         net.optimizer_state.t = step
         for name, layer in net.walk():
             if name in dropout_steps:
@@ -56,7 +58,7 @@ def check_resume(net, path, settings, epochs):
     """What resume checks, without writing anything: fit calls it before it prepares
     anything for the run, so that a checkpoint it cannot resume leaves the network as it
     was."""
-    with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
+    with checkpoint.read(path, max_bytes=max_bytes(net.backend)) as f:
         _resumable(net, f, path, settings, epochs)
 
 
@@ -104,77 +106,18 @@ def _resumable(net, f, path, settings, epochs):
 
 
 def load_weights(net, path):
-    with checkpoint.read(path, max_bytes=_cap(net.backend)) as f:
+    with checkpoint.read(path, max_bytes=max_bytes(net.backend)) as f:
         _check_same(net, f, path)
-        _write_parameters(net, f, path)
+        write_parameters(net, f, path)
 
 
 def _check_same(net, f, path):
     mine = architecture(net)
-    theirs = _architecture(f.architecture, path)
+    theirs = file_architecture(f.architecture, path)
     if [theirs[k] for k in ("layers", "input_shape")] != [mine[k] for k in ("layers", "input_shape")]:
         raise ModelFileError(f"{path} holds a different architecture: {describe(theirs)} "
                              f"vs this network's {describe(mine)}; use "
                              f"portanet.load({str(path)!r}) to rebuild it")
-
-
-def load(path, device=None, dtype="float32", precision=None, loss_scale="auto"):
-    """A network rebuilt from a file written by Sequential.save, on any device, in any
-    precision it computes (None: a Backend's own, else PORTANET_PRECISION, else fp32): the
-    file holds float32 weights whatever the precision they were trained in, as PyTorch's
-    state dicts do. loss_scale as Sequential's."""
-    from .network import Sequential
-    from .backends import device_for
-    backend = device_for(device, dtype, precision)
-    with checkpoint.read(path, max_bytes=_cap(backend)) as f:
-        arch = _architecture(f.architecture, path)
-        try:
-            layers = [layer_module.from_config(name, cfg) for name, cfg in arch["layers"]]
-            _check_declared(layers, arch["input_shape"], f, path, backend)
-            net = Sequential(layers, arch["input_shape"], arch["loss"], backend, dtype,
-                             loss_scale=loss_scale)
-        except (InputError, ShapeError) as e:
-            raise ModelFileError(f"{path}: the architecture in the file is not valid: {e}") from e
-        _write_parameters(net, f, path)
-    return net
-
-
-def _check_declared(layers, input_shape, f, path, backend):
-    """The sizes the file's architecture declares, bounded before the network is made
-    (Sequential allocates every parameter and draws its initial values): the layers'
-    shapes worked out (configure: nothing allocated), their parameters and one sample's
-    activations within the device's memory, and each parameter and saved buffer one of the
-    file's tensors, of its shape. So no layer is larger than the bytes the file holds, and
-    a file that does not hold its network is refused before any of it is allocated."""
-    from .network import _input_shape
-    shape = _input_shape(input_shape)
-    sample = elements(shape)
-    for layer in layers:
-        shape = layer.configure(backend, shape)
-    walked = list(layer_module.walk(layers))
-    declared = {f"{p}.{name}": tuple(int(n) for n in dims) for p, layer in walked
-                for name, dims in {**layer.parameters(), **layer.buffers()}.items()}
-    itemsize, cap = backend.dtype.itemsize, _cap(backend)
-    weights = sum(elements(dims) for dims in declared.values()) * itemsize
-    sample = (sample + sum(elements(layer.out_shape) for _, layer in walked)) * itemsize
-    if weights + sample > cap:
-        raise ModelFileError(
-            f"{path}: its architecture declares {size_text(weights)} of parameters and "
-            f"{size_text(sample)} for one sample's activations, more than the "
-            f"{size_text(cap)} {backend.name} has; this file is not for this device")
-    found = {name: tuple(e.shape) for name, e in f.entries.items()
-             if not name.startswith(TRAINING)}
-    missing = sorted(set(declared) - set(found))
-    unexpected = sorted(set(found) - set(declared))
-    wrong = [f"{n} is {found[n]} in the file, the layer's is {declared[n]}"
-             for n in declared if n in found and found[n] != declared[n]]
-    if missing or unexpected or wrong:
-        raise ModelFileError(
-            f"{path}: its tensors do not match the parameters of the layers it declares"
-            + (f"; missing: {', '.join(missing[:5])}" if missing else "")
-            + (f"; not in the network: {', '.join(unexpected[:5])}" if unexpected else "")
-            + (f"; {'; '.join(wrong[:5])}" if wrong else "")
-            + ": the file is damaged or was not written by net.save()")
 
 
 def _parameters(net):
@@ -184,10 +127,10 @@ def _parameters(net):
             for name, x in layer.params().items()}
 
 
-def _write_parameters(net, f, path, extra=None):
+def write_parameters(net, f, path, extra=None):
     """Every parameter (and the `extra` tensors, {name: device array}) from the open file
     f: names and shapes checked against the network first, then every tensor read and
-    checked (network.checked_weights: real, finite in the network's dtype, BatchNorm
+    checked (checked_weights: real, finite in the network's dtype, BatchNorm
     variances >= 0) before any is written to the device. A checkpoint's optimizer state is
     skipped unless asked for in extra."""
     targets = {**_parameters(net), **(extra or {})}
@@ -205,7 +148,6 @@ def _write_parameters(net, f, path, extra=None):
             + (f"; not in the network: {', '.join(unexpected[:5])}" if unexpected else "")
             + (f"; {'; '.join(wrong)}" if wrong else "")
             + ": the file is damaged or was not written by net.save()")
-    from .network import checked_weights
     values = checked_weights(
         {name: f.tensor(name) for name in wanted}, net.backend.dtype,
         lambda problem: ModelFileError(f"{path}: {problem}; the file is damaged or was not "
@@ -214,7 +156,41 @@ def _write_parameters(net, f, path, extra=None):
         net.backend.write(x, values[name])
 
 
-def _architecture(arch, path):
+def checked_weights(values, dtype, error):
+    """{name: array} as `dtype`, checked whole by the one rule for weights that come into a
+    network, whatever their way (set_weights, and so from_onnx and load_torch_state; files
+    through write_parameters: load, load_weights, resume): every value a real
+    number, finite in `dtype`, and every BatchNorm running variance (a name ending in
+    "running_var") >= 0. The first tensor that breaks it is named, with the mend, in
+    error(message), raised before anything is written."""
+    out = {}
+    for name, x in values.items():
+        if not (np.issubdtype(x.dtype, np.floating) or np.issubdtype(x.dtype, np.integer)
+                or x.dtype == np.bool_):
+            raise error(f"{name} has dtype {x.dtype}: weights are real numbers")
+        with np.errstate(over="ignore", invalid="ignore"):
+            cast = x.astype(dtype)
+        bad = ~np.isfinite(cast)
+        if bad.any():
+            at = tuple(int(i) for i in np.argwhere(bad)[0])
+            was = x[at]
+            if np.isfinite(was):            # 1e39 in float32
+                raise error(f"{name} holds {float(was):g} at index {at}, beyond {dtype}'s "
+                            f"range (it becomes inf): scale the weights, or build the "
+                            f"network with dtype='float64'")
+            raise error(f"{name} holds {'NaN' if np.isnan(was) else 'inf'} (first at index "
+                        f"{at}): a network's weights are finite numbers; take them from "
+                        f"before the training that made them diverge")
+        if name.endswith("running_var") and (cast < 0).any():
+            at = tuple(int(i) for i in np.argwhere(cast < 0)[0])
+            raise error(f"{name} holds the negative value {float(cast[at]):g} at index {at}: "
+                        f"a BatchNorm running variance is a variance, >= 0; give the "
+                        f"variance itself (PyTorch's running_var)")
+        out[name] = cast
+    return out
+
+
+def file_architecture(arch, path):
     """The file's architecture with its keys checked (the layers are checked by building
     them): {"input_shape": [...], "loss": str, "layers": [[name, {config}], ...]}."""
     problem = None
@@ -233,7 +209,7 @@ def _architecture(arch, path):
     return arch
 
 
-def _cap(backend):
+def max_bytes(backend):
     """No file may bring more tensor bytes than the device has memory in all."""
     return backend.memory_info()[1]
 

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import layers as L
 from .errors import InputError, ModelFileError, ShapeError
-from .network import checked_weights
+from .saving import checked_weights
 
 SKIPPED = ("num_batches_tracked",)          # PyTorch bookkeeping that portanet keeps not
 
