@@ -1,4 +1,4 @@
-"""Data-parallel training (issue 16) on this machine's CPU: 2 and 3 MPI ranks (mpiexec,
+"""Data-parallel training on this machine's CPU: 2 and 3 MPI ranks (mpiexec,
 oversubscribed on two cores) train a Fashion-MNIST subset two epochs, and every rank's
 weights equal a one-process run over the same global batches within 1e-5 (relative, per
 tensor), for the MLP and a LeNet, with SGD and Adam, with uneven shares (a short last

@@ -1,4 +1,4 @@
-"""DLPack in and out (issue 17; portanet/dlpack.py).
+"""DLPack in and out (portanet/dlpack.py).
 
 On every device: fit, evaluate, predict and train_batch take arrays that speak only DLPack
 (`Producer`: NumPy's memory behind __dlpack__ and nothing else, so np.asarray could not

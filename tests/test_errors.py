@@ -142,7 +142,7 @@ def test_out_of_memory_is_clear_and_recoverable(backend):
     assert backend.download(x).sum() == 10
 
 
-# -- issue 10, defect 7: API errors that escaped or misled -------------------------------
+# -- API errors that escaped or misled ---------------------------------------------------
 
 def test_fit_arguments_are_checked(net):
     x, y = data()

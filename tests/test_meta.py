@@ -1,4 +1,4 @@
-"""The test suite's own machinery: what makes a failure reproducible (issue 10, defect 10)."""
+"""The test suite's own machinery: what makes a failure reproducible."""
 import os
 import subprocess
 import sys

@@ -1,4 +1,4 @@
-"""`portanet profile`: one training step, every launch and vendor call timed (issue 11).
+"""`portanet profile`: one training step, every launch and vendor call timed.
 Times are never asserted beyond being measured; what is checked is that every call of the
 step is there, in order, and that recording changes nothing."""
 import json

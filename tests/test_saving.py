@@ -1,4 +1,4 @@
-"""Networks to files and back (issue 10, defects 1 and 5): atomic saves that survive a
+"""Networks to files and back: atomic saves that survive a
 kill, destinations checked before training, safetensors files checked against the
 architecture before anything is allocated, old .npz files still loading."""
 import json

@@ -1,4 +1,4 @@
-"""Models from PyTorch into portanet (issue 17), where torch is installed (the GPU
+"""Models from PyTorch into portanet, where torch is installed (the GPU
 machine): a LeNet trained in PyTorch, written by torch.onnx.export (the TorchScript
 exporter, and the dynamo one where onnxscript is there) or as a state dict (torch.save),
 predicts in portanet on every device as in PyTorch, and trains on from there. PyTorch

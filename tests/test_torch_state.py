@@ -1,4 +1,4 @@
-"""PyTorch state dicts onto portanet networks (issue 17). The state dicts here are what a
+"""PyTorch state dicts onto portanet networks. The state dicts here are what a
 torch.nn.Sequential's state_dict() holds (names, shapes, PyTorch's layouts), made without
 torch; the oracle is ONNX Runtime running the same tensors in PyTorch's layouts (Conv's
 (F, C, k, k) weights, Gemm with transB), so that a mapping that scrambles a layout shows.
@@ -8,7 +8,7 @@ import pytest
 import safetensors.numpy
 
 import portanet as pn
-from portanet import onnx_io
+from portanet import onnx_export
 from portanet.errors import InputError, ModelFileError, ShapeError
 
 onnx = pytest.importorskip("onnx")
@@ -51,9 +51,9 @@ def torch_layout_predictions(state, x):
         nodes, "torch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 16, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = onnx_io.make_model(graph, 17)
-    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    return session.run(None, {"x": x})[0]
+    model = onnx_export.make_model(graph, 17)
+    runtime = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return runtime.run(None, {"x": x})[0]
 
 
 def test_a_sequential_state_dict_predicts_as_in_pytorch_layouts(rng, device_name):
