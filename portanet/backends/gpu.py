@@ -1868,7 +1868,7 @@ def norm_parts(rows, n, threads, units):
     groups fill the device with NORM_GROUPS_PER_UNIT each, none shorter than SPLIT_RUN
     columns per work-item; 1 where the rows alone fill it. Streams over a row that one
     group per compute unit cannot keep in flight: a ResNet's BatchNorm on an H100, 32 to
-    128 channels of 28 x 28 x 512 values, took 0.4 ms a call whole (session-2026-11-27b)."""
+    128 channels of 28 x 28 x 512 values, took 0.4 ms a call whole (docs/benchmarks-h100.md)."""
     return row_pieces(rows, n, threads, units * NORM_GROUPS_PER_UNIT)
 
 
