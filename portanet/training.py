@@ -1,18 +1,22 @@
-"""Training a Sequential network: the optimizer's state, one step, and fit's epochs.
+"""Training a Sequential network: the optimizer's state, one step, evaluation and fit.
 
-network.py holds what a network is (layers, memory, inference, files); this module holds
-what training adds to it:
+network.py holds the network and the user's API, plan.py its memory (buffers, binding,
+recorded steps); this module holds what training adds, working through the network's plan
+(`net.plan`) and its public attributes, never its private ones:
 
 - `OptimizerState`: the optimizer's buffers for every trainable layer (its `slots`, each a
   flat vector like the layer's parameters), the network's one gradient workspace (sized
   for the largest layer, or with loss scaling for the whole network), the device scalars of
   Adam's bias correction, the step count, and the loss scale.
-  It is planned with the network's memory and allocated once, when fit first sees an
-  optimizer of its kind; layers ask it where their gradient goes (`gradient`) and for the
-  optimizer's kernel (`update`).
-- a training step (`train_step`): forward, loss, backward, recorded and replayed where the
-  device records steps.
-- `fit`: epochs of shuffled batches, validation, callbacks, checkpoints and resume.
+  It is planned with the network's memory (plan.Plan.state_buffers) and allocated once,
+  when fit first sees an optimizer of its kind; the plan holds it (`plan.state`); layers
+  ask it where their gradient goes (`gradient`) and for the optimizer's kernel (`update`).
+- a training step (`train_step`): forward and loss (the loss's own forward, which fuses
+  what it can: losses.py), backward, recorded and replayed where the device records steps.
+- `evaluate`: the mean loss and accuracy over checked data (Sequential.evaluate's, and
+  fit's validation).
+- `fit`: epochs of shuffled batches, validation, callbacks, checkpoints and resume, with
+  its options in one `FitConfig`, which Sequential.fit makes from the user's keywords.
 
 Checkpoints hold the parameters, the optimizer's state and step count, the epoch, fit's
 random generator, Dropout's step counters and the history so far, so that a run resumed
@@ -27,16 +31,16 @@ import time
 
 import numpy as np
 
-from . import callbacks as callback_module, distributed, dlpack, optim, schedules
+from . import callbacks as callback_module, distributed, dlpack, inputs, optim, schedules
 from . import precision as precisions
 from .errors import DivergedError, InputError, ModelFileError, check_count
 from .layers import parameter_views
-from .memory import Buffer, MemoryPlan, allocate, elements, refuse
-from .run_state import Run, optimizer_config
+from .memory import Buffer, MemoryPlan, allocate, refuse
+from .plan import flat_size, trainable
+from .run_state import Run, history_names, optimizer_config
 
 log = logging.getLogger("portanet")
 
-MAX_GRAPHS = 16         # recorded steps kept per network (see train_step)
 DATA_SHARE = 0.5        # fit keeps the training set on a GPU if all fits in this share
 AUTO_EPOCHS = 2         # ... and runs this many epochs or more (data_on_device="auto")
 DEFAULT_OPTIMIZER = optim.SGD(0.01, 0.9)
@@ -47,24 +51,25 @@ class OptimizerState:
     network's trainable layers, not the network: no reference cycle, so a dropped network
     gives its memory back at once rather than at the next cycle collection."""
 
-    def __init__(self, net, optimizer, planned):
-        self.backend = net.backend
-        self._layers = trainable(net)
-        self.scaling = net.loss_scaling     # an optim.LossScale, or None
+    def __init__(self, plan, optimizer):
+        self.backend = plan.backend
+        self._layers = trainable(plan.layers)
+        self.scaling = plan.scaling         # an optim.LossScale, or None
         self.kind = state_kind(optimizer, self.scaling)
         self.optimizer = optimizer          # the one of this epoch (its lr follows the schedule)
         self.t = 0
         self.share = 1.0                    # this rank's part of the global batch (update)
         self._pending = []                  # layers whose update waits for finish()
-        self._arrays = net._allocate(planned)
+        # [(owner, Buffer, device array)], which the plan counts as held
+        self.arrays = plan.allocate(plan.state_buffers(optimizer))
         self.workspace = self.scalars = self.loss_scale = self.steps = None
         bk = self.backend
-        for owner, buf, x in self._arrays:
+        for owner, buf, x in self.arrays:
             if buf.dtype == np.int32:
                 bk.write(x, np.zeros(x.size, np.int32))
             else:
                 bk.fill(x, 0.0)
-            if owner is None:               # the network's (see state_buffers)
+            if owner is None:               # the network's (see Plan.state_buffers)
                 setattr(self, buf.name, x)
             else:
                 owner.state[buf.name] = x
@@ -170,52 +175,16 @@ class OptimizerState:
         return tensors
 
     def free(self):
-        for owner, buf, x in self._arrays:
+        for owner, buf, x in self.arrays:
             self.backend.free(x)
         for _, layer in self._layers:
             layer.state, layer.grad_views, layer.grad_flat = {}, {}, {}
-        self._arrays = []
+        self.arrays = []
 
 
 def state_kind(optimizer, scaling):
     """What decides an optimizer's buffers: equal kinds share them (and their values)."""
     return type(optimizer), optimizer.slots(), optimizer.uses_workspace, scaling
-
-
-def trainable(net):
-    """(path, layer) of the layers with parameters, those inside Residual blocks included."""
-    return [(path, layer) for path, layer in net.walk() if layer.parameters()]
-
-
-def state_buffers(net, optimizer):
-    """[(owner, Buffer)] of an optimizer's state for this network; owner None for the
-    network-wide ones (kept by the OptimizerState): the gradient workspace (as large as
-    the largest layer, or with loss scaling the whole network), Adam's step numbers, the
-    loss scale, and `found`, the updates' skip flag (set by a scaled step that overflowed;
-    an unscaled one keeps it 0)."""
-    real = net.backend.dtype
-    out, largest, total = [], 0, 0
-    for path, layer in trainable(net):
-        n = flat_size(layer)
-        largest, total = max(largest, n), total + n
-        out += [(layer, Buffer(repr(layer), slot, "optimizer state", (n,), real))
-                for slot in optimizer.slots()]
-    scaled = net.loss_scaling is not None
-    if optimizer.uses_workspace or scaled:
-        out.append((None, Buffer("network", "workspace", "workspace",
-                                 (max(total if scaled else largest, 1),), real)))
-    if optimizer.step_scalars(1) is not None:
-        out.append((None, Buffer("network", "scalars", "optimizer state", (2,), real)))
-        if scaled:                          # its steps, counted on the device
-            out.append((None, Buffer("network", "steps", "optimizer state", (1,), real)))
-    if scaled:
-        out.append((None, Buffer("network", "loss_scale", "optimizer state", (4,), real)))
-    out.append((None, Buffer("network", "found", "optimizer state", (1,), np.dtype(np.int32))))
-    return out
-
-
-def flat_size(layer):
-    return sum(elements(shape) for shape in layer.parameters().values())
 
 
 def _named_views(bk, layer, flat):
@@ -228,17 +197,17 @@ def prepare(net, optimizer):
     values carry on, as in Keras and PyTorch), else planned and made anew; a state that
     does not fit is refused before anything is freed or allocated."""
     optimizer = optim.get(optimizer)
-    state = net.optimizer_state
-    if state is None or state.kind != state_kind(optimizer, net.loss_scaling):
-        plan = net.memory_plan(net.capacity, optimizer)
-        if not plan.fits:
-            raise refuse(plan, f"training with {optimizer.describe()}")
+    plan = net.plan
+    state = plan.state
+    if state is None or state.kind != state_kind(optimizer, plan.scaling):
+        memory = plan.memory(plan.capacity, optimizer)
+        if not memory.fits:
+            raise refuse(memory, f"training with {optimizer.describe()}")
         if state is not None:
             state.free()
-            net.optimizer_state = None
-            net._graphs.clear()
-        state = net.optimizer_state = OptimizerState(net, optimizer,
-                                                     state_buffers(net, optimizer))
+            plan.state = None
+            plan.replays.clear()
+        state = plan.state = OptimizerState(plan, optimizer)
     state.use(optimizer)
     return state
 
@@ -248,17 +217,29 @@ def prepare(net, optimizer):
 
 def step(net, opt):
     """Forward, loss, backward and update on the batch already on the device."""
-    state = net.optimizer_state
-    delta_in_z = net._forward_loss(training=True, state=state)
-    state.scale_delta(net._output_delta())
-    net._backward(state, delta_in_z)
+    plan = net.plan
+    state, layers, loss = plan.state, plan.layers, plan.loss
+    delta_in_z = loss.forward(plan.backend, layers, plan.y, plan.loss_sum, plan.hit_sum,
+                              True, state)
+    state.scale_delta(loss.delta(layers[-1]))
+    backward(layers, plan.first, state, delta_in_z)
+
+
+def backward(layers, first, state, delta_in_z):
+    """Each layer's backward (first[i]: layer i skips da_prev), the last one's with
+    delta_in_z as the loss's forward said; then the updates the layers left for the end."""
+    last = len(layers) - 1
+    for i in reversed(range(len(layers))):
+        layers[i].backward(state, first[i], delta_in_z=i == last and delta_in_z)
+    state.finish()
 
 
 def begin_step(net):
     """What the host writes to the device before a step, outside what a recorded step
     replays: the optimizer's step numbers, Dropout's keys."""
-    net.optimizer_state.begin_step()
-    for layer in net._stepped:
+    plan = net.plan
+    plan.state.begin_step()
+    for layer in plan.stepped:
         layer.begin_step()
 
 
@@ -266,27 +247,28 @@ def null_step(net):
     """A distributed step on no samples (see OptimizerState.others_update): the step's host
     work too (the optimizer's step count, Dropout's keys), so that every rank counts alike."""
     begin_step(net)
-    net.optimizer_state.others_update()
+    net.plan.state.others_update()
 
 
 def gather_step(net, opt, data):
-    """The batch whose indices are in net.order, gathered from the training set on the
-    device into the input and target buffers; then the step."""
-    net.backend.gather_batch(net.x, data[0], net.y, data[1], net.order)
+    """The batch whose indices are in the plan's order, gathered from the training set on
+    the device into the input and target buffers; then the step."""
+    plan = net.plan
+    plan.backend.gather_batch(plan.x, data[0], plan.y, data[1], plan.order)
     step(net, opt)
 
 
 def staged_step(net, opt, staged):
-    """The batch that _stage_batch left in staging laid out into the input buffer; then
+    """The batch that Plan.stage left in staging laid out into the input buffer; then
     the step."""
-    net.backend.lay_out(net.x, staged)
+    net.plan.backend.lay_out(net.plan.x, staged)
     step(net, opt)
 
 
 def train_step(net, opt, data=None, staged=None):
     """step (after gathering the batch, with data on the device, or laying out the batch
-    that _stage_batch staged), replayed from a recorded graph where the device records
-    them (CUDA; OpenCL's launch lists): the second step of a batch size and optimizer
+    that Plan.stage staged), replayed from a recorded graph where the device records
+    them (CUDA; OpenCL's launch lists: plan.Replays): the second step of a batch size and optimizer
     setting is captured, later ones are one launch. The first runs
     eagerly, so that kernels are built, GEMM shapes routed and workspaces grown before
     capture. The recorded step reads the same buffers (a new batch is uploaded into them,
@@ -305,32 +287,30 @@ def train_step(net, opt, data=None, staged=None):
     if distributed.current() is not None:
         work()
     else:
-        replayed(net, (net.m, opt, data is not None, staged is not None), work)
+        plan = net.plan
+        plan.replays((plan.m, opt, data is not None, staged is not None), work)
 
 
-def replayed(net, key, work):
-    """work(), for the network's batch buffers as bound now: eagerly the first time key is
-    seen, recorded the second (where the device and the layers can), replayed after. An
-    eager step during which the backend moved something a recorded step would point at (a
-    workspace grown mid-step: its `generation`) does not count as seen: the step recorded
-    must find every workspace, and what is made for it (CUDA's tensor maps), made already,
-    since a recording cannot make them."""
-    graphs = net._graphs
-    graph = graphs.get(key)
-    if graph and not graph.current:             # it points at a workspace since freed
-        del graphs[key]
-        graph = None
-    if graph is None and key in graphs and net._capturable:
-        graph = graphs[key] = net.backend.capture(work) or False
-    if graph:
-        graph()
-    else:
-        generation = getattr(net.backend, "generation", 0)
-        work()
-        if key not in graphs and len(graphs) >= MAX_GRAPHS:
-            graphs.clear()                      # a schedule makes one per epoch
-        if getattr(net.backend, "generation", 0) == generation:
-            graphs.setdefault(key, None)        # seen once: capture next time
+def evaluate(net, x, t, batch_size=None):
+    """(mean loss, accuracy) over data as inputs.check_data gives it (targets in the
+    device's layout): Sequential.evaluate's, and fit's validation data, checked once for
+    all its epochs."""
+    plan = net.plan
+    chunk = plan.inference_batch(batch_size, len(x))
+    plan.bind(chunk)
+    plan.reset_sums()
+    plan.reset_nonfinite()
+
+    def forward_loss():
+        plan.loss.forward(plan.backend, plan.layers, plan.y, plan.loss_sum, plan.hit_sum)
+    # the device runs batch i while i + 1 goes up (y is not changed before the sums
+    # are read, which waits for the copies)
+    for i in range(0, len(x), chunk):
+        plan.upload(x[i:i + chunk], t[..., i:i + chunk], wait=False, first=i)
+        plan.replays(("evaluate", plan.m), forward_loss)
+    sums = plan.read_sums(len(x))
+    plan.check_nonfinite()
+    return sums
 
 
 def train_batch(net, x, y, optimizer):
@@ -339,16 +319,17 @@ def train_batch(net, x, y, optimizer):
     and let go after it). In a distributed job each rank gives its own batch, and the step
     is the one over all of them (the ranks' batch sizes are summed first)."""
     prepare(net, optimizer)
+    plan = net.plan
     group = distributed.current()
     with dlpack.taken(x, net.backend) as x, distributed.collective():
-        x, t = net._check_data(x, y)
+        x, t = inputs.check_data(net, x, y)
         if group is not None:       # each rank its own batch: weighted by its size
-            net.optimizer_state.share = len(x) / group.sum([len(x)])[0]
+            plan.state.share = len(x) / group.sum([len(x)])[0]
         if isinstance(x, dlpack.DeviceSamples):
-            net._scan_nonfinite(x, len(x))      # the batch laid out, and checked
-            net.backend.write(net.y, t)
+            plan.scan_nonfinite(x, len(x))      # the batch laid out, and checked
+            net.backend.write(plan.y, t)
         else:
-            net._upload_batch(x, t)
+            plan.upload(x, t)
         begin_step(net)
         step(net, optimizer)
 
@@ -371,7 +352,7 @@ def data_on_device(net, x, t, mode, epochs):
         samples = np.ascontiguousarray(x.reshape(len(x), -1))
         need.insert(0, Buffer("fit", "training inputs", "dataset", samples.shape,
                               samples.dtype))
-    plan = net._plan(net.capacity)
+    plan = net.plan.memory(net.plan.capacity)
     with_data = MemoryPlan(plan.buffers + need, plan.batch_size, plan.device,
                            plan.available, plan.max_alloc, precision=plan.precision)
     if mode == "auto" and not in_place and not (
@@ -390,52 +371,75 @@ def data_on_device(net, x, t, mode, epochs):
 # -- fit -----------------------------------------------------------------------------------
 
 
-def fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data,
-        validation_split, progress, on_epoch, schedule, data_mode, callbacks, checkpoint,
-        resume):
-    """Sequential.fit. x and the validation inputs are taken through DLPack (dlpack.taken)
-    for the whole of the call: arrays on the network's device (a CUDA tensor on cuda) are
-    read in place, checked for NaN and inf there, and the batches gathered from them."""
+@dataclasses.dataclass(frozen=True)
+class FitConfig:
+    """fit's options as one value: Sequential.fit makes it from the user's keywords (its
+    docstring says what each does) and passes it down; `checked` gives it with each option
+    checked and made the object it names."""
+    epochs: int = 1
+    batch_size: int = 32
+    optimizer: object = DEFAULT_OPTIMIZER   # an optim.Optimizer
+    seed: object = None                     # None: the network's
+    shuffle: bool = True
+    validation_data: object = None          # (x_val, y_val)
+    validation_split: float = 0.0
+    callbacks: object = None                # callbacks.Callback objects
+    schedule: object = None                 # a schedules.Schedule, or its text
+    checkpoint: object = None               # a path, written after each epoch
+    resume: object = None                   # a path that checkpoint wrote
+    progress: object = None                 # progress(done, total) after each batch
+    on_epoch: object = None                 # on_epoch(epoch, logs) after each epoch
+    data_on_device: object = "auto"         # True, False or "auto"
+
+    def checked(self):
+        """This config with the optimizer, the schedule, epochs, batch_size and callbacks
+        checked (an InputError naming the first that is wrong) and made objects."""
+        return dataclasses.replace(
+            self, optimizer=optim.get(self.optimizer), schedule=schedules.get(self.schedule),
+            epochs=check_count("epochs", self.epochs, 1),
+            batch_size=check_count("batch_size", self.batch_size, 1),
+            callbacks=callback_module.checked(self.callbacks))
+
+
+def fit(net, x, y, config):
+    """Sequential.fit, with its options in `config` (a FitConfig). x and the validation
+    inputs are taken through DLPack (dlpack.taken) for the whole of the call: arrays on the
+    network's device (a CUDA tensor on cuda) are read in place, checked for NaN and inf
+    there, and the batches gathered from them."""
     with contextlib.ExitStack() as held:
         x = held.enter_context(dlpack.taken(x, net.backend))
-        if validation_data is not None:
-            x_val, y_val = _pair(validation_data)
-            validation_data = (held.enter_context(dlpack.taken(x_val, net.backend)), y_val)
-        return _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data,
-                    validation_split, progress, on_epoch, schedule, data_mode, callbacks,
-                    checkpoint, resume)
+        validation = None
+        if config.validation_data is not None:
+            x_val, y_val = _pair(config.validation_data)
+            validation = (held.enter_context(dlpack.taken(x_val, net.backend)), y_val)
+        return _fit(net, x, y, validation, config)
 
 
-def _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_data,
-         validation_split, progress, on_epoch, schedule, data_mode, callbacks, checkpoint,
-         resume):
+def _fit(net, x, y, validation, config):
     from . import checkpoint as files, saving
-    optimizer = optim.get(optimizer)
-    schedule = schedules.get(schedule)
-    epochs = check_count("epochs", epochs, 1)
-    batch_size = check_count("batch_size", batch_size, 1)
-    callbacks = callback_module.checked(callbacks)
-    x, t = net._check_data(x, y)
-    if validation_split:
-        if validation_data is not None:
+    config = config.checked()
+    x, t = inputs.check_data(net, x, y)
+    if config.validation_split:
+        if validation is not None:
             raise InputError("give validation_data or validation_split, not both")
-        x, t, validation_data = _split(net, x, t, validation_split)
-    elif validation_data is not None:
-        validation_data = net._check_data(*validation_data)
+        x, t, validation = _split(x, t, config.validation_split)
+    elif validation is not None:
+        validation = inputs.check_data(net, *validation)
+    checkpoint, resume, epochs = config.checkpoint, config.resume, config.epochs
     if checkpoint is not None:
         files.check_destination(checkpoint)         # before the training, not after it
     # a ModelCheckpoint's saves, which hold no training state, never replace the checkpoint
-    callback_module.keep_apart(callbacks, checkpoint)
+    callback_module.keep_apart(config.callbacks, checkpoint)
     n = len(x)
-    seed = net.seed if seed is None else check_count("seed", seed, 0)
+    seed = net.seed if config.seed is None else check_count("seed", config.seed, 0)
     group = distributed.current()
     # everything the run's numbers depend on beside the architecture and the data: a run
     # resumed with other settings could not end where the uninterrupted one would
     settings = {"precision": net.backend.precision,
-                "batch_size": batch_size, "optimizer": optimizer_config(optimizer),
-                "schedule": repr(schedule), "seed": seed, "shuffle": bool(shuffle),
+                "batch_size": config.batch_size, "optimizer": optimizer_config(config.optimizer),
+                "schedule": repr(config.schedule), "seed": seed, "shuffle": bool(config.shuffle),
                 "samples": n, "loss_scale": None, "loss": net.loss.name,
-                "validation": validation_data is not None,
+                "validation": validation is not None,
                 "ranks": group.size if group is not None else 1}
     if net.loss_scaling is not None:
         settings["loss_scale"] = net.loss_scaling.config()
@@ -443,66 +447,66 @@ def _fit(net, x, y, epochs, batch_size, optimizer, seed, shuffle, validation_dat
     run = Run(0, {}, rng.bit_generator.state, settings)
     if resume is not None:                  # refused here, before anything changes
         saving.check_resume(net, resume, settings, epochs)
-    prepare(net, optimizer)                 # refused here, before any step, if too big
-    net._bind(min(batch_size, n))
-    for checked in (x, validation_data and validation_data[0]):
-        if isinstance(checked, dlpack.DeviceSamples):       # as _check_data does on the host
-            net._scan_nonfinite(checked, net.m)
+    prepare(net, config.optimizer)          # refused here, before any step, if too big
+    plan = net.plan
+    plan.bind(min(config.batch_size, n))
+    for checked in (x, validation and validation[0]):
+        if isinstance(checked, dlpack.DeviceSamples):   # as check_data does on the host
+            plan.scan_nonfinite(checked, plan.m)
     if resume is not None:
         run = saving.resume(net, resume, settings, epochs)
         rng.bit_generator.state = run.rng
     if group is not None:           # the same settings everywhere, and rank 0's start
         with distributed.collective():
-            group.agree(dict(settings, epochs=epochs, validation=validation_data is not None,
-                             resume=resume is not None, network=net._describe()))
+            group.agree(dict(settings, epochs=epochs, validation=validation is not None,
+                             resume=resume is not None,
+                             network=saving.describe(net.architecture())))
             group.broadcast_state(net)
-    data = data_on_device(net, x, t, data_mode, epochs - run.epoch)
+    data = data_on_device(net, x, t, config.data_on_device, epochs - run.epoch)
     try:
         with distributed.collective():
-            return _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng,
-                           shuffle, validation_data, progress, on_epoch, callbacks,
-                           checkpoint, run)
+            return _epochs(net, x, t, data, validation, rng, run, config)
     finally:
         if data:
             for array in data:
                 net.backend.free(array)
-            for key in [k for k in net._graphs if len(k) == 4 and k[2]]:
-                del net._graphs[key]           # recorded with the data's buffers
+            # recorded with the data's buffers
+            plan.replays.forget(lambda key: len(key) == 4 and key[2])
 
 
-def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuffle,
-            validation_data, progress, on_epoch, callbacks, checkpoint, run):
+def _epochs(net, x, t, data, validation, rng, run, config):
+    """fit's epochs from run.epoch on, over x, t (or `data`, the set on the device),
+    validating on `validation` after each, shuffled by rng."""
     from . import saving
-    n = len(x)
+    n, plan, callbacks = len(x), net.plan, config.callbacks
+    epochs, optimizer, checkpoint = config.epochs, config.optimizer, config.checkpoint
     history = net.history = _History(run.history or
                                      {k: [] for k in ("loss", "accuracy", "lr", "seconds")})
     # distributed: a global batch of each rank's share (distributed.py), this rank's part
     group = distributed.current()
-    shares = group.shares(batch_size * group.size) if group else [batch_size]
+    shares = group.shares(config.batch_size * group.size) if group else [config.batch_size]
     batch_size = sum(shares)
     batches = -(-n // batch_size)
     net.stop_training = False
-    state = net.optimizer_state
-    metrics = ["loss", "accuracy", "lr", "seconds"] + \
-        (["loss_scale", "skipped_steps"] if state.scaling is not None else []) + \
-        (["val_loss", "val_accuracy"] if validation_data is not None else [])
+    state = plan.state
+    metrics = history_names(state.scaling is not None, validation is not None)
     for c in callbacks:
         c.on_train_begin(net, {"epochs": epochs, "metrics": metrics})
     logs = {}
     scaled = state.scale_now()                  # (scale, steps skipped), read once an epoch
     for epoch in range(run.epoch, epochs):
         start = time.perf_counter()
-        lr = schedule(epoch, optimizer.lr)
+        lr = config.schedule(epoch, optimizer.lr)
         opt = dataclasses.replace(optimizer, lr=lr)
-        net.optimizer_state.use(opt)
-        order = rng.permutation(n) if shuffle else np.arange(n)
-        net._bind(min(max(shares), n))
-        net._reset_sums()
+        plan.state.use(opt)
+        order = rng.permutation(n) if config.shuffle else np.arange(n)
+        plan.bind(min(max(shares), n))
+        plan.reset_sums()
         trained = 0                             # this rank's samples of the epoch
         for i in range(batches):
             idx = order[i * batch_size:(i + 1) * batch_size]
             if group:
-                idx, net.optimizer_state.share = group.part(
+                idx, plan.state.share = group.part(
                     idx, shares if len(idx) == batch_size else group.shares(len(idx)))
                 if not len(idx):
                     null_step(net)
@@ -510,13 +514,13 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
                 trained += len(idx)
             staged = None
             if data:                            # the batch's indices, gathered there
-                net._bind(len(idx))
-                net.backend.write(net.order, idx.astype(np.int32), wait=False)  # ours
+                plan.bind(len(idx))
+                net.backend.write(plan.order, idx.astype(np.int32), wait=False)  # ours
             else:                               # laid out by the step: one launch of it
-                staged = net._stage_batch(x[idx], t[..., idx])     # copies: ours
+                staged = plan.stage(x[idx], t[..., idx])     # copies: ours
             train_step(net, opt, data, staged)
-            if progress:
-                progress(i + 1, batches)
+            if config.progress:
+                config.progress(i + 1, batches)
         loss, acc = _epoch_sums(net, n, group, trained)    # the one host read of the epoch
         logs = {"loss": loss, "accuracy": acc, "lr": lr,
                 "seconds": time.perf_counter() - start}
@@ -532,8 +536,8 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
                    f"inf: bf16 keeps float32's range" if net.backend.precision == "fp16"
                    else ""),
                 epoch=epoch, loss=loss, lr=lr, history=history)
-        if validation_data is not None:         # checked by _fit: targets laid out
-            logs["val_loss"], logs["val_accuracy"] = net._evaluate(*validation_data)
+        if validation is not None:              # checked by _fit: targets laid out
+            logs["val_loss"], logs["val_accuracy"] = evaluate(net, *validation)
         for k, v in logs.items():
             history.setdefault(k, []).append(v)
         if checkpoint is not None and distributed.leader():
@@ -543,8 +547,8 @@ def _epochs(net, x, t, data, epochs, batch_size, optimizer, schedule, rng, shuff
             except ModelFileError as e:     # the training is worth more than its safety net
                 log.warning("epoch %d's checkpoint was not written, the training goes on: %s",
                             epoch + 1, e)
-        if on_epoch:
-            on_epoch(epoch, logs)
+        if config.on_epoch:
+            config.on_epoch(epoch, logs)
         for c in callbacks:
             c.on_epoch_end(net, epoch, logs)
         if net.stop_training:
@@ -560,7 +564,7 @@ def _epoch_sums(net, n, group, trained):
     are made alike again: BatchNorm's running statistics, which each rank kept from its own
     batches, averaged weighted by those samples; then rank 0's parameters and optimizer
     state everywhere, which ends the drift of ranks whose devices round differently."""
-    sums = net._read_sums(n, group)
+    sums = net.plan.read_sums(n, group)
     if group is not None:
         for _, layer in net.walk():
             for name in layer.buffers():
@@ -579,9 +583,9 @@ def _pair(validation_data):
     return validation_data
 
 
-def _split(net, x, t, fraction):
+def _split(x, t, fraction):
     """The last `fraction` of the samples (before any shuffling) set apart for validation,
-    as Keras does: (x, t, (x_val, t_val)), the targets as _check_data lays them out."""
+    as Keras does: (x, t, (x_val, t_val)), the targets as inputs.check_data lays them out."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) \
             or not 0 < fraction < 1:
         raise InputError(f"validation_split must be a fraction in (0, 1), got {fraction!r}")

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import portanet as pn
-from portanet import training
+from portanet import inputs, training
 from portanet.backends import gpu
 from portanet.backends.base import conv_out
 from portanet.backends.numpy import NumpyBackend
@@ -115,15 +115,16 @@ def small_cnn(dtype="float64", device="cpu", dropout=0.0):
 
 def training_loss(net, x, y, dropout_step=None):
     """The training-mode loss (dropout active with a fixed mask) of one batch."""
-    net._upload_batch(*net._check_data(x, y))
+    plan = net.plan
+    plan.upload(*inputs.check_data(net, x, y))
     for layer in net.layers:
         if isinstance(layer, pn.Dropout):
             layer.step = dropout_step
             layer.begin_step()                  # the key of step dropout_step + 1
-    net._reset_sums()
+    plan.reset_sums()
     net._forward(training=True)
-    net._loss()
-    return net._read_sums(len(x))[0]
+    net.loss(net.backend, net.layers[-1], plan.loss_sum, plan.hit_sum, plan.y)
+    return plan.read_sums(len(x))[0]
 
 
 @pytest.mark.parametrize("dropout", [0.0, 0.4])
@@ -177,7 +178,7 @@ def test_dropout_layer_drops_in_training_with_the_mask_it_reuses_backward(device
     drop = net.layers[0]
     x = np.random.default_rng(4).standard_normal((40, 50)).astype(np.float32) + 5.0
     y = np.random.default_rng(4).integers(0, 3, 40)
-    net._upload_batch(*net._check_data(x, y))
+    net.plan.upload(*inputs.check_data(net, x, y))
     masks = []
     for _ in range(2):
         drop.begin_step()

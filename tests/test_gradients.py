@@ -90,4 +90,4 @@ def test_flatten_is_a_view(rng):
     w0 = net.layers[1].w.copy()
     net.train_batch(x, y, pn.SGD(lr=1.0))
     assert rel_err(w0 - net.layers[1].w, g) < F64_GRAD
-    assert np.shares_memory(net.layers[0].a, net.x)
+    assert np.shares_memory(net.layers[0].a, net.plan.x)

@@ -3,13 +3,12 @@ replays give bit for bit what the eager steps give, through new batches, a parti
 batch, a rate that changes every epoch and Dropout's new mask at every step. The
 reference records nothing and the same code runs eagerly."""
 import contextlib
-import types
 
 import numpy as np
 import pytest
 
 import portanet as pn
-from portanet import training
+from portanet.plan import Replays
 
 DESCRIPTIONS = ["dense(24, relu) dense(9, tanh) dense(5, softmax)",
                 "conv(4, 3, relu) maxpool(2) flatten dense(5, softmax)"]
@@ -47,15 +46,15 @@ def test_replayed_steps_are_the_eager_steps(device_name, description, monkeypatc
     eager, h2, w2 = train(description, device_name, monkeypatch, graphs=False)
     assert h1["loss"] == h2["loss"]
     assert all(np.array_equal(a, b) for a, b in zip(w1, w2))
-    replays = [g for g in recorded._graphs.values() if g]
+    replays = [g for g in recorded.plan.replays.graphs.values() if g]
     if recorded.backend.kind in ("cuda", "opencl"):
         assert len(replays) == 3            # one per epoch's rate (the last batch of 22 runs
         #                                     once per rate: seen, never captured)
         # each batch was staged as it is and laid out by the step (staged_step)
-        assert all(key[3] for key in recorded._graphs if len(key) == 4)
+        assert all(key[3] for key in recorded.plan.replays.graphs if len(key) == 4)
     else:
         assert not replays                  # the reference records nothing: all eager
-    assert not eager._graphs or not any(eager._graphs.values())
+    assert not eager.plan.replays.graphs or not any(eager.plan.replays.graphs.values())
 
 
 def test_batches_too_large_to_stage_give_the_same_run(device_name, monkeypatch):
@@ -70,7 +69,7 @@ def test_batches_too_large_to_stage_give_the_same_run(device_name, monkeypatch):
     whole, h2, w2 = train(DESCRIPTIONS[1], device_name, monkeypatch, graphs=True)
     assert h1["loss"] == h2["loss"]
     assert all(np.array_equal(a, b) for a, b in zip(w1, w2))
-    assert not any(key[3] for key in whole._graphs if len(key) == 4)
+    assert not any(key[3] for key in whole.plan.replays.graphs if len(key) == 4)
 
 
 @pytest.mark.parametrize("on_device", [False, True])
@@ -152,23 +151,23 @@ def test_a_step_that_moved_a_workspace_is_recorded_only_after_one_that_did_not()
             self.recorded += 1
             return Graph(work)
 
-    net = types.SimpleNamespace(_graphs={}, _capturable=True, backend=Backend())
+    replays = Replays(Backend(), capturable=True)
     runs = []
 
     def work():
-        runs.append(net.backend.recorded)
+        runs.append(replays.backend.recorded)
         if len(runs) == 1:
-            net.backend.generation += 1         # the first step grows a workspace
+            replays.backend.generation += 1     # the first step grows a workspace
     for _ in range(2):
-        training.replayed(net, "k", work)
-    assert net.backend.recorded == 0            # both eager: the first moved a workspace
-    training.replayed(net, "k", work)
-    assert net.backend.recorded == 1 and net._graphs["k"]
-    net._graphs["k"].current = False            # freed since: eager, then recorded again
-    training.replayed(net, "k", work)
-    assert net.backend.recorded == 1
-    training.replayed(net, "k", work)
-    assert net.backend.recorded == 2 and len(runs) == 5
+        replays("k", work)
+    assert replays.backend.recorded == 0        # both eager: the first moved a workspace
+    replays("k", work)
+    assert replays.backend.recorded == 1 and replays.graphs["k"]
+    replays.graphs["k"].current = False         # freed since: eager, then recorded again
+    replays("k", work)
+    assert replays.backend.recorded == 1
+    replays("k", work)
+    assert replays.backend.recorded == 2 and len(runs) == 5
 
 
 @pytest.mark.parametrize("description", DESCRIPTIONS)
@@ -290,6 +289,6 @@ def test_predict_and_evaluate_replay_their_forward_pass(device_name, description
     (recorded, replays), (_, eager) = results
     for (p1, s1), (p2, s2) in zip(replays, eager):
         assert np.array_equal(p1, p2) and s1 == s2
-    kinds = {key[0] for key, graph in recorded._graphs.items() if graph} - {32}   # fit's
+    kinds = {key[0] for key, graph in recorded.plan.replays.graphs.items() if graph} - {32}   # fit's
     assert kinds == ({"predict", "evaluate"} if recorded.backend.kind in ("cuda", "opencl")
                      else set())

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import portanet as pn
-from portanet import saving
+from portanet import inputs, saving
 from conftest import F64_GRAD, rel_err
 
 IMAGE = (2, 6, 5)
@@ -49,11 +49,12 @@ def trained(net):
 
 
 def training_loss(net, x, y):
-    net._upload_batch(*net._check_data(x, y))
-    net._reset_sums()
+    plan = net.plan
+    plan.upload(*inputs.check_data(net, x, y))
+    plan.reset_sums()
     net._forward(training=True)
-    net._loss()
-    return net._read_sums(len(x))[0]
+    net.loss(net.backend, net.layers[-1], plan.loss_sum, plan.hit_sum, plan.y)
+    return plan.read_sums(len(x))[0]
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

@@ -29,7 +29,7 @@ def test_plan_is_what_the_network_allocates(device_name):
     net.train_batch(x, y)
     # the arrays the network made for the batch are the plan's, byte for byte (the backend's
     # own counter also moves with its GEMM workspace and with arrays others drop meanwhile)
-    made = {(b.owner, b.name): x.nbytes for _, b, x in net._batch}
+    made = {(b.owner, b.name): x.nbytes for _, b, x in net.plan.batch}
     planned = {(b.owner, b.name): b.nbytes for b in plan.buffers
                if b.kind in ("batch", "workspace")}
     assert made == planned and sum(made.values()) == kinds["batch"] + kinds["workspace"]
@@ -84,12 +84,12 @@ def test_a_batch_too_big_is_refused_with_the_largest_that_fits(device_name):
     free, _ = net.backend.memory_info()
     per_sample = net.memory_plan(2).total - net.memory_plan(1).total
     huge = int(free // per_sample) * 4 + 4
-    before = (net.backend.allocations, net.capacity)
+    before = (net.backend.allocations, net.plan.capacity)
     with pytest.raises(pn.OutOfMemoryError, match=r"largest batch that fits is (\d+)") as e:
-        net._bind(huge)
+        net.plan.bind(huge)
     largest = int(e.value.args[0].split("largest batch that fits is ")[1].split(":")[0])
     assert net.memory_plan(largest).fits and not net.memory_plan(largest + 1).fits
-    assert (net.backend.allocations, net.capacity) == before         # nothing was touched
+    assert (net.backend.allocations, net.plan.capacity) == before         # nothing was touched
     h = net.fit(x, y, epochs=1, batch_size=8)                          # and it still trains
     assert np.isfinite(h["loss"][0])
 
@@ -117,7 +117,7 @@ def test_a_failed_allocation_leaves_the_network_usable(device_name, monkeypatch)
         net.fit(x, y, epochs=1, batch_size=32)
     monkeypatch.undo()
     assert bk.allocated_bytes == live
-    assert net.capacity == 8
+    assert net.plan.capacity == 8
     assert np.array_equal(net.predict(x, batch_size=8), p)
     net.fit(x, y, epochs=1, batch_size=16)                 # grows normally afterwards
 
@@ -131,22 +131,22 @@ def test_default_inference_batch_follows_the_plan(monkeypatch):
     room = fresh.memory_plan(700).total - fresh.memory_plan(0).total    # 700 samples' buffers
     monkeypatch.setattr(type(fresh.backend), "memory_info", lambda self: (room, 10 * room))
     assert np.allclose(fresh.predict(x), full, rtol=1e-6, atol=1e-7)
-    assert fresh.capacity == 700
+    assert fresh.plan.capacity == 700
 
 
 @pytest.mark.parametrize("cap", [10**5, 3 * 10**6, 320 * 2**20])
 def test_the_default_inference_batch_is_the_largest_under_the_cap(monkeypatch, cap):
-    """The batch that _inference_batch works out from the buffers' bytes per sample is the
+    """The batch that Plan.inference_batch works out from the buffers' bytes per sample is the
     one a search over plans finds: the largest whose batch buffers stay within the cap."""
-    from portanet import network
-    monkeypatch.setattr(network, "INFERENCE_BYTES", cap)
+    from portanet import memory, plan
+    monkeypatch.setattr(plan, "INFERENCE_BYTES", cap)
     for net in (pn.lenet(device="cpu"), pn.resnet(device="cpu"),
                 pn.Sequential([pn.Dense(9, "relu"), pn.BatchNorm("relu"), pn.Dropout(0.2),
                                pn.Dense(3, "softmax")], 5, device="cpu")):
         def fits(m):
-            plan = net._plan(m)
-            return plan.fits and plan.by_kind().get("batch", 0) <= cap
-        assert net._inference_batch(None, 5000) == max(network.largest_batch(fits, 5000), 1)
+            planned = net.plan.memory(m)
+            return planned.fits and planned.by_kind().get("batch", 0) <= cap
+        assert net.plan.inference_batch(None, 5000) == max(memory.largest_batch(fits, 5000), 1)
 
 
 def test_batches_go_up_in_parts_and_predictions_come_back_in_slots(device_name, monkeypatch):
@@ -154,11 +154,11 @@ def test_batches_go_up_in_parts_and_predictions_come_back_in_slots(device_name, 
     pinned slots fill and are read several times a call: the same outputs as the host's
     own layout and one slot per call, through evaluate, predict and fit; the staging
     buffer is in the plan, within its cap."""
-    from portanet import network
+    from portanet import network, plan
     x, y = data(45)
     net = small_cnn(device_name)
     p, score = net.predict(x, batch_size=45), net.evaluate(x, y, batch_size=45)
-    monkeypatch.setattr(network, "STAGING_BYTES", 2 * 648 * 3 + 4)     # halves of 3 samples
+    monkeypatch.setattr(plan, "STAGING_BYTES", 2 * 648 * 3 + 4)     # halves of 3 samples
     monkeypatch.setattr(network, "PREDICTIONS_BYTES", 4 * 3 * 8 * 2)    # 2 batches of 8
     cut = small_cnn(device_name)
     staging = [b for b in cut.memory_plan(8).buffers if b.name == "_staging"]

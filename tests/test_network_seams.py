@@ -49,6 +49,7 @@ def calls(tmp_path, weights, torch_state):
         "architecture": lambda net: net.architecture(),
         "walk": lambda net: net.walk(),
         "loss_scale": lambda net: net.loss_scale,
+        "optimizer_state": lambda net: net.optimizer_state,
         "n_in": lambda net: net.n_in,
         "n_out": lambda net: net.n_out,
         "load_torch_state": lambda net: pn.load_torch_state(net, torch_state),

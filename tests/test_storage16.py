@@ -502,14 +502,14 @@ def test_which_arrays_a_network_stores_in_16_bits():
     mlp = pn.Sequential([pn.Dense(8, "relu"), pn.Dense(6, "relu"), pn.Dropout(0.5),
                          pn.Dense(5, "relu"), pn.Dense(3, "softmax")], (10,),
                         device="cpu", precision="bf16")
-    assert mlp._half_x
+    assert mlp.plan.half_x
     assert layout(mlp) == ([(T, T, F), (T, T, T), (T, T, T), (T, T, T), (T, F, T)],
                            [(0, None), (0, 0), (0, 0), (0, 0), (None, 0)])
     # a pool reads dL/da from one products buffer while it writes dL/da_prev into the other
     cnn = pn.from_description("conv(4, 3, relu) maxpool(2) conv(6, 3, tanh, pad=1) avgpool(2)"
                               " flatten dense(16, relu) dense(10, softmax)", (1, 14, 14),
                               device="cpu", precision="fp16")
-    assert cnn._half_x
+    assert cnn.plan.half_x
     assert layout(cnn) == ([(T, T, F), (T, T, T), (T, T, T), (T, T, T), (T, T, T),
                             (T, T, T), (T, F, T)],
                            [(0, None), (1, 0), (1, 1), (0, 1), (0, 0), (0, 0), (None, 0)])
@@ -522,7 +522,7 @@ def test_which_arrays_a_network_stores_in_16_bits():
                             pn.Flatten(), pn.Residual([reused, pn.Dense(6)], "relu"),
                             pn.Dense(3, "softmax")], (1, 12, 12), device="cpu",
                            precision="bf16")
-    assert normed._half_x
+    assert normed.plan.half_x
     assert layout(normed) == ([(T, T, F)] + [(T, T, T)] * 4 + [(T, F, T)],
                               [(0, None), (0, 0), (1, 0), (1, 1), (0, 1), (None, 0)])
     block = normed.layers[4]
@@ -538,17 +538,17 @@ def test_which_arrays_a_network_stores_in_16_bits():
     assert not any(l.half_in or l.half_out for _, l in list(pooled.walk())[1:])
     last = pn.Sequential([pn.Dense(8, "relu"), pn.Residual([pn.Dense(8)], "sigmoid")], (5,),
                          loss="binary_cross_entropy", device="cpu", precision="bf16")
-    assert last._half_x and layout(last)[0] == [(T, F, F), (F, F, F)]
+    assert last.plan.half_x and layout(last)[0] == [(T, F, F), (F, F, F)]
     nested = pn.Sequential([pn.Dense(6, "relu"), pn.Residual([pn.Residual([pn.Dense(6)])]),
                             pn.Dense(3, "softmax")], (5,), device="cpu", precision="bf16")
     assert layout(nested)[0] == [(T, F, F), (F, F, F), (F, F, F)]
     fp32 = pn.from_description("conv(4, 3, relu) maxpool(2) flatten dense(8, relu) "
                                "dense(3, softmax)", (1, 12, 12), device="cpu")
-    assert not fp32._half_x and layout(fp32)[0] == [(F, F, F)] * 5
+    assert not fp32.plan.half_x and layout(fp32)[0] == [(F, F, F)] * 5
     # a view of the input (Flatten) is stored as its input is, and looked through
     flat = pn.Sequential([pn.Flatten(), pn.Dense(8, "relu"), pn.Flatten(), pn.Dense(6, "relu"),
                           pn.Dense(3, "softmax")], (2, 5, 1), device="cpu", precision="bf16")
-    assert flat._half_x
+    assert flat.plan.half_x
     assert layout(flat)[0] == [(T, T, F), (T, T, F), (T, T, T), (T, T, T), (T, F, T)]
     # layers taken into another network take that network's places
     again = pn.Sequential(mlp.layers[4:], (5,), device="cpu", precision="fp16")
@@ -572,13 +572,13 @@ def test_batchnorm_or_a_block_first_reads_the_batch_as_it_came():
         net.train_batch(x, y, pn.SGD(0.01))
         means[precision] = net.get_weights()["0.running_mean"]
         if precision == "bf16":
-            assert not net._half_x
+            assert not net.plan.half_x
             assert layout(net)[0] == [(F, F, F), (F, T, F), (T, F, T)]
     np.testing.assert_allclose(means["bf16"], means["fp32"], rtol=1e-6)
     block = pn.Sequential([pn.Residual([pn.Conv2D(2, 3, padding=1)], "relu"),
                            pn.Conv2D(3, 3, activation="relu"), pn.Flatten(),
                            pn.Dense(3, "softmax")], (2, 6, 6), device="cpu", precision="fp16")
-    assert not block._half_x
+    assert not block.plan.half_x
     assert layout(block)[0] == [(F, F, F), (F, T, F), (T, T, T), (T, F, T)]
 
 
@@ -638,14 +638,14 @@ def test_the_batch_is_laid_out_in_16_bits(device_name, rng, half):
     net = pn.Sequential([pn.Dense(7, "relu"), pn.Dense(3, "softmax")], (45,), device=bk)
     for m in (5, 300):
         x = rng.standard_normal((m, 45)).astype(np.float32) * 100
-        net._upload_batch(x, wait=True)
-        assert np.array_equal(values(bk, net.x), round_to(x.T.copy(), half)), m
+        net.plan.upload(x, wait=True)
+        assert np.array_equal(values(bk, net.plan.x), round_to(x.T.copy(), half)), m
     x = rng.standard_normal((40, 45)).astype(np.float32)
     y = rng.integers(0, 3, 40).astype(np.int32)
-    net._bind(16)
+    net.plan.bind(16)
     idx = rng.permutation(40)[:16].astype(np.int32)
-    bk.gather_batch(net.x, bk.upload(x), net.y, bk.upload(y), bk.upload(idx))
-    assert np.array_equal(values(bk, net.x), round_to(x[idx].T.copy(), half))
+    bk.gather_batch(net.plan.x, bk.upload(x), net.plan.y, bk.upload(y), bk.upload(idx))
+    assert np.array_equal(values(bk, net.plan.x), round_to(x[idx].T.copy(), half))
     # float targets (MSE, binary cross-entropy) gather apart: the inputs by gather
     out = bk.empty((45 * 20,), bk.storage_dtype)
     bk.write(out, np.zeros(45 * 20, np.float32))
@@ -731,7 +731,7 @@ def test_a_16_bit_network_trains_as_the_reference_does(device_name, rng, half, a
         else:
             net = pn.mlp((30,), 4, hidden=(48, 24), activation=activation, device=where,
                          seed=3)
-        assert net._half_x == (where.precision == half)
+        assert net.plan.half_x == (where.precision == half)
         # (BatchNorm spreads a rounding that went the other way over its whole channel:
         # after 8 steps a ResNet's smallest parameters differ between the reference and a
         # device by half of what fp16 and fp32 do, after 2 by a tenth)
