@@ -24,7 +24,7 @@ def timeline(net, x, chunk):
         origin, t0 = bk._marker(), time.perf_counter()
         for i in range(0, len(x), chunk):
             h0 = time.perf_counter()
-            net._upload_batch(x[i:i + chunk], first=i)
+            net.plan.upload(x[i:i + chunk], first=i)
             h1, up = time.perf_counter(), bk._marker()
             net._forward()
             h2, fw = time.perf_counter(), bk._marker()
@@ -45,7 +45,7 @@ def main():
     bk = net.backend
     x = np.random.default_rng(0).random((10000, 1, 28, 28), dtype=np.float32)
     net.predict(x, batch_size=args.batch)
-    chunk = net._inference_batch(args.batch, len(x))
+    chunk = net.plan.inference_batch(args.batch, len(x))
     times = []
     for _ in range(5):
         start = time.perf_counter()
@@ -59,7 +59,7 @@ def main():
     profile.disable()
     pstats.Stats(profile).sort_stats("tottime").print_stats(14)
     for m in sorted({chunk, len(x) % chunk or chunk}):
-        net._bind(m)
+        net.plan.bind(m)
         net._forward()
         with bk.profiling():
             start = bk._marker()

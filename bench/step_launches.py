@@ -37,7 +37,7 @@ def timed(run, repeats, finish):
 
 def opencl(bk, net, repeats):
     import pyopencl as cl
-    replay = next(g for g in net._graphs.values() if g)
+    replay = next(g for g in net.plan.replays.graphs.values() if g)
     whole, host = timed(replay, repeats, bk.synchronize)
     print(f"replayed step: {whole * 1e6:8.1f} us on the device, {host * 1e6:.1f} us to "
           f"enqueue ({len(replay.ops)} ops)")
