@@ -9,7 +9,7 @@ from .models import lenet, mlp, resnet, from_description
 from .network import Sequential
 from .optim import SGD, Adam, AdamW, LossScale, RMSprop
 from .loading import load
-from .onnx_io import from_onnx
+from .onnx_import import from_onnx
 from .torch_state import load_torch_state
 from .dlpack import to_dlpack
 from . import callbacks, distributed, schedules

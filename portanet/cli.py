@@ -459,13 +459,13 @@ def tune(specs, budget, sizes, quick, output, json_path):
 def export(model_file, out, opset):
     """Write MODEL_FILE (a file saved by portanet) as the ONNX model OUT (extra `onnx`):
     samples-first input (N, ...) with N free, the output activation included."""
-    from . import loading, onnx_io
+    from . import loading, onnx_export
     try:
         net = loading.load(model_file, device="cpu", precision="fp32")   # computes nothing
-        path = onnx_io.to_onnx(net, out, opset)
+        path = onnx_export.to_onnx(net, out, opset)
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
-    click.echo(f"wrote {path}: {net._describe()}, opset {opset or onnx_io.OPSET}")
+    click.echo(f"wrote {path}: {net._describe()}, opset {opset or onnx_export.OPSET}")
 
 
 def build_model(model, dataset, input_shape, device, seed, precision=None):

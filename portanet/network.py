@@ -334,9 +334,9 @@ class Sequential:
 
     def to_onnx(self, path, opset=None):
         """Write the network as an ONNX model (inference form; input (N, ...) samples
-        first, N free), atomically; needs the extra `onnx` (portanet/onnx_io.py)."""
-        from . import onnx_io
-        onnx_io.to_onnx(self, path, opset)
+        first, N free), atomically; needs the extra `onnx` (portanet/onnx_export.py)."""
+        from . import onnx_export
+        onnx_export.to_onnx(self, path, opset)
 
     def load_weights(self, path):
         """Parameters from a file saved by a network of the same architecture; checked

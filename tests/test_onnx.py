@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 import portanet as pn
-from portanet import onnx_io
+from portanet import onnx_export
 from portanet.cli import main
 from portanet.errors import InputError, ModelFileError
 
@@ -108,7 +108,7 @@ def _graph(nodes, inits, in_shape, out, name="torchlike", opset=17, batch="batch
         [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [batch, *in_shape])],
         [helper.make_tensor_value_info(out, TensorProto.FLOAT, [batch, None])],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = onnx_io.make_model(graph, opset)
+    model = onnx_export.make_model(graph, opset)
     onnx.checker.check_model(model)
     return model
 
@@ -356,7 +356,7 @@ def test_the_onnx_package_missing_is_said(monkeypatch, tmp_path):
         return real(name, *args, **kwargs)
     monkeypatch.setattr(builtins, "__import__", no_onnx)
     with pytest.raises(InputError, match=r"portanet\[onnx\]"):
-        onnx_io.to_onnx(pn.mlp((4,), 3, (5,), device="cpu"), tmp_path / "x.onnx")
+        onnx_export.to_onnx(pn.mlp((4,), 3, (5,), device="cpu"), tmp_path / "x.onnx")
 
 
 @pytest.mark.parametrize("keepdims", [0, 1])

@@ -8,7 +8,7 @@ import pytest
 import safetensors.numpy
 
 import portanet as pn
-from portanet import onnx_io
+from portanet import onnx_export
 from portanet.errors import InputError, ModelFileError, ShapeError
 
 onnx = pytest.importorskip("onnx")
@@ -51,7 +51,7 @@ def torch_layout_predictions(state, x):
         nodes, "torch", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 16, 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
         [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()])
-    model = onnx_io.make_model(graph, 17)
+    model = onnx_export.make_model(graph, 17)
     runtime = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     return runtime.run(None, {"x": x})[0]
 
