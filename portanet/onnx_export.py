@@ -55,7 +55,7 @@ def to_onnx(net, path, opset=None):
 def export_model(net, opset=OPSET):
     """The ModelProto of `net` (see to_onnx)."""
     onnx = require_onnx()
-    g = _Graph(onnx, opset)
+    g = _Builder(onnx, opset)
     weights = net.get_weights()
     g.value_info("input", net.input_shape)
     x, shape = "input", net.input_shape
@@ -80,7 +80,7 @@ def make_model(graph, opset, **fields):
                              ir_version=helper.find_min_ir_version_for(opsets), **fields)
 
 
-class _Graph:
+class _Builder:
     """The nodes and initializers of an export, as they are made."""
 
     def __init__(self, onnx, opset):

@@ -67,7 +67,7 @@ class Constants(NodeErrors):
                     from e
         for node in graph.node:                 # constants first: `stored` counts them
             if node.op_type == "Constant":
-                read(self, node, lambda attrs: self.constant(node, attrs))
+                read_node(self, node, lambda attrs: self.constant(node, attrs))
         # the values the file holds, which bound what folding and the layers may make
         self.stored = sum(c.size for c in self.values.values())
         self.budget = GROWTH * self.stored + FLOOR
@@ -177,7 +177,7 @@ def _name(node):
     return repr(node.name or (node.output[0] if node.output else ""))
 
 
-def read(reader, node, work):
+def read_node(reader, node, work):
     """work(the node's attributes as values, string attributes as text); a node whose
     values the onnx package or NumPy cannot take (ValueError, KeyError, ...) is a damaged
     file, a ModelFileError naming it. NumPy's warnings are off: a fold's inf is refused
@@ -219,7 +219,7 @@ class Graph(NodeErrors):
         self.input_shape = self.shapes[self.input] = tuple(dims[1:])
         for node in graph.node:
             if node.op_type != "Constant":
-                read(self, node, lambda attrs: self.take(node, attrs))
+                read_node(self, node, lambda attrs: self.take(node, attrs))
 
     def take(self, node, attrs):
         """One node that is not a Constant: folded, a Shape of the stream, a part of gelu's
@@ -366,7 +366,8 @@ class Graph(NodeErrors):
             return op("layer", (shape[0], 1, 1), layer=L.GlobalAvgPool2D(), weights={})
         if t == "ReduceMean":           # PyTorch's dynamo exporter: AdaptiveAvgPool2d(1)
             self.check_images(node, shape)
-            axes = attrs.get("axes") if "axes" in attrs else self.constants.const(node, node.input[1]) \
+            axes = attrs.get("axes") if "axes" in attrs else \
+                self.constants.const(node, node.input[1]) \
                 if len(node.input) > 1 and node.input[1] else None
             if axes is None or sorted(int(a) % 4 for a in np.ravel(axes)) != [2, 3]:
                 raise self.unsupported(node, "a mean over other than the image's rows and "
@@ -477,8 +478,8 @@ class Graph(NodeErrors):
         k, s, p = self.window(node, attrs, w.shape[2:], shape)
         if w.shape[1] != shape[0]:
             raise self.unsupported(node, f"a weight for {w.shape[1]} channels on {shape[0]}")
-        b = self.constants.weight(node, node.input[2], "bias") if len(node.input) > 2 and node.input[2] \
-            else np.zeros(w.shape[0])
+        b = self.constants.weight(node, node.input[2], "bias") \
+            if len(node.input) > 2 and node.input[2] else np.zeros(w.shape[0])
         layer = self.layer(node, f"kernel {k}, stride {s}, pads {p}",
                            lambda: L.Conv2D(w.shape[0], k, stride=s, padding=p))
         out = (w.shape[0], *(L.conv_out(n, k, s, p) for n in shape[1:]))

@@ -15,11 +15,10 @@ import os
 
 import numpy as np
 
-from . import layers as L
+from . import layers as L, onnx_file
 from .errors import InputError, ModelFileError, ShapeError
 from .network import Sequential
 from .onnx_export import require_onnx
-from .onnx_file import read, read_external
 from .onnx_graph import FLOOR, GROWTH, Graph, NodeErrors
 
 MONOTONE = ("relu", "leaky_relu", "elu", "sigmoid", "tanh")     # non-decreasing
@@ -38,21 +37,21 @@ def from_onnx(model, device=None, dtype="float32", loss=None, seed=0):
     probabilities.
 
     Everything is checked before it is made: the file is a regular file of at most
-    onnx_file.MAX_FILE_BYTES; external data are regular files inside the model's folder (links
-    resolved), each tensor's bytes within its file, as many as its type and shape take, no
-    two tensors on the same bytes; every weight finite (running variances >= 0) and every
-    attribute in its range; constant folding, and the network's parameters, at most
-    onnx_graph.GROWTH times the values the file holds plus FLOOR; residual blocks nested at most
-    layers.MAX_NESTING deep (the walk stops there). A file that breaks one is a
-    ModelFileError, a graph portanet has no layers for an InputError, each naming the file
-    and the node or tensor."""
+    onnx_file.MAX_FILE_BYTES; external data are regular files inside the model's folder
+    (links resolved), each tensor's bytes within its file, as many as its type and shape
+    take, no two tensors on the same bytes; every weight finite (running variances >= 0)
+    and every attribute in its range; constant folding, and the network's parameters, at
+    most onnx_graph.GROWTH times the values the file holds plus FLOOR; residual blocks
+    nested at most layers.MAX_NESTING deep (the walk stops there). A file that breaks one
+    is a ModelFileError, a graph portanet has no layers for an InputError, each naming the
+    file and the node or tensor."""
     onnx = require_onnx()
     if isinstance(model, (str, os.PathLike)):
         where = model
-        model = read(onnx, model)
+        model = onnx_file.read(onnx, model)
     elif isinstance(model, onnx.ModelProto):
         where = "the ONNX model"
-        read_external(onnx, model, None, where)
+        onnx_file.read_external(onnx, model, None, where)
     else:
         raise InputError(f"from_onnx takes a path or an onnx.ModelProto, got "
                          f"{type(model).__name__}")
