@@ -26,7 +26,7 @@ from .rng import key_array, mix32
 MAX_NESTING = 16
 
 # backward's delta_in_z where the loss kernel left the last layer's delta in its z and also
-# formed its bias gradient (Sequential._forward_loss); true, so other layers take it as True
+# formed its bias gradient (SoftmaxCrossEntropy.forward in losses.py); true, so other layers take it as True
 DELTA_AND_BIAS = "delta and bias"
 
 
@@ -307,7 +307,7 @@ class Dense(Layer):
 
     def forward_product(self, training=True):
         """z <- w a_prev only: the loss kernel adds the bias and activates (see
-        Sequential._forward_loss)."""
+        losses.SoftmaxCrossEntropy.forward)."""
         if training:
             self.backend.keep_operands(self.a_prev)
         self.backend.gemm(1.0, self.w, self.a_prev, 0.0, self.z)
