@@ -102,6 +102,15 @@ KERNEL void copy(GLOBAL STORED* y, const int y_off, const GLOBAL STORED* x, cons
     if (i < n) y[y_off + i] = x[x_off + i];
 }
 
+/* y <- x byte for byte, whatever they hold (offsets and n in bytes): on the Oclgrind
+   simulator, a host write into part of a buffer from the scratch buffer it was written to
+   whole (opencl.py's _write_part says why) */
+KERNEL void copy_bytes(GLOBAL unsigned char* y, const int y_off,
+                       const GLOBAL unsigned char* x, const int x_off, const int n) {
+    const int i = GLOBAL_ID(0);
+    if (i < n) y[y_off + i] = x[x_off + i];
+}
+
 #if HALF_OPERANDS
 /* y <- x as a bf16 or fp16 backend's vendor GEMM takes its inputs: 16 bits each
    (prelude.h's half_bits, which rounds as our own kernels' OPERAND rounds). Work-item i

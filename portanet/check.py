@@ -13,11 +13,13 @@ Per device, three checks, each on fresh random inputs from a fixed seed:
             against the product of the inputs rounded as that precision rounds them
 
 and on a simulator (Oclgrind) whatever it reported meanwhile (out-of-bounds accesses, data
-races, uninitialised reads) fails the device.
+races, uninitialised reads) fails the device; so does a simulator opened before its checks
+were on (by other code in the process), which checked nothing.
 
 The shapes are small on purpose: the checks are about right answers, not speed (that is
-`portanet bench`), and they must finish on the Oclgrind simulator, which runs a few
-hundred thousand multiply-adds a second.
+`portanet bench`), and they must finish on the Oclgrind simulator, which with its checks
+on runs about 30 thousand multiply-adds a second: the whole check takes it about two
+minutes of a core.
 """
 import dataclasses
 import statistics
@@ -33,7 +35,8 @@ from .precision import round_to
 
 # gemm: m x n x k, no side a multiple of a tile (8, 16, 32, 64, 128) or of a vector width,
 # several tiles along m and n of every tiling but the largest; k = 257 is over 16 slabs of
-# 16, so a large GPU splits K (gpu.split_k) too. 67 x 131 x 257 took 30 s on Oclgrind.
+# 16, so a large GPU splits K (gpu.split_k) too. Oclgrind with its checks on takes 45 s of
+# a core over the two (67 x 131 x 257: minutes).
 GEMM_SHAPE = (37, 67, 257)
 GEMM_ALPHA, GEMM_BETA = -0.7, 0.3
 # float32 kernels against float64, relative to || |alpha| |a| |b| + |beta| |c| || (what the
@@ -43,7 +46,7 @@ GEMM_TOLERANCE = 1e-5
 
 # step: LeNet (conv 16 3x3 relu, conv 32 3x3 relu, maxpool 2, dense 10 softmax) on images
 # of 9 x 9, so that the pool drops an edge row and column (5 x 5 -> 2 x 2), in a batch of 2:
-# 3.4 s a step on Oclgrind, 8.7 s with both cores busy (16 images of 28 x 28: minutes)
+# 25 s of a core a step on Oclgrind with its checks on (16 images of 28 x 28: many minutes)
 STEP_IMAGE = (1, 9, 9)
 STEP_BATCH = 2
 STEP_SGD = SGD(lr=0.1, momentum=0.9)
@@ -57,7 +60,9 @@ STEP_SGD = SGD(lr=0.1, momentum=0.9)
 # relu's output wrong by 1e-3 shows as 3.8e-3 (tests/test_check.py).
 STEP_TOLERANCE = 1e-4
 STEP_REPEATS = 5                # timed steps after the compared one ...
-STEP_BUDGET_S = 5.0             # ... but three once they take this long (a simulator)
+STEP_BUDGET_S = 5.0             # ... but three once they take this long (a slow device),
+# and two on a simulator, whose times say nothing of a device: the step recorded and one
+# replay of it, so that its checks see the replayed launches too
 
 
 @dataclasses.dataclass
@@ -83,7 +88,9 @@ def targets(specs=()):
     """[(device string, description)]: the devices given, or every device
     backends.list_devices() finds (cpu included). A string that names a listed device
     another way (opencl:pocl) gets that device's description; one that names none gets
-    an empty one (check_device reports why)."""
+    an empty one (check_device reports why). The simulator's checks are turned on first:
+    naming a device another way opens it, and Oclgrind reads them as it is opened."""
+    opencl.simulator_checks()
     found, _ = backends.list_devices()
     if not specs:
         return found
@@ -116,6 +123,8 @@ def check_device(spec, description="", seed=0):
     if not result.description:
         known = dict(backends.list_devices()[0])
         result.description = known.get(bk.name, bk.info()["name"])
+    if bk.simulator and bk.simulator_settings != opencl.simulator_settings():
+        result.failures.append(f"simulator: {_unchecked(bk.simulator_settings)}")
     try:
         if hasattr(bk, "build_all"):
             bk.build_all()
@@ -134,6 +143,17 @@ def check_device(spec, description="", seed=0):
     if said:
         result.failures.append(f"simulator: {_first_line(said)} (all in {log})")
     return result
+
+
+def _unchecked(settings):
+    """Why a simulator opened with `settings` checked nothing that the check can read."""
+    now = opencl.simulator_settings()
+    changed = ", ".join(f"{name} {'unset' if settings[name] is None else repr(settings[name])}"
+                        f" then, {'unset' if now[name] is None else repr(now[name])} now"
+                        for name in opencl.SIMULATOR_VARIABLES if settings[name] != now[name])
+    return (f"opened with other checks than this check sets ({changed}): Oclgrind reads "
+            f"them as a device is opened, so this one was not checked as asked; check it in "
+            f"a process where nothing opened it before (`portanet devices --check` is one)")
 
 
 def _gemm(bk, rng, seed, result):
@@ -164,12 +184,13 @@ def _precisions(bk, rng, seed, result):
                                        f"> {GEMM_TOLERANCE:g}")
 
 
-def check_gemm(bk, rng, shape=GEMM_SHAPE):
+def check_gemm(bk, rng, shape=None):
     """The larger relative error of two GEMMs of `shape` (m, n, k) with both operands
     transposed: alpha a^T b^T + beta c, then 1.3 a^T b^T into a c filled with NaN (beta = 0:
     c must not be read, and every element must be written). NaN where a result has one.
-    The reference's inputs are rounded as the backend's precision rounds them."""
-    m, n, k = shape
+    The reference's inputs are rounded as the backend's precision rounds them. shape None:
+    GEMM_SHAPE."""
+    m, n, k = shape or GEMM_SHAPE
     a = rng.standard_normal((k, m)).astype(bk.dtype)        # op(a) = a^T is m x k
     b = rng.standard_normal((n, k)).astype(bk.dtype)        # op(b) = b^T is k x n
     c = rng.standard_normal((m, n)).astype(bk.dtype)
@@ -213,7 +234,9 @@ def check_step(bk, rng, seed=0):
                   for name in w0}
         worst = max(errors, key=lambda name: (np.isnan(errors[name]), errors[name]))
         seconds, spent = [], 0.0
-        while len(seconds) < STEP_REPEATS and not (len(seconds) >= 3 and spent > STEP_BUDGET_S):
+        least = 2 if bk.simulator else 3
+        while len(seconds) < STEP_REPEATS and not (len(seconds) >= least
+                                                   and spent > STEP_BUDGET_S):
             bk.synchronize()
             start = time.perf_counter()
             net.train_batch(x, y, STEP_SGD)

@@ -74,7 +74,7 @@ def copy_split(dst, src):
         piece.result()
 
 # kernel family (file stem) -> kernel names, the same in kernels_cl/ and kernels_cu/
-FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "bias_activation",
+FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "copy_bytes", "bias_activation",
                             "bias_activation_stored",
                             "activation_grad", "activation_delta", "add_activation",
                             "gather_columns", "gather_labels", "gather_batch", "features_first",

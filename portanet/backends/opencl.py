@@ -70,6 +70,16 @@ def simulator_checks():
         tempfile.gettempdir(), f"portanet-oclgrind-{os.getpid()}.log"))
 
 
+# what Oclgrind reads when a context is made: its checks (on where "1") and its log
+SIMULATOR_VARIABLES = ("OCLGRIND_DATA_RACES", "OCLGRIND_UNINITIALIZED", "OCLGRIND_LOG")
+
+
+def simulator_settings():
+    """{variable: value or None} of SIMULATOR_VARIABLES now: what a simulator device opened
+    now checks, and where it reports. A simulator backend keeps those it was opened with."""
+    return {name: os.environ.get(name) for name in SIMULATOR_VARIABLES}
+
+
 class _CopyLane:
     """write_samples' way up: a second queue for copies, PINNED buffers of pinned host
     memory (allocated by the driver, mapped once) taken in turn, one filled again once its
@@ -456,6 +466,8 @@ class OpenCLBackend(KernelBackend):
             held = "" if self.device.double_fp_config else " under PORTANET_CL_LIMITS"
             raise DeviceError(f"{self.device.name.strip()} has no double precision{held}: "
                               f"use float32")
+        # what the simulator checks in this context: it reads them as the context is made
+        self.simulator_settings = simulator_settings() if self.simulator else None
         self.ctx = cl.Context([self.device])
         self.queue = cl.CommandQueue(self.ctx)
         real = "double" if self.dtype == np.float64 else "float"
@@ -483,6 +495,7 @@ class OpenCLBackend(KernelBackend):
         self._pending = collections.deque()     # background copies' events (_pending_copy)
         self._lane = None                       # made by the first write_samples
         self._retired = []                      # freed buffers the simulator keeps
+        self._scratch = None                    # the simulator's partial writes (_write_part)
         # CLBlast multiplies its inputs as they are: fp16's products are our kernels'
         self.vendor_gemm = (pyclblast is not None and not self.simulator
                             and self.precision in ("fp32", "fp64"))
@@ -696,13 +709,46 @@ class OpenCLBackend(KernelBackend):
     def write(self, dst, host, wait=True):
         self._not_recording("a copy to the device")
         host = self._check_write(dst, host)
+        if self.simulator and (dst.offset or host.nbytes != dst.buf.size):
+            self._write_part(dst, host)
+            return
         self._pending_copy(cl.enqueue_copy(self.queue, dst.buf, host, is_blocking=wait,
                                            dst_offset=dst.offset * dst.dtype.itemsize), wait)
+
+    def _write_part(self, dst, host):
+        """dst <- host on the simulator, where dst is not its whole buffer: host written whole
+        into a scratch buffer, then copied into place by a kernel (copy_bytes). Oclgrind's
+        uninitialised-value check (its Uninitialized plugin, 19.10 to 26.03) keeps one
+        record per buffer of which bytes are set, and a host write of n bytes at offset o
+        remakes that record n bytes long and marks [o, o + n) in it: past its end where
+        o > 0, so the bytes just written read as uninitialised, and so do all the bytes
+        past n that the buffer held (a batch written into the second half of staging, then
+        laid out by features_first, was 'Uninitialized value written to global memory',
+        though every byte read had been written). A kernel's stores are recorded byte for
+        byte, so this way the buffer's record keeps what was set before, gains exactly
+        the bytes written, and a read of bytes nothing wrote is still reported."""
+        if not host.nbytes:
+            return
+        if self._scratch is None or self._scratch.size < host.nbytes:
+            if self._scratch is not None:
+                self._retired.append(self._scratch)     # see _free_buffer
+            self._scratch = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE, host.nbytes)
+        scratch = DeviceArray(self._scratch, 0, (host.nbytes,), np.dtype(np.uint8))
+        self._pending_copy(cl.enqueue_copy(self.queue, scratch.buf, host, is_blocking=True),
+                           True)
+        place = DeviceArray(dst.buf, dst.offset * dst.dtype.itemsize, (host.nbytes,),
+                            np.dtype(np.uint8))
+        self._run("copy_bytes", (host.nbytes,), place, scratch, host.nbytes)
 
     def _send(self, slot, part, turn):
         """part into the device array slot through the copy lane's queue, from pinned
         memory, once the device has read what the last send of this turn put there; the
-        backend's queue waits for it (a barrier on the copy's event)."""
+        backend's queue waits for it (a barrier on the copy's event). On the simulator, which
+        runs its queues in turn, a plain write: Oclgrind records a copy between buffers
+        as it records a host write (see _write_part)."""
+        if self.simulator:
+            self.write(slot, part)
+            return
         self._not_recording("a copy to the device")
         lane = self._lane
         if lane is None:
