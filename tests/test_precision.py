@@ -116,7 +116,10 @@ def test_opencl_devices_compute_in_fp16_where_they_have_half_arithmetic():
         pytest.skip(str(e))
     seen = 0
     for spec, _ in listed:
-        bk = pn.device(spec)
+        try:
+            bk = pn.device(spec)
+        except pn.DeviceError:      # a device that cannot be opened here (its compiler
+            continue                # builds nothing): not one whose precisions to check
         half = "cl_khr_fp16" in bk.device.extensions.split()
         assert ("fp16" in bk.precisions) == half
         assert "tf32" not in bk.precisions and "bf16" not in bk.precisions
