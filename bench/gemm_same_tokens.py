@@ -1,4 +1,4 @@
-"""Whether the plain GEMM kernel (gemm.cl / gemm.cu without CONV) preprocesses to the same
+"""Whether the plain GEMM kernel (gemm.cl without CONV) preprocesses to the same
 tokens at a git revision as in the working tree, for several sets of tiling definitions.
 
 portanet/tuned.json keys each entry by a digest of the gemm source, so any edit untunes
@@ -28,15 +28,16 @@ def tokens(text, prelude, defines):
 
 def main(revision):
     same = True
-    for folder, name in (("kernels_cl", "gemm.cl"), ("kernels_cu", "gemm.cu")):
-        old = subprocess.run(["git", "show", f"{revision}:{folder}/{name}"], cwd=ROOT,
+    name = "gemm.cl"                    # one body, built with each language's prelude
+    for folder in ("kernels_cl", "kernels_cu"):
+        old = subprocess.run(["git", "show", f"{revision}:kernels_cl/{name}"], cwd=ROOT,
                              capture_output=True, text=True, check=True).stdout
-        new = (ROOT / folder / name).read_text()
+        new = (ROOT / "kernels_cl" / name).read_text()
         prelude = (ROOT / folder / "prelude.h").read_text()
         for defines in DEFINES:
             ok = tokens(old, prelude, defines) == tokens(new, prelude, defines)
             same &= ok
-            print(f"{folder}/{name} {' '.join(defines) or '(defaults)'}: "
+            print(f"{name} with {folder}/prelude.h {' '.join(defines) or '(defaults)'}: "
                   f"{'same' if ok else 'DIFFERENT'}")
     print("same tokens: tuned entries may be re-keyed" if same else
           "the GEMM changed: tune again")

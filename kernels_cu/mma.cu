@@ -1,5 +1,5 @@
 /* mma.cu: GEMM on tensor cores (CUDA only: OpenCL C has no way to them, so this family
-   has no twin in kernels_cl/). c <- alpha op(a) op(b) + beta c, row-major, as gemm.cu's
+   has no body in kernels_cl/). c <- alpha op(a) op(b) + beta c, row-major, as gemm.cl's
    gemm, for a backend computing in TF32 (portanet/precision.py): each input is rounded to
    TF32 (10 bits of mantissa, to nearest, ties to even, as the NumPy reference rounds it),
    products and sums run in float32 (mma.sync m16n8k8, compute capability 8.0 and on).
@@ -12,7 +12,7 @@
    with pads that keep each warp's fragment reads on 32 different banks; each fragment is
    rounded to TF32 as it is read.
 
-   Compile-time: TRANS_A, TRANS_B (as gemm.cu's); MIN_BLOCKS, the blocks a multiprocessor
+   Compile-time: TRANS_A, TRANS_B (as gemm.cl's); MIN_BLOCKS, the blocks a multiprocessor
    must hold at once (2 caps registers at 128, with a few spilled; 1 lets it take 201);
    VEC, 16-byte copies (where the operands' rows and offsets are whole 4s). */
 #ifndef OPERAND_BITS

@@ -1,5 +1,6 @@
-/* prelude.h (CUDA): the few words that differ from kernels_cl/prelude.h, so that the
-   kernel bodies of kernels_cl/x.cl and kernels_cu/x.cu read the same. */
+/* prelude.h (CUDA): the few words that differ from kernels_cl/prelude.h, so that each
+   kernel body in kernels_cl/ is CUDA C too. Inlined by the loader (portanet/backends/
+   sources.py) in place of '#include "prelude.h"' when it builds a family for CUDA. */
 #ifndef REAL
 #define REAL float
 #endif
@@ -27,7 +28,7 @@ typedef float4 real4;
 #define GROUP_ID(d) ((int)((d) == 0 ? blockIdx.x : (d) == 1 ? blockIdx.y : blockIdx.z))
 #define NUM_GROUPS(d) ((int)((d) == 0 ? gridDim.x : (d) == 1 ? gridDim.y : gridDim.z))
 #define ATOMIC_MIN(p, v) atomicMin(p, v)     /* on a GLOBAL int */
-/* a split K that its last part to finish adds up (gemm.cu, SPLIT_K 2): a fence that makes
+/* a split K that its last part to finish adds up (gemm.cl, SPLIT_K 2): a fence that makes
    this thread's global writes visible to the device before the count (release), or the
    writes the count saw after it (acquire); the count of a tile's parts done, and its reset
    for the next launch */

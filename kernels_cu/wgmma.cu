@@ -1,5 +1,5 @@
 /* wgmma.cu: GEMM on Hopper's tensor cores from 16-bit inputs (CUDA only, compute capability
-   9.0 built as sm_90a: warpgroup MMA has no OpenCL form, so this family has no twin in
+   9.0 built as sm_90a: warpgroup MMA has no OpenCL form, so this family has no body in
    kernels_cl/). For a backend computing in bf16 or fp16 (portanet/precision.py):
    c <- alpha op(a) op(b) + beta c, c float32 and row-major, the products summed in float32.
 

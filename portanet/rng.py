@@ -1,5 +1,5 @@
 """The counter-based hash behind dropout, lowbias32 (C. Wellons), as kernels_cl/conv.cl
-and kernels_cu/conv.cu compute it: the same bits on every backend for the same key."""
+computes it in OpenCL and CUDA: the same bits on every backend for the same key."""
 import numpy as np
 
 

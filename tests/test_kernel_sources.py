@@ -1,43 +1,104 @@
-"""Kernel sources: found from the installed package, twins parallel, CUDA compiles."""
+"""Kernel sources: each shared body written once in kernels_cl/, built for OpenCL and (with
+CUDA's prelude) for CUDA by the loader; kernels_cu/ holds only what CUDA alone says; the
+shipped tunings key on the loaded text."""
+import hashlib
+import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
+import portanet
 from portanet.backends import gpu, sources
+
+SHARED = sorted(p.stem for p in sources.folder("cl").glob("*.cl"))
+CUDA_FAMILIES = sorted(SHARED + list(sources.CUDA_ONLY))    # what CUDA builds
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"', re.M)
 
 
 def kernel_names(text):
     return re.findall(r"KERNEL (?:GROUP_SIZE\([^)]*\)\s*)?void (\w+)\(", text)
 
 
-def test_every_family_has_twins_with_the_same_kernels():
+def loads():
+    """(family, lang) of every build: the shared families in both languages, CUDA's own."""
+    return [(f, lang) for f in SHARED for lang in ("cl", "cu")] + [
+        (f, "cu") for f in sources.CUDA_ONLY]
+
+
+def test_kernels_cu_holds_only_what_cuda_alone_says():
     cl, cu = sources.folder("cl"), sources.folder("cu")
-    assert sorted(p.stem for p in cl.glob("*.cl")) == sorted(
-        p.stem for p in cu.glob("*.cu") if p.stem not in sources.CUDA_ONLY)
-    for path in cl.glob("*.cl"):
-        cl_text = path.read_text()
-        cu_text = (cu / f"{path.stem}.cu").read_text()
-        assert kernel_names(cl_text) == kernel_names(cu_text)
-        # the bodies are the same text; only the file name in the first comment differs
-        assert cl_text.replace(".cl:", ".cu:", 1) == cu_text, f"{path.stem} twins differ"
-    # the headers but the prelude (the words that differ) are the same text
-    for header in sources.HEADERS[1:]:
-        assert (cl / header).read_text() == (cu / header).read_text(), f"{header} differs"
+    assert sorted(p.name for p in cu.iterdir()) == sorted(
+        [sources.PRELUDE] + [f"{f}.cu" for f in sources.CUDA_ONLY])
+    assert sorted(p.name for p in cl.iterdir()) == sorted(
+        list(sources.HEADERS) + [f"{f}.cl" for f in SHARED])
+    assert not set(SHARED) & set(sources.CUDA_ONLY)
+
+
+@pytest.mark.parametrize("family, lang", loads())
+def test_every_family_loads_with_its_headers_inlined(family, lang):
+    path, text = sources.load(family, lang)
+    assert path == sources.body(family, lang) and path.is_file()
+    assert path.parent == sources.folder("cu" if family in sources.CUDA_ONLY else "cl")
+    included = INCLUDE.findall(path.read_text())
+    assert sources.PRELUDE in included and set(included) <= set(sources.HEADERS)
+    assert not INCLUDE.findall(text), f"{family} ({lang}) keeps an #include"
+    assert (sources.folder(lang) / sources.PRELUDE).read_text() in text
+    for header in set(included) - {sources.PRELUDE}:    # one text for both languages
+        assert (sources.folder("cl") / header).read_text() in text
+
+
+def test_opencl_has_no_tensor_core_families():
+    for family in sources.CUDA_ONLY:
+        with pytest.raises(FileNotFoundError):
+            sources.load(family, "cl")
+
+
+@pytest.mark.parametrize("family", SHARED)
+def test_cuda_text_of_a_shared_family_is_the_body_with_cudas_prelude(family):
+    cl_path, cl_text = sources.load(family, "cl")
+    cu_path, cu_text = sources.load(family, "cu")
+    assert cu_path == cl_path
+    preludes = [(sources.folder(lang) / sources.PRELUDE).read_text() for lang in ("cl", "cu")]
+    assert preludes[0] != preludes[1]
+    assert cl_text.replace(preludes[0], preludes[1], 1) == cu_text
+    assert kernel_names(cl_text) == kernel_names(cu_text)
 
 
 def test_backends_know_every_kernel():
     for family, names in gpu.FAMILIES.items():
-        _, text = sources.load(family, "cl")
-        assert set(names) <= set(kernel_names(text))
+        for lang in ("cl", "cu"):
+            _, text = sources.load(family, lang)
+            assert set(names) <= set(kernel_names(text))
+
+
+def test_shipped_tunings_key_on_the_current_gemm_source():
+    """tuned.json keys each entry by kernel_hash, the first 12 hex digits of the sha256 of
+    the gemm text as a language loads it (gemm.cl with that language's prelude): an edit to
+    either leaves the shipped tunings unapplied unless the entries are re-keyed."""
+    shipped = Path(portanet.__file__).resolve().parent / "tuned.json"
+    lang = {"opencl": "cl", "cuda": "cu"}
+    for key in json.loads(shipped.read_text())["entries"]:
+        kind, digest = key.split(" | ")[0], key.rsplit(" | gemm ", 1)[1]
+        text = sources.load("gemm", lang[kind])[1]
+        current = hashlib.sha256(text.encode()).hexdigest()[:12]
+        assert digest == current, (
+            f"portanet/tuned.json's entry {key!r} keys on gemm {digest}, but the {kind} "
+            f"gemm source now hashes to {current}: kernels_cl/gemm.cl or a prelude.h changed. "
+            f"If `python bench/gemm_same_tokens.py <revision before the edit>` says the "
+            f"tokens are the same, re-key the entry (replace {digest} by {current} in its "
+            f"key); else tune that device again (`portanet tune`) and ship its new entry.")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("family", sorted(p.stem for p in sources.folder("cu").glob("*.cu")))
+@pytest.mark.parametrize("family", CUDA_FAMILIES)
 @pytest.mark.parametrize("real", ["float", "double"])
 def test_cuda_kernels_compile(family, real, tmp_path):
-    path = sources.folder("cu") / f"{family}.cu"
+    """Every family CUDA builds, as the loader gives it to pycuda (headers inlined)."""
+    path = tmp_path / f"{family}.cu"
+    path.write_text(sources.load(family, "cu")[1])
     variants = [["-DTRANS_A=0", "-DTRANS_B=0"], ["-DTRANS_A=1", "-DTRANS_B=1"],
                 ["-DTSM=128", "-DTSN=128", "-DTSK=8", "-DWPTM=8", "-DWPTN=8", "-DMICRO=2",
                  "-DPAD=4", "-DVW=4", "-DDB=1", "-DSPLIT_K=1"],
@@ -71,8 +132,7 @@ def test_cuda_kernels_compile(family, real, tmp_path):
         arch = [] if any(f.startswith(("-arch", "-gencode")) for f in flags) else ["-arch=sm_80"]
         # device code only, as pycuda builds it (--cubin): no host compile, a third the time
         cmd = ["nvcc", "--cubin", "-o", str(tmp_path / "k.cubin"), *arch, f"-DREAL={real}",
-               f"-DREAL_IS_DOUBLE={int(real == 'double')}", *flags,
-               "-I", str(path.parent), str(path)]
+               f"-DREAL_IS_DOUBLE={int(real == 'double')}", *flags, str(path)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
 
@@ -93,6 +153,8 @@ def test_installed_package_carries_its_kernels():
         pytest.skip("portanet is imported from a checkout, not an installed wheel")
     assert sources.folder("cl").parent == package
     assert sources.folder("cu").parent == package
+    for family, lang in loads():
+        assert sources.load(family, lang)[0].parent.parent == package
 
 
 def test_build_errors_show_the_file_and_the_compiler_log(monkeypatch):
