@@ -1,4 +1,4 @@
-"""Batch normalization (the backends' batchnorm_*; kernels norm.cl and norm.cu): the NumPy
+"""Batch normalization (the backends' batchnorm_*; kernel family norm.cl): the NumPy
 reference against direct formulas and central differences, then every backend against the
 reference in float32 and float64, on awkward shapes (rows 1, 3, 17; n 1, 2, 5, 333, 2049),
 in place, with beta != 0 and without dx. Outputs are poisoned with NaN first, so an
