@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import portanet as pn
-from conftest import SIMULATOR, get_backend, oclgrind_log
+from conftest import OCLGRIND_LOG, SIMULATOR, get_backend, oclgrind_log
 from portanet import backends, check
 from portanet.backends import opencl
 from portanet.errors import DeviceError
@@ -48,7 +48,7 @@ def test_bytes_nothing_wrote_are_still_reported(sim):
     base = sim.empty((12,))
     sim.write(sim.view(base, (4,), 5), np.ones(4, np.float32))
     out = sim.empty((5,))
-    report = opencl.SimulatorReport(os.environ["OCLGRIND_LOG"])
+    report = opencl.SimulatorReport(OCLGRIND_LOG)
     sim.copy(sim.view(base, (5,), 0), out)
     sim.synchronize()
     assert "Uninitialized" in report.read()
