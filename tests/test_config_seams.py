@@ -6,7 +6,7 @@ import re
 import numpy as np
 import pytest
 
-from portanet.backends import gpu, opencl
+from portanet.backends import gemm_tiling, opencl
 from portanet.errors import DeviceError
 
 # a GPU's limits, as Limits.of reads them from a device
@@ -18,11 +18,11 @@ CPU = opencl.Limits(work_group=4096, work_items=(4096,) * 3, local_bytes=1 << 20
 
 def _smallest_tiling(itemsize):
     """(work-items, local bytes) of the smallest tiling gemm_params falls back to."""
-    p = gpu.gemm_params(False, 1 << 16, 1 << 30, itemsize)
-    while gpu._halved(p) is not None:
-        p = gpu._halved(p)
+    p = gemm_tiling.gemm_params(False, 1 << 16, 1 << 30, itemsize)
+    while gemm_tiling._halved(p) is not None:
+        p = gemm_tiling._halved(p)
     threads = (p["TSM"] // p["WPTM"]) * (p["TSN"] // p["WPTN"])
-    slabs = p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * itemsize + gpu.LOCAL_RESERVED
+    slabs = p["TSK"] * (p["TSM"] + p["TSN"] + 2 * p["PAD"]) * itemsize + gemm_tiling.LOCAL_RESERVED
     return threads, slabs
 
 
@@ -40,7 +40,7 @@ def test_caps_that_leave_the_gemm_no_tiling_are_refused_naming_what_works(own, s
     for key, value in (item.split("=") for item in fix.split(",")):
         with pytest.raises(DeviceError):
             own.capped(f"{spec},{fix},{key}={int(value) - 1}")
-    assert gpu.gemm_params(held.gpu, held.work_group, held.local_bytes, 4)
+    assert gemm_tiling.gemm_params(held.gpu, held.work_group, held.local_bytes, 4)
 
 
 def test_the_smallest_values_are_the_smallest_tiling_s():

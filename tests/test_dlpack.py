@@ -23,6 +23,7 @@ import pytest
 import portanet as pn
 from conftest import get_backend
 from portanet import dlpack
+from portanet.backends import lending
 
 
 class Producer:
@@ -151,20 +152,20 @@ def host_view(a, device=(dlpack.CPU, 0)):
 
 def test_capsules_made_here_lend_and_let_go():
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
-    before = len(dlpack._lent)
+    before = len(lending._lent)
     b = np.from_dlpack(host_view(a))
     assert b.shape == (3, 4) and b.dtype == np.float32 and np.shares_memory(a, b)
     a[1, 2] = 99.0
     assert b[1, 2] == 99.0
-    assert len(dlpack._lent) == before + 1
+    assert len(lending._lent) == before + 1
     del b                                   # NumPy calls the deleter: the array let go
-    assert len(dlpack._lent) == before
+    assert len(lending._lent) == before
     labels = np.arange(5, dtype=np.int32)
     assert np.from_dlpack(host_view(labels)).tolist() == [0, 1, 2, 3, 4]
     capsule = host_view(a).__dlpack__()     # never consumed: its destructor lets go
-    assert len(dlpack._lent) == before + 1
+    assert len(lending._lent) == before + 1
     del capsule
-    assert len(dlpack._lent) == before
+    assert len(lending._lent) == before
     with pytest.raises(BufferError, match="lent there only"):
         host_view(a).__dlpack__(dl_device=(dlpack.CUDA, 0))
     with pytest.raises(BufferError, match="does not copy"):
@@ -197,10 +198,10 @@ def test_a_capsule_refused_while_raising_is_let_go(monkeypatch):
     the array, and the report it leaves names NumPy's reason."""
     reports = []
     monkeypatch.setattr(sys, "unraisablehook", reports.append)
-    before = len(dlpack._lent)
+    before = len(lending._lent)
     with pytest.raises(Exception):
         np.from_dlpack(host_view(np.zeros(3, np.float32), (dlpack.CUDA, 0)))
-    assert len(dlpack._lent) == before
+    assert len(lending._lent) == before
     assert any("Unsupported device" in str(r.exc_value) for r in reports), reports
 
 
@@ -342,7 +343,7 @@ def test_torch_sees_the_weights_where_they_are(rng):
     net = pn.Sequential([pn.Dense(8, "relu"), pn.BatchNorm(), pn.Dense(3, "softmax")],
                         input_shape=5, device="cuda")
     bk, layer = net.backend, net.layers[0]
-    before, lent = net.get_weights(), len(dlpack._lent)
+    before, lent = net.get_weights(), len(lending._lent)
     w = torch.from_dlpack(layer.weights()["w"])
     b = torch.from_dlpack(dlpack.to_dlpack(layer.b))        # at an offset into the flat vector
     assert (w.device, w.dtype, tuple(w.shape)) == (torch.device("cuda", 0), torch.float32,
@@ -358,6 +359,6 @@ def test_torch_sees_the_weights_where_they_are(rng):
     net.set_weights({**after, "0.b": np.arange(8, dtype=np.float32)})  # portanet writes
     bk.synchronize()                                    # its stream is not torch's
     assert b.cpu().tolist() == list(range(8))
-    assert len(dlpack._lent) == lent + 2                # the fill's tensor is gone already
+    assert len(lending._lent) == lent + 2                # the fill's tensor is gone already
     del w, b
-    assert len(dlpack._lent) == lent                    # torch called the deleters
+    assert len(lending._lent) == lent                    # torch called the deleters

@@ -227,12 +227,12 @@ def test_summary_counts_parameters_and_bytes():
 
 @pytest.mark.parametrize("n", [7, 2**18 - 1, 2**18, 3 * 2**18 + 5])
 def test_a_host_copy_split_over_threads_is_the_copy(n, monkeypatch):
-    """The copy lanes' pinned copies (gpu.copy_split): whole and in order, also in three
+    """The copy lanes' pinned copies (staging.copy_split): whole and in order, also in three
     pieces and for lengths that do not divide."""
-    from portanet.backends import gpu
+    from portanet.backends import staging
     src = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     for threads in (2, 3):
-        monkeypatch.setattr(gpu, "COPY_THREADS", threads)
+        monkeypatch.setattr(staging, "COPY_THREADS", threads)
         dst = np.full(n, np.nan, np.float32)
-        gpu.copy_split(dst, src)
+        staging.copy_split(dst, src)
         assert np.array_equal(dst, src)

@@ -1,7 +1,8 @@
-"""`portanet tune` (portanet/tuning.py): the search on PoCL with a tiny budget on a product
-no tile divides, the database (round trip, merge, which file wins, corrupt files, keys),
-apply(), the command, and the devices it refuses. The database is a file in tmp_path
-throughout: no test reads or writes the user's. Timings are measured, never asserted on."""
+"""`portanet tune` (portanet/tuning.py) and its database (portanet/backends/tuned.py): the
+search on PoCL with a tiny budget on a product no tile divides, the database (round trip,
+merge, which file wins, corrupt files, keys), apply(), the command, and the devices it
+refuses. The database is a file in tmp_path throughout: no test reads or writes the
+user's. Timings are measured, never asserted on."""
 import json
 import logging
 import os
@@ -11,7 +12,8 @@ from click.testing import CliRunner
 
 import portanet as pn
 from portanet import tuning
-from portanet.backends import gpu, opencl, sources
+from portanet.backends import gemm_tiling, opencl, sources
+from portanet.backends import tuned as database
 from portanet.cli import main
 from portanet.errors import DeviceError, PortanetError
 
@@ -22,11 +24,11 @@ SIZE, BUDGET = 67, 3            # PoCL builds each tiling in about four seconds
 def databases(tmp_path, monkeypatch):
     """The user's and the shipped database, both in tmp_path (neither there yet)."""
     user, shipped = tmp_path / "user" / "tuning.json", tmp_path / "shipped.json"
-    monkeypatch.setattr(tuning, "user_path", lambda: user)
-    monkeypatch.setattr(tuning, "SHIPPED", shipped)
-    tuning.forget()
+    monkeypatch.setattr(database, "user_path", lambda: user)
+    monkeypatch.setattr(database, "SHIPPED", shipped)
+    database.forget()
     yield user, shipped
-    tuning.forget()
+    database.forget()
 
 
 @pytest.fixture(scope="module")
@@ -71,19 +73,19 @@ def unfit_tiling(bk):
     """A tiling a tuning may give that does not fit bk's limits (a larger device's: more
     work-items per group, or more local memory)."""
     import itertools
-    values = tuning.tuned_values()
+    values = database.tuned_values()
     names = ("TSM", "TSN", "TSK", "WPTM", "WPTN")
     for chosen in itertools.product(*(values[k] for k in names)):
-        p = dict(gpu.GEMM_DEFAULTS, **dict(zip(names, chosen)), DB=1, PAD=4)
-        if tuning._params_problem(p) is None and not bk.gemm_fits(p):
+        p = dict(gemm_tiling.GEMM_DEFAULTS, **dict(zip(names, chosen)), DB=1, PAD=4)
+        if database._params_problem(p) is None and not bk.gemm_fits(p):
             return p
     pytest.fail(f"every tiling fits {bk}")
 
 
 def other_tiling(bk):
     """A tiling that fits bk and is not its current one."""
-    current = {**gpu.GEMM_DEFAULTS, **bk.gemm_params}
-    for name, values in gpu.GEMM_SPACE.items():
+    current = {**gemm_tiling.GEMM_DEFAULTS, **bk.gemm_params}
+    for name, values in gemm_tiling.GEMM_SPACE.items():
         for v in values:
             p = {**current, name: v}
             if v != current[name] and bk.gemm_fits(p):
@@ -113,7 +115,7 @@ def test_winner_fits_is_right_and_no_slower_than_the_default(pocl, tuned):
     assert "tuned" in tuning.summary(result) and "(default)" in tuning.table(result)
     # the backend is left as it was
     assert (dict(pocl.gemm_params), pocl.gemm_path,
-            getattr(pocl, "vendor_k", "absent")) == ({**gpu.GEMM_DEFAULTS, **before[0]},
+            getattr(pocl, "vendor_k", "absent")) == ({**gemm_tiling.GEMM_DEFAULTS, **before[0]},
                                                      *before[1:])
 
 
@@ -123,11 +125,11 @@ class _Limits:
 
     @staticmethod
     def gemm_fits(p):
-        return gpu.gemm_fits(p, 1024, 65536)
+        return gemm_tiling.gemm_fits(p, 1024, 65536)
 
 
 def test_the_search_keeps_the_fastest_within_the_budget():
-    start = {**gpu.GEMM_DEFAULTS, **gpu.CPU_TILES}
+    start = {**gemm_tiling.GEMM_DEFAULTS, **gemm_tiling.CPU_TILES}
     measured = []
 
     def evaluate(p):            # larger tiles are faster; TSK 32 fails to build
@@ -156,8 +158,8 @@ def test_the_search_keeps_the_fastest_within_the_budget():
 
 def test_a_move_that_does_not_fit_alone_is_tried_with_one_repair():
     def fits(p):
-        return gpu.gemm_fits(p, 1024, 65536)
-    start = {**gpu.GEMM_DEFAULTS, **gpu.CPU_TILES}            # PAD 1: no MICRO 1 alone
+        return gemm_tiling.gemm_fits(p, 1024, 65536)
+    start = {**gemm_tiling.GEMM_DEFAULTS, **gemm_tiling.CPU_TILES}            # PAD 1: no MICRO 1 alone
     moved = {**start, "MICRO": 1}
     assert fits(start) and not fits(moved)
     repaired = tuning._fitting(moved, "MICRO", fits)
@@ -166,7 +168,7 @@ def test_a_move_that_does_not_fit_alone_is_tried_with_one_repair():
     assert tuning._fitting(start, "TSM", fits) == start
     # 64 x 64 work-items where 256 fit: no one change brings them under
     assert tuning._fitting({**start, "TSM": 128, "WPTM": 2, "TSN": 128, "WPTN": 2}, "TSM",
-                           lambda p: gpu.gemm_fits(p, 256, 65536)) is None
+                           lambda p: gemm_tiling.gemm_fits(p, 256, 65536)) is None
 
 
 def test_vendor_k_is_the_longest_accurate_k(pocl, tuned):
@@ -190,15 +192,15 @@ def test_entries_round_trip_and_merge(pocl, tuned, databases):
     user, _ = databases
     other = dict(result, key="opencl | another device | x | 1 | gemm 000000000000")
     tuning.save(other)
-    assert tuning.lookup(pocl) is None
+    assert database.lookup(pocl) is None
     assert tuning.save(result) == user
-    assert tuning.lookup(pocl) == tuning.entry(result)
+    assert database.lookup(pocl) == tuning.entry(result)
     entries = json.loads(user.read_text())["entries"]
     assert set(entries) == {other["key"], result["key"]}          # the other device's kept
     assert entries[result["key"]]["params"] == result["params"]
     assert [p.name for p in user.parent.iterdir()] == ["tuning.json"]   # no temp left
-    tuning.forget()                                               # a new process, as it were
-    assert tuning.lookup(pocl)["vendor_k"] == result["vendor_k"]
+    database.forget()                                               # a new process, as it were
+    assert database.lookup(pocl)["vendor_k"] == result["vendor_k"]
 
 
 def test_a_search_per_size_each_applied_to_its_outputs(restored, databases):
@@ -214,10 +216,10 @@ def test_a_search_per_size_each_applied_to_its_outputs(restored, databases):
     assert 1 <= small["evaluated"] <= 2 and small["gflops"]["tuned"] > 0
     assert bk.gemm_sizes == {} and "tuned tiling at 37^3" in tuning.summary(result)
     tuning.save(result)
-    sizes = tuning.lookup(bk)["sizes"]
+    sizes = database.lookup(bk)["sizes"]
     assert {n: e["params"] for n, e in sizes.items()} == {
         str(SIZE): large["params"], str(SIZE - 30): small["params"]}
-    assert tuning.apply(bk) is True
+    assert database.apply(bk) is True
     assert bk.gemm_sizes == {SIZE: large["params"], SIZE - 30: small["params"]}
     assert bk.gemm_params == large["params"]
 
@@ -230,9 +232,9 @@ def test_an_entry_with_bad_sizes_is_ignored(pocl, databases, caplog, sizes, why)
     user, _ = databases
     user.parent.mkdir()
     user.write_text(json.dumps({"version": 1, "entries": {
-        tuning.device_key(pocl): {"params": dict(gpu.CPU_TILES), "sizes": sizes}}}))
+        database.device_key(pocl): {"params": dict(gemm_tiling.CPU_TILES), "sizes": sizes}}}))
     with caplog.at_level(logging.WARNING, logger="portanet"):
-        assert tuning.lookup(pocl) is None
+        assert database.lookup(pocl) is None
     assert why in caplog.text
 
 
@@ -256,25 +258,25 @@ def test_a_bad_tiling_is_skipped_with_a_warning_naming_file_entry_and_reason(
     bk = restored
     user, _ = databases
     user.parent.mkdir()
-    key, other = tuning.device_key(bk), "opencl | another device | x | 1 | gemm 000000000000"
+    key, other = database.device_key(bk), "opencl | another device | x | 1 | gemm 000000000000"
     user.write_text(json.dumps({"version": 1, "entries": {
-        key: {"params": dict(gpu.CPU_TILES, **params), "vendor_k": 4096},
-        other: {"params": dict(gpu.CPU_TILES), "vendor_k": 2048}}}))
+        key: {"params": dict(gemm_tiling.CPU_TILES, **params), "vendor_k": 4096},
+        other: {"params": dict(gemm_tiling.CPU_TILES), "vendor_k": 2048}}}))
     default = dict(bk.gemm_params)
     with caplog.at_level(logging.WARNING, logger="portanet"):
-        assert tuning.apply(bk) is False
+        assert database.apply(bk) is False
     assert bk.gemm_params == default and getattr(bk, "vendor_k", None) != 4096
     said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(said) == 1 and str(user) in said[0] and repr(key) in said[0], said
     assert why in said[0], said
-    assert set(tuning._entries(user)) == {other}
+    assert set(database._entries(user)) == {other}
 
 
 def test_a_bad_tiling_does_not_keep_a_device_from_being_made(pocl, databases, caplog):
     user, _ = databases
     user.parent.mkdir()
     user.write_text(json.dumps({"version": 1, "entries": {
-        tuning.device_key(pocl): {"params": dict(gpu.CPU_TILES, WPTM=0)}}}))
+        database.device_key(pocl): {"params": dict(gemm_tiling.CPU_TILES, WPTM=0)}}}))
     p, d = map(int, pocl.name.split(":")[1:])
     with caplog.at_level(logging.WARNING, logger="portanet"):
         made = opencl.OpenCLBackend(p, d)
@@ -284,17 +286,17 @@ def test_a_bad_tiling_does_not_keep_a_device_from_being_made(pocl, databases, ca
 def test_every_tiling_the_search_can_give_is_a_valid_entry():
     """The tilings an entry may hold are the ones the search measures: the defaults of
     every class of device and the ladder below them as far as it fits (_tilings)."""
-    for p in [gpu.GEMM_DEFAULTS, gpu.CPU_TILES, gpu.SMALL_TILES,
-              gpu.gemm_params(True, 1024, 48 * 1024, 4), gpu.gemm_params(False, 64, 1152, 4)]:
-        while p is not None and gpu.gemm_fits(p, 1 << 20, 1 << 30):
-            assert tuning._params_problem(p) is None, p
-            p = gpu._halved(p)
+    for p in [gemm_tiling.GEMM_DEFAULTS, gemm_tiling.CPU_TILES, gemm_tiling.SMALL_TILES,
+              gemm_tiling.gemm_params(True, 1024, 48 * 1024, 4), gemm_tiling.gemm_params(False, 64, 1152, 4)]:
+        while p is not None and gemm_tiling.gemm_fits(p, 1 << 20, 1 << 30):
+            assert database._params_problem(p) is None, p
+            p = gemm_tiling._halved(p)
 
 
 def test_user_path_follows_xdg_cache_home(monkeypatch, tmp_path):
     monkeypatch.undo()          # the real user_path, under a cache folder of the test's
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    assert tuning.user_path() == tmp_path / "portanet" / "tuning.json"
+    assert database.user_path() == tmp_path / "portanet" / "tuning.json"
 
 
 def test_the_users_entry_wins_over_the_shipped_one(pocl, tuned, databases):
@@ -302,10 +304,10 @@ def test_the_users_entry_wins_over_the_shipped_one(pocl, tuned, databases):
     user, shipped = databases
     tuning.save(dict(result, vendor_k=2048), shipped)
     tuning.save(dict(result, vendor_k=4096))
-    assert tuning.lookup(pocl)["vendor_k"] == 4096
+    assert database.lookup(pocl)["vendor_k"] == 4096
     os.remove(user)
-    tuning.forget()
-    assert tuning.lookup(pocl)["vendor_k"] == 2048
+    database.forget()
+    assert database.lookup(pocl)["vendor_k"] == 2048
 
 
 @pytest.mark.parametrize("text", ["{not json", '{"version": 1}', '{"version": 99, "entries": {}}',
@@ -317,7 +319,7 @@ def test_a_corrupt_user_file_is_ignored_with_a_warning(pocl, tuned, databases, c
     user.parent.mkdir()
     user.write_bytes(text.encode("latin-1"))
     with caplog.at_level(logging.WARNING, logger="portanet"):
-        assert tuning.lookup(pocl) == tuning.entry(result)        # the shipped one
+        assert database.lookup(pocl) == tuning.entry(result)        # the shipped one
     assert "ignoring the GEMM tuning database" in caplog.text and str(user) in caplog.text
 
 
@@ -329,37 +331,37 @@ def test_a_bad_entry_is_ignored_and_a_corrupt_file_refused_when_saving(pocl, tun
     user.write_text(json.dumps({"version": 1, "entries": {
         result["key"]: {"params": {"TSM": "big"}}}}))
     with caplog.at_level(logging.WARNING, logger="portanet"):
-        assert tuning.lookup(pocl) is None
-        assert tuning.apply(pocl) is False
+        assert database.lookup(pocl) is None
+        assert database.apply(pocl) is False
     assert "ignoring the entry" in caplog.text
     user.write_text("{not json")
     with pytest.raises(PortanetError, match="not valid JSON"):
         tuning.save(result)
-    assert user.read_text() == "{not json" and tuning.lookup(pocl) is None
+    assert user.read_text() == "{not json" and database.lookup(pocl) is None
     user.unlink()
-    assert tuning.save(result) == user and tuning.lookup(pocl) == tuning.entry(result)
+    assert tuning.save(result) == user and database.lookup(pocl) == tuning.entry(result)
 
 
 def test_keys_change_with_the_kernel_source_and_the_driver(pocl, monkeypatch):
-    key = tuning.device_key(pocl)
+    key = database.device_key(pocl)
     info = pocl.info()
     assert key.startswith("opencl | ") and info["name"] in key and info["driver"] in key
-    assert tuning.kernel_hash("cl") in key
+    assert database.kernel_hash("cl") in key
     # the digest is of the source: an edited kernel hashes differently, and keys with it
     load = sources.load
     with monkeypatch.context() as m:
         m.setattr(sources, "load", lambda family, lang: (
             load(family, lang)[0], load(family, lang)[1] + "\n/* edited */\n"))
-        edited = tuning.kernel_hash.__wrapped__("cl")
-    digest = tuning.kernel_hash("cl")
+        edited = database.kernel_hash.__wrapped__("cl")
+    digest = database.kernel_hash("cl")
     assert edited != digest
     with monkeypatch.context() as m:
-        m.setattr(tuning, "kernel_hash", lambda lang: edited)
-        assert tuning.device_key(pocl) == key.replace(digest, edited)
+        m.setattr(database, "kernel_hash", lambda lang: edited)
+        assert database.device_key(pocl) == key.replace(digest, edited)
     with monkeypatch.context() as m:
         m.setattr(pocl, "info", lambda: dict(info, driver=info["driver"] + ".1"))
-        assert tuning.device_key(pocl) != key
-    assert tuning.device_key(pocl) == key
+        assert database.device_key(pocl) != key
+    assert database.device_key(pocl) == key
 
 
 def test_apply_sets_the_tiling_and_vendor_k(restored, tuned, databases):
@@ -367,11 +369,11 @@ def test_apply_sets_the_tiling_and_vendor_k(restored, tuned, databases):
     result, _ = tuned
     params = other_tiling(bk)
     tuning.save(dict(result, params=params, vendor_k=8192))
-    assert tuning.apply(bk) is True
+    assert database.apply(bk) is True
     assert bk.gemm_params == params and bk.vendor_k == 8192
     # a tiling of another device, which this one cannot run, is not used; vendor_k still is
     tuning.save(dict(result, params=unfit_tiling(bk), vendor_k=2048))
-    assert tuning.apply(bk) is True
+    assert database.apply(bk) is True
     assert bk.gemm_params == params and bk.vendor_k == 2048
 
 
@@ -382,23 +384,23 @@ def test_portanet_tuning_off_keeps_the_tiling_of_the_limits(restored, tuned, dat
     tuning.save(dict(result, params=other_tiling(bk)))
     params = dict(bk.gemm_params)
     monkeypatch.setenv("PORTANET_TUNING", "off")
-    assert tuning.apply(bk) is False and bk.gemm_params == params
+    assert database.apply(bk) is False and bk.gemm_params == params
     monkeypatch.setenv("PORTANET_TUNING", "of")
     with pytest.raises(PortanetError, match="PORTANET_TUNING='of' is not understood"):
-        tuning.apply(bk)
+        database.apply(bk)
     monkeypatch.setenv("PORTANET_TUNING", "on")
-    assert tuning.apply(bk) is True and bk.gemm_params != params
+    assert database.apply(bk) is True and bk.gemm_params != params
 
 
 def test_apply_says_once_per_device_that_a_gpu_is_untuned(restored, monkeypatch, caplog):
     bk = restored
     with caplog.at_level(logging.INFO, logger="portanet"):
-        assert tuning.apply(bk) is False
+        assert database.apply(bk) is False
     assert "no tuned GEMM parameters" not in caplog.text      # a CPU: its limits suffice
     monkeypatch.setattr(bk, "is_gpu", True)
     with caplog.at_level(logging.INFO, logger="portanet"):
-        assert tuning.apply(bk) is False
-        assert tuning.apply(bk) is False
+        assert database.apply(bk) is False
+        assert database.apply(bk) is False
     said = [r.getMessage() for r in caplog.records if "no tuned GEMM" in r.getMessage()]
     assert len(said) == 1 and f"portanet tune --device {bk.name}" in said[0]
 
@@ -412,7 +414,7 @@ def test_the_cpu_and_the_simulator_are_refused(spec, why):
         pytest.skip(f"{spec} unavailable here: {e}")
     with pytest.raises(DeviceError, match=why):
         tuning.tune(bk)
-    assert tuning.apply(bk) is False
+    assert database.apply(bk) is False
     result = CliRunner().invoke(main, ["tune", "--device", spec])
     assert result.exit_code == 1 and why in result.output
 
@@ -423,7 +425,7 @@ def test_a_device_held_to_other_limits_is_neither_tuned_nor_tuned_for(pocl, tune
     mobile = opencl.OpenCLBackend(p, d, limits="mobile")      # a stand-in for a mobile GPU
     tuning.save(dict(result, params=other_tiling(mobile)))
     params = dict(mobile.gemm_params)
-    assert tuning.apply(mobile) is False and mobile.gemm_params == params
+    assert database.apply(mobile) is False and mobile.gemm_params == params
     with pytest.raises(DeviceError, match="PORTANET_CL_LIMITS"):
         tuning.tune(mobile)
 
@@ -434,7 +436,7 @@ def test_the_command_quick(pocl, tmp_path, databases):
                                        "--output", str(out), "--json", str(measurements)])
     assert result.exit_code == 0, result.output
     assert "(default)" in result.output and f"saved to {out}" in result.output
-    key = tuning.device_key(pn.device("opencl:pocl"))
+    key = database.device_key(pn.device("opencl:pocl"))
     entries = json.loads(out.read_text())["entries"]
     assert list(entries) == [key] and entries[key]["size"] == tuning.QUICK_SIZE
     report = json.loads(measurements.read_text())
@@ -449,10 +451,10 @@ def test_the_command_quick(pocl, tmp_path, databases):
 
 def test_the_shipped_database_is_one(monkeypatch):
     monkeypatch.undo()
-    data = json.loads(tuning.SHIPPED.read_text())
-    assert data["version"] == tuning.VERSION and isinstance(data["entries"], dict)
+    data = json.loads(database.SHIPPED.read_text())
+    assert data["version"] == database.VERSION and isinstance(data["entries"], dict)
     for key, entry in data["entries"].items():
-        assert tuning._entry_problem(entry) is None, key
+        assert database._entry_problem(entry) is None, key
     assert all(e["vendor_k"] is None or e["vendor_k"] >= tuning.VENDOR_KS[0]
                for e in data["entries"].values())
 
@@ -463,8 +465,8 @@ def test_the_shipped_entries_are_for_these_kernels(monkeypatch):
     0.34 ms when a prelude macro was added): tune again, or re-key where
     bench/gemm_same_tokens.py finds the GEMM unchanged."""
     monkeypatch.undo()
-    data = json.loads(tuning.SHIPPED.read_text())
-    digests = {"cuda": tuning.kernel_hash("cu"), "opencl": tuning.kernel_hash("cl")}
+    data = json.loads(database.SHIPPED.read_text())
+    digests = {"cuda": database.kernel_hash("cu"), "opencl": database.kernel_hash("cl")}
     for key in data["entries"]:
         assert key.endswith(f"gemm {digests[key.split(' | ')[0]]}"), key
 
@@ -509,7 +511,7 @@ def test_a_database_that_is_not_a_regular_file_is_ignored(databases, caplog):
     user.parent.mkdir()
     os.mkfifo(user)
     read = []
-    reader = threading.Thread(target=lambda: read.append(tuning._entries(user)), daemon=True)
+    reader = threading.Thread(target=lambda: read.append(database._entries(user)), daemon=True)
     with caplog.at_level(logging.WARNING, logger="portanet"):
         reader.start()
         reader.join(10)

@@ -19,6 +19,7 @@ import numpy as np
 
 from .. import precision as precisions
 from ..errors import DeviceError, InputError, PrecisionError, ShapeError
+from . import lending
 
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu", "elu", "gelu", "silu")
 
@@ -246,8 +247,7 @@ class Backend:
         """Give back the memory of `x` now. A view, or an array freed already: nothing.
         Arrays that are simply dropped give theirs back when they are collected. Memory
         lent to another library through DLPack goes back when the last lend is let go."""
-        from .. import dlpack
-        if not dlpack.free_later(self, x):
+        if not lending.free_later(self, x):
             self._untrack(x)
 
     def synchronize(self):

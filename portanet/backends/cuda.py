@@ -14,11 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import dlpack, tuning
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
-from . import sources
-from .gpu import (BEHIND, PINNED, DeviceArray, KernelBackend, Recorded, _whole16, copy_split,
-                  default_local, gemm_params, operand_options)
+from . import lending, sources, tuned
+from .gemm_tiling import gemm_params
+from .gpu import DeviceArray, KernelBackend, Recorded, _whole16, default_local, operand_options
+from .staging import BEHIND, CopyLane
 
 try:
     import pycuda.driver as drv
@@ -100,31 +100,27 @@ HALF_TYPES = {"bf16": (np.uint16, CUDA_R_16BF), "fp16": (np.float16, CUDA_R_16F)
 GEMM_DEFAULT_ALGO = -1          # CUBLAS_GEMM_DEFAULT
 
 
-class _CopyLane:
-    """write_samples' way up: a stream for copies beside the backend's own, PINNED pinned
-    host buffers taken in turn (one is filled again once its last copy is done) and, per
-    half of a staging buffer, the event after which the device has read it."""
+class _CopyLane(CopyLane):
+    """The copy lane (staging.py) on a stream for copies beside the backend's own."""
 
     def __init__(self):
+        super().__init__()
         self.stream = drv.Stream()
-        self.pinned, self.copied, self.next = [None] * PINNED, [None] * PINNED, 0
-        self.read = [BEHIND, BEHIND]        # no send yet: after all before the first
 
-    def send(self, part, address, dtype, after):
-        i, self.next = self.next, (self.next + 1) % PINNED
-        if self.copied[i] is not None:
-            self.copied[i].synchronize()
-        if self.pinned[i] is None or self.pinned[i].size < part.size or \
-                self.pinned[i].dtype != dtype:
-            self.pinned[i] = drv.pagelocked_empty(part.size, dtype)
-        host = self.pinned[i][:part.size]
-        copy_split(host, part.reshape(-1))
+    def _pin(self, part, dtype):
+        host = drv.pagelocked_empty(part.size, dtype)
+        return host, host
+
+    def _wait(self, event):
+        event.synchronize()
+
+    def _copy_up(self, host, address, after):
         if after is not None:
             self.stream.wait_for_event(after)
         drv.memcpy_htod_async(address, host, self.stream)
-        self.copied[i] = drv.Event()
-        self.copied[i].record(self.stream)
-        return self.copied[i]
+        copied = drv.Event()
+        copied.record(self.stream)
+        return copied
 
 
 class CudaBackend(KernelBackend):
@@ -181,7 +177,7 @@ class CudaBackend(KernelBackend):
             # (cuBLAS's FAST_16BF on float32 inputs neither rounds them nor runs faster
             # than TF32: docs/precision.md)
             self._scalars = np.zeros(2, self.dtype)        # alpha, beta (host pointer mode)
-        tuning.apply(self)              # `portanet tune`'s parameters for this device
+        tuned.apply(self)               # `portanet tune`'s parameters for this device
 
     @property
     def precisions(self):
@@ -289,11 +285,11 @@ class CudaBackend(KernelBackend):
 
     def dlpack_source(self):
         """CUDA memory on this GPU, read in place; producers order their work before this
-        stream's (portanet/dlpack.py)."""
-        return (dlpack.CUDA, self.ordinal), int(self.stream.handle)
+        stream's (portanet/dlpack.py takes it in)."""
+        return (lending.CUDA, self.ordinal), int(self.stream.handle)
 
     def dlpack_view(self, x):
-        return dlpack.DeviceView(self, x, self._address(x), (dlpack.CUDA, self.ordinal))
+        return lending.DeviceView(self, x, self._address(x), (lending.CUDA, self.ordinal))
 
     def download(self, x):
         host = np.empty(x.shape, x.dtype)

@@ -18,11 +18,12 @@ import warnings
 
 import numpy as np
 
-from .. import config, tuning
+from .. import config
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
-from . import icd, sources
-from .gpu import (BEHIND, PINNED, SMALL_TILES, DeviceArray, KernelBackend, Recorded, copy_split,
-                  default_local, gemm_options, gemm_params, operand_options)
+from . import icd, sources, tuned
+from .gemm_tiling import SMALL_TILES, gemm_options, gemm_params
+from .gpu import DeviceArray, KernelBackend, Recorded, default_local, operand_options
+from .staging import BEHIND, CopyLane
 
 log = logging.getLogger("portanet")
 
@@ -80,35 +81,30 @@ def simulator_settings():
     return {name: os.environ.get(name) for name in SIMULATOR_VARIABLES}
 
 
-class _CopyLane:
-    """write_samples' way up: a second queue for copies, PINNED buffers of pinned host
-    memory (allocated by the driver, mapped once) taken in turn, one filled again once its
-    last copy is done, and per half of a staging buffer the event after which the device
-    has read it."""
+class _CopyLane(CopyLane):
+    """The copy lane (staging.py) on a second queue, its pinned buffers allocated by the
+    driver and mapped once."""
 
     def __init__(self, ctx):
+        super().__init__()
         self.ctx, self.queue = ctx, cl.CommandQueue(ctx)
-        self.pinned, self.copied, self.next = [None] * PINNED, [None] * PINNED, 0
-        self.read = [BEHIND, BEHIND]        # no send yet: after all before the first
 
-    def send(self, part, slot, after):
-        i, self.next = self.next, (self.next + 1) % PINNED
-        if self.copied[i] is not None:
-            self.copied[i].wait()
-        held = self.pinned[i]
-        if held is None or held[1].size < part.size or held[1].dtype != slot.dtype:
-            buf = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR,
-                            part.nbytes)
-            host, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.WRITE, 0,
-                                            (part.size,), slot.dtype)
-            held = self.pinned[i] = (buf, host)
-        host = held[1][:part.size]
-        copy_split(host, part.reshape(-1))
-        self.copied[i] = cl.enqueue_copy(
+    def _pin(self, part, dtype):
+        buf = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR,
+                        part.nbytes)
+        host, _ = cl.enqueue_map_buffer(self.queue, buf, cl.map_flags.WRITE, 0,
+                                        (part.size,), dtype)
+        return buf, host
+
+    def _wait(self, event):
+        event.wait()
+
+    def _copy_up(self, host, slot, after):
+        copied = cl.enqueue_copy(
             self.queue, slot.buf, host, dst_offset=slot.offset * slot.dtype.itemsize,
             is_blocking=False, wait_for=None if after is None else [after])
         self.queue.flush()          # submitted now: the other queue's barrier waits for it
-        return self.copied[i]
+        return copied
 
 
 class SimulatorReport:
@@ -502,7 +498,7 @@ class OpenCLBackend(KernelBackend):
         self._check_compiler()
         self._load_kernels()
         self.gemm_path = "own" if self.simulator else self.gemm_path_asked()
-        tuning.apply(self)              # `portanet tune`'s parameters for this device
+        tuned.apply(self)               # `portanet tune`'s parameters for this device
 
     @property
     def precisions(self):
@@ -757,7 +753,7 @@ class OpenCLBackend(KernelBackend):
         if after is BEHIND:                 # a plain write used the half last: all before now
             after = self._marker()
             self.queue.flush()
-        cl.enqueue_barrier(self.queue, wait_for=[lane.send(part, slot, after)])
+        cl.enqueue_barrier(self.queue, wait_for=[lane.send(part, slot, slot.dtype, after)])
 
     def _laid_out(self, turn, laned):
         """After the launches that read a half of staging: what the lane waits for before
