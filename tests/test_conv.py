@@ -5,7 +5,7 @@ import pytest
 
 import portanet as pn
 from portanet import inputs, training
-from portanet.backends import gpu
+from portanet.backends import conv_paths
 from portanet.backends.base import conv_out
 from portanet.backends.numpy import NumpyBackend
 from portanet.rng import dropout_mask, key_array
@@ -266,7 +266,7 @@ def force_conv_path(bk, path, monkeypatch):
     any size allowed (MIN_CHUNK); returns the labels of its launches from now on (a new
     trace, bk.trace)."""
     from test_kernels import _Labels
-    monkeypatch.setattr(gpu, "MIN_CHUNK", 1)
+    monkeypatch.setattr(conv_paths, "MIN_CHUNK", 1)
     monkeypatch.setattr(bk, "conv_path", path)
     monkeypatch.setattr(bk, "trace", _Labels())
     return bk.trace.labels
@@ -290,8 +290,8 @@ def test_conv_paths(backend, conv_path, rng, case, path):
     x, w, b, dz = conv_operands(rng, *case)
     rows, positions = C * k * k, dz[0].size
     simulated(backend, F * rows * positions)
-    if path == "direct" and rows > gpu.DIRECT_ROWS:
-        pytest.skip(f"direct is for patches of at most {gpu.DIRECT_ROWS} (this: {rows})")
+    if path == "direct" and rows > conv_paths.DIRECT_ROWS:
+        pytest.skip(f"direct is for patches of at most {conv_paths.DIRECT_ROWS} (this: {rows})")
     if path == "im2col" and not backend.vendor_gemm:
         pytest.skip("im2col goes with a vendor GEMM, which this device has not")
     conv_path(path)

@@ -17,7 +17,8 @@ import numpy as np
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
 from . import lending, sources, tuned
 from .gemm_tiling import gemm_params
-from .gpu import DeviceArray, KernelBackend, Recorded, _whole16, default_local, operand_options
+from .gpu import DeviceArray, KernelBackend, Recorded, default_local, operand_options
+from .shadows import _whole16
 from .staging import BEHIND, CopyLane
 
 try:

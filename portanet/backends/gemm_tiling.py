@@ -2,7 +2,7 @@
 device's limits: our GEMM kernel's tilings (defaults per device class, what `portanet
 tune` searches, whether a tiling fits a device, the ladder of smaller ones), K split into
 parts or pieces, and the pieces of gemv, batch normalization and split sums. No device
-is touched here; the router (gpu.KernelBackend) chooses among what these allow."""
+is touched here; the router (gemm_router.py) chooses among what these allow."""
 from .base import ACC_K
 
 # split-K makes parts until the work-groups hold this many work-items per compute unit (two

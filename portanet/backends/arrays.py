@@ -1,0 +1,32 @@
+"""What kernel arguments carry: device arrays (a buffer, an offset in elements and a
+row-major shape) and the activation codes of prelude.h."""
+import math
+
+import numpy as np
+
+
+# activation codes, as ACT_* in prelude.h
+ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4, "leaky_relu": 5, "elu": 6,
+       "gelu": 7, "silu": 8}
+
+
+class DeviceArray:
+    """A device buffer, an offset in elements and a row-major shape. An array made by
+    `empty` owns its buffer (base None); a view shares `buf` and keeps its owner alive in
+    `base`, so that the buffer stays allocated, and counted, as long as any view uses it."""
+    __slots__ = ("buf", "offset", "shape", "dtype", "base", "__weakref__")
+
+    def __init__(self, buf, offset, shape, dtype, base=None):
+        self.buf, self.offset, self.shape, self.dtype, self.base = (
+            buf, offset, tuple(shape), np.dtype(dtype), base)
+
+    @property
+    def size(self):
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self):
+        return self.size * self.dtype.itemsize
+
+    def __repr__(self):
+        return f"DeviceArray(shape={self.shape}, dtype={self.dtype}, offset={self.offset})"
