@@ -4,7 +4,8 @@ smaller than the patch matrix), and conv_direct for short patches; which one run
 is measured once per shape where routing is auto (`_conv_path`) and kept with the GEMM
 routes."""
 from .arrays import ACT, DeviceArray
-from .base import check_activation, check_conv, check_stored, conv_out
+from .base import conv_out
+from .checks import check_activation, check_conv, check_stored
 
 
 DIRECT_F = 8               # filters per work-item of conv_direct (as in conv.cl)

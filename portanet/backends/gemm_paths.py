@@ -7,7 +7,8 @@ import functools
 
 from ..errors import ShapeError
 from .arrays import ACT, DeviceArray
-from .base import ACC_K, check_activation, check_gemm
+from .base import ACC_K
+from .checks import check_activation, check_gemm
 from .gemm_tiling import _k_pieces, gemm_options, split_lanes
 from .shadows import _kept_key
 

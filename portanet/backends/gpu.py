@@ -15,9 +15,10 @@ from ..errors import ShapeError
 from ..precision import PRECISIONS, to_storage
 from . import sources
 from .arrays import ACT, DeviceArray
-from .base import (ACC_K, Backend, check_activation, check_activation_grad,
-                   check_add_activation, check_alike, check_gather, check_norm_grad,
-                   check_norm_kind, check_pool, check_rows, check_stored, check_transpose)
+from .base import ACC_K, Backend
+from .checks import (check_activation, check_activation_grad, check_add_activation, check_alike,
+                     check_gather, check_norm_grad, check_norm_kind, check_pool, check_rows,
+                     check_stored, check_transpose)
 from .conv_paths import ConvPaths, _conv_sizes
 from .gemm_paths import GemmPaths
 from .gemm_router import GemmRouting

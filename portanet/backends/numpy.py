@@ -7,11 +7,11 @@ import numpy as np
 
 from ..precision import from_storage, round_to, to_storage
 from ..rng import dropout_mask
-from .base import (ACC_K, Backend, check_activation, check_activation_grad, check_adam,
-                   check_add_activation, CONV_WORKSPACE_BYTES, check_alike, check_conv,
-                   check_gather, check_gemm, check_found, check_loss_scale, check_norm_grad,
-                   check_norm_kind, check_pool, check_rows, check_skip, check_stored,
-                   check_transpose, check_update, conv_out, features_first, log_beta)
+from .base import ACC_K, CONV_WORKSPACE_BYTES, Backend, conv_out, features_first
+from .checks import (check_activation, check_activation_grad, check_adam, check_add_activation,
+                     check_alike, check_conv, check_found, check_gather, check_gemm,
+                     check_loss_scale, check_norm_grad, check_norm_kind, check_pool, check_rows,
+                     check_skip, check_stored, check_transpose, check_update, log_beta)
 
 
 def _skipped(op, skip):

@@ -3,8 +3,8 @@ momentum (several layers in one launch on GPUs), Adam, RMSprop, and the checks a
 scalars mixed precision's dynamic loss scaling keeps on the device."""
 import numpy as np
 
-from .base import (check_adam, check_found, check_loss_scale, check_skip, check_update,
-                   log_beta)
+from .checks import (check_adam, check_found, check_loss_scale, check_skip, check_update,
+                     log_beta)
 
 
 STEPS = 4                  # elements a work-item of bias_activation and momentum_updates takes
