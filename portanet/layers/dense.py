@@ -1,0 +1,376 @@
+"""The layers of a feed-forward network: Dense and Conv2D (one GEMM over the batch each),
+the pools, Dropout and Flatten."""
+import math
+
+import numpy as np
+
+from .. import distributed
+from ..backends.base import ACTIVATIONS, CONV_WORKSPACE_BYTES, conv_out
+from ..errors import InputError, ShapeError
+from ..memory import elements
+from ..rng import key_array, mix32
+from .base import DELTA_AND_BIAS, Layer, _count, _output_dtype
+
+class Dense(Layer):
+    """Fully connected: z = w a_prev + b, a = f(z). Inputs of any per-sample shape are
+    taken flattened, (prod(in_shape), batch), which is a free view."""
+    trainable = True
+    keeps_input = True
+    half_storage = True
+    decayed = ("w",)
+
+    def __init__(self, units, activation="linear"):
+        self.units = _count("units", units, 1, type(self).__name__)
+        if activation not in ACTIVATIONS:
+            raise InputError(f"{type(self).__name__}: unknown activation {activation!r}; use "
+                             f"one of {', '.join(ACTIVATIONS)}")
+        self.activation = activation
+
+    def config(self):
+        return {"units": self.units, "activation": self.activation}
+
+    def output_shape(self, in_shape):
+        return (self.units,)
+
+    def configure(self, backend, in_shape):
+        out = super().configure(backend, in_shape)
+        self.n_in = self.fan_in(in_shape)
+        self.n_out = elements(out)           # outputs per sample
+        return out
+
+    def parameters(self):
+        return {"w": (self.units, self.n_in), "b": (self.units,)}
+
+    def initial(self, rng):
+        # He for relu, Glorot otherwise; drawn on the host so every backend starts equal
+        fan = self.n_in if self.activation == "relu" else (self.n_in + self.units) / 2
+        limit = math.sqrt(3.0 / fan)
+        return {"w": rng.uniform(-limit, limit, (self.units, self.n_in))}
+
+    def fan_in(self, in_shape):
+        return elements(in_shape)
+
+    def batch_buffers(self, m):
+        dtype = _output_dtype(self)
+        return {"_z": (self.n_out * m, dtype), "_a": (self.n_out * m, dtype)}
+
+    def shared_sizes(self, m):
+        return m, 0
+
+    def products(self, m):
+        w, x, dz = self.units * self.n_in, self.n_in * m, self.units * m
+        return [(w, x, dz), (dz, x, w), (w, dz, x)]     # z = w x, dw = dz x^T, dx = w^T dz
+
+    def bind(self, a_prev, m, shared):
+        super().bind(self.backend.view(a_prev, (self.n_in, m)), m, shared)
+        self.z = self.backend.view(self._z, (self.units, m))
+        self.a = self.backend.view(self._a, (self.units, m))
+        self.ones = self.backend.view(shared.ones, (m,))
+        # where dL/da arrives, dL/da_prev goes (Residual's projection: apart), and the
+        # product's sum goes (beside 16-bit z and a: float32, where dL/da will arrive)
+        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
+        self.zf = self.da if self.half_out else self.z
+
+    def forward(self, training=True):
+        # z <- w a_prev + b 1^T; a <- f(z). a_prev is not written until the weight gradient
+        # has read it (the river crossing): a 16-bit copy of it serves both products. An
+        # output the next layer keeps so is kept before it is written, so that the kernel
+        # that writes it writes that copy too
+        if training:
+            self.backend.keep_operands(self.a_prev, *((self.a,) if self.output_kept else ()))
+        if self.half_out:                   # the sum in float32, z and a stored in 16 bits
+            self.backend.gemm(1.0, self.w, self.a_prev, 0.0, self.zf)
+            self.backend.bias_activation(self.activation, self.zf, self.b, self.a,
+                                         stored=self.z)
+            return
+        self.backend.dense(self.activation, self.w, self.a_prev, self.b, self.z, self.a)
+
+    def forward_product(self, training=True):
+        """z <- w a_prev only: the loss kernel adds the bias and activates (see
+        losses.SoftmaxCrossEntropy.forward)."""
+        if training:
+            self.backend.keep_operands(self.a_prev)
+        self.backend.gemm(1.0, self.w, self.a_prev, 0.0, self.z)
+
+    def kept_operands(self, m):
+        """Elements of the arrays this layer keeps for a training step of m samples
+        (Backend.keep_operands): a_prev and the delta, where they are not 16-bit already."""
+        return [n for n, half in ((self.n_in * m, self.half_in), (self.units * m, self.half_out))
+                if not half]
+
+    def backward(self, train, first, delta_in_z=False):
+        bk = self.backend
+        g, alpha, beta = train.gradient(self)
+        bk.keep_operands(self.z)    # the delta, which the products below read: kept before
+        self.delta_and_bias_grad(g, alpha, beta, delta_in_z)   # (1) dz; gb <- alpha dz 1 + beta gb
+        # (2) gw <- alpha dz a_prev^T + beta gw: before a_prev is overwritten (the river
+        # crossing); for SGD, gw is the velocity, alpha = -eta/m and beta = mu
+        bk.gemm(alpha, self.z, self.a_prev, beta, g["w"], trans_b=True)
+        bk.drop_operands(self.a_prev)
+        if not first:
+            self.input_grad()                                    # (3) da_prev <- w^T dz
+        bk.drop_operands(self.z)
+        train.update(self)                                       # (4) the optimizer's kernel
+
+    def delta_and_bias_grad(self, g, alpha, beta, delta_in_z):
+        """dz <- f'(z) . da in z (unless the loss left the delta there), and the bias
+        gradient gb <- alpha dz 1 + beta gb, in one pass over z where the backend can."""
+        if delta_in_z == DELTA_AND_BIAS:
+            return
+        if delta_in_z:
+            self.backend.gemv(alpha, self.z, self.ones, beta, g["b"])
+        else:
+            self.backend.activation_bias_grad(self.activation, self.z, self.da, alpha, beta,
+                                              g["b"], self.ones)
+
+    def input_grad(self):
+        self.backend.gemm(1.0, self.w, self.z, 0.0, self.da_prev, trans_a=True)
+
+
+class Conv2D(Dense):
+    """2-D convolution over the whole batch: with images stored (C, H, W, N), the output
+    w (filters x C.k.k) * x is already in (filters, Ho, Wo, N) order. The backend's conv,
+    conv_weight_grad and conv_input_grad compute it (gathering patches inside their GEMM,
+    or through patch matrices in the network's workspace, whose size is capped); the
+    update is Dense's, its bias gradient summed over the output positions as the delta is
+    formed (activation_bias_grad)."""
+    keeps_input = False         # its products read patch matrices, or gather from a_prev
+
+    def __init__(self, filters, kernel_size, stride=1, padding=0, activation="linear"):
+        super().__init__(_count("filters", filters, 1, "Conv2D"), activation)
+        self.k = _count("kernel_size", kernel_size, 1, "Conv2D")
+        self.stride = _count("stride", stride, 1, "Conv2D")
+        self.pad = _count("padding", padding, 0, "Conv2D")
+
+    def config(self):
+        return {"filters": self.units, "kernel_size": self.k, "stride": self.stride,
+                "padding": self.pad, "activation": self.activation}
+
+    def output_shape(self, in_shape):
+        if len(in_shape) != 3:
+            raise ShapeError(f"{self} takes images (C, H, W), got inputs of shape {in_shape}")
+        c, h, w = in_shape
+        ho, wo = conv_out(h, self.k, self.stride, self.pad), conv_out(w, self.k, self.stride, self.pad)
+        if ho < 1 or wo < 1:
+            raise ShapeError(f"{self}: a {self.k}x{self.k} kernel does not fit {h}x{w} images "
+                             f"with padding {self.pad}")
+        return (self.units, ho, wo)
+
+    def fan_in(self, in_shape):
+        return in_shape[0] * self.k * self.k
+
+    def shared_sizes(self, m):
+        """Output positions (the bias gradient's ones), and the patch-matrix workspace:
+        the whole matrix, n_in x positions, or CONV_WORKSPACE_BYTES of it."""
+        positions = self.out_shape[1] * self.out_shape[2] * m
+        cap = CONV_WORKSPACE_BYTES // self.backend.dtype.itemsize
+        return positions, min(self.n_in * positions, cap)
+
+    def kept_operands(self, m):
+        return []                       # its products copy patch matrices, chunk by chunk
+
+    def products(self, m):
+        """The patch-matrix path's: a chunk of the patch matrix (as many positions as the
+        workspace holds) with w, or with dz, whose copy is whole whatever the chunk (the
+        chunk's columns are a view of it)."""
+        positions, workspace = self.shared_sizes(m)
+        chunk = min(positions, max(1, workspace // self.n_in))
+        w, cols, dz = self.units * self.n_in, self.n_in * chunk, self.units * positions
+        return [(w, cols, self.units * chunk), (dz, cols, w), (w, dz, cols)]
+
+    def bind(self, a_prev, m, shared):
+        Layer.bind(self, self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
+        positions = self.out_shape[1] * self.out_shape[2] * m
+        self.z = self.backend.view(self._z, (self.units, positions))
+        self.a = self.backend.view(self._a, (self.units, positions))
+        self.ones = self.backend.view(shared.ones, (positions,))
+        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
+        self.zf = self.da if self.half_out else self.z
+
+    def forward(self, training=True):
+        # (16-bit z and a: the sums in float32 where dL/da will arrive, z + b stored in z)
+        left = self.backend.conv(self.activation, self.w, self.a_prev, self.b, self.zf,
+                                 self.a, self.k, self.stride, self.pad, self.shared.workspace,
+                                 stored=self.z if self.half_out else None)
+        self.shared.workspace_holds = id(self) if left else None
+
+    def backward(self, train, first, delta_in_z=False):
+        bk = self.backend
+        g, alpha, beta = train.gradient(self)
+        self.delta_and_bias_grad(g, alpha, beta, delta_in_z)   # (1) dz; gb <- alpha dz 1 + beta gb
+        # (2) gw <- alpha dz patches(a_prev)^T + beta gw, before a_prev is overwritten; the
+        # patches our forward left in the workspace serve, if no later layer took it since
+        bk.conv_weight_grad(alpha, self.z, self.a_prev, beta, g["w"], self.k, self.stride,
+                            self.pad, self.shared.workspace,
+                            patches=self.shared.workspace_holds == id(self))
+        self.shared.workspace_holds = None
+        if not first:
+            self.input_grad()                                    # (3) da_prev <- w^T * dz
+        train.update(self)                                       # (4) the optimizer's kernel
+
+    def input_grad(self):
+        self.backend.conv_input_grad(self.da_prev, self.w, self.z, self.k, self.stride,
+                                     self.pad, self.shared.workspace)
+
+
+class _Pool2D(Layer):
+    """What the pooling layers share: pool x pool windows moved by stride, no padding. In
+    16-bit storage their output is stored as their input is; the gradient, float32, goes
+    from one of the network's products buffers into the other (grad_in_place False)."""
+    passes_storage = True
+    grad_in_place = False
+
+    def __init__(self, pool=2, stride=None):
+        name = type(self).__name__
+        self.pool = _count("pool", pool, 1, name)
+        self.stride = _count("stride", pool if stride is None else stride, 1, name)
+
+    def config(self):
+        return {"pool": self.pool, "stride": self.stride}
+
+    def output_shape(self, in_shape):
+        if len(in_shape) != 3 or min(in_shape[1:]) < self.pool:
+            raise ShapeError(f"{self} takes images (C, H, W) of at least {self.pool}x{self.pool},"
+                             f" got inputs of shape {in_shape}")
+        c, h, w = in_shape
+        return (c, conv_out(h, self.pool, self.stride, 0), conv_out(w, self.pool, self.stride, 0))
+
+
+class MaxPool2D(_Pool2D):
+    """Max pooling over pool x pool windows; keeps the argmax indices for the backward."""
+
+    def batch_buffers(self, m):
+        n = elements(self.out_shape) * m
+        return {"_a": (n, _output_dtype(self)), "_idx": (n, np.int32)}
+
+    def bind(self, a_prev, m, shared):
+        super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
+        self.a = self.backend.view(self._a, (*self.out_shape, m))
+        self.idx = self.backend.view(self._idx, (*self.out_shape, m))
+        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
+
+    def forward(self, training=True):
+        self.backend.maxpool(self.a, self.idx, self.a_prev, self.pool, self.stride)
+
+    def backward(self, train, first, delta_in_z=False):
+        if not first:
+            self.backend.maxpool_grad(self.da_prev, self.da, self.idx, self.pool, self.stride)
+
+
+
+class Dropout(Layer):
+    """Zeroes each input with probability `rate` while training and scales the rest by
+    1 / (1 - rate); the identity in inference. The mask is not stored: a counter-based hash
+    of (seed, step, element) recomputes it for the backward, the same on every backend.
+    Each step's key is written to the device before the step (begin_step), where the
+    kernels read it: a recorded step stays valid. In 16-bit storage its output is stored as
+    its input is; the gradient, float32, is masked in place."""
+    passes_storage = True
+
+    def __init__(self, rate=0.5, seed=0):
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            raise InputError(f"Dropout: rate must be a number in [0, 1), got {rate!r}")
+        self.rate, self.seed = float(rate), _count("seed", seed, 0, "Dropout")
+        self.step = 0
+
+    def config(self):
+        return {"rate": self.rate, "seed": self.seed}
+
+    def batch_buffers(self, m):
+        return {"_a": (elements(self.in_shape) * m, _output_dtype(self)), "_key": (1, np.int32)}
+
+    def bind(self, a_prev, m, shared):
+        super().bind(a_prev, m, shared)
+        self.a = self.backend.view(self._a, a_prev.shape)
+        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
+
+    def begin_step(self):
+        self.step += 1
+        # in a distributed job each rank its own masks (rank 0's are one process's): with
+        # one key, every rank would drop the same units of its j-th sample
+        group = distributed.current()
+        rank = group.rank if group else 0
+        self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step) + rank * 0x85EBCA6B)
+        self.backend.write(self._key, key_array(self.key))
+
+    def forward(self, training=True):
+        if training:
+            self.backend.dropout(self.a, self.a_prev, self._key, self.rate)
+        else:
+            self.backend.copy(self.a_prev, self.a)
+
+    def backward(self, train, first, delta_in_z=False):
+        if not first:
+            self.backend.dropout(self.da_prev, self.da, self._key, self.rate)
+
+
+
+
+class AvgPool2D(_Pool2D):
+    """Average pooling over pool x pool windows (no padding)."""
+
+    def windows(self):
+        """(pool, stride) as the backend takes them: (rows, columns) each."""
+        return (self.pool, self.pool), (self.stride, self.stride)
+
+    def batch_buffers(self, m):
+        return {"_a": (elements(self.out_shape) * m, _output_dtype(self))}
+
+    def bind(self, a_prev, m, shared):
+        super().bind(self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
+        self._pooled = self.backend.view(self._a, (*self.pooled_shape(), m))
+        self.a = self.backend.view(self._a, (*self.out_shape, m)) \
+            if len(self.out_shape) == 3 else self.backend.view(self._a, (self.out_shape[0], m))
+        self.da, self.da_prev = self.half_views(shared, self._pooled, self.a_prev)
+
+    def pooled_shape(self):
+        return self.out_shape
+
+    def forward(self, training=True):
+        self.backend.avgpool(self._pooled, self.a_prev, *self.windows())
+
+    def backward(self, train, first, delta_in_z=False):
+        if not first:
+            self.backend.avgpool_grad(self.da_prev, self.da, *self.windows())
+
+
+class GlobalAvgPool2D(AvgPool2D):
+    """The mean of each channel over the whole image: (C, H, W) -> (C,)."""
+
+    def __init__(self):
+        pass
+
+    def config(self):
+        return {}
+
+    def output_shape(self, in_shape):
+        if len(in_shape) != 3:
+            raise ShapeError(f"{self} takes images (C, H, W), got inputs of shape {in_shape}")
+        return (in_shape[0],)
+
+    def windows(self):
+        _, h, w = self.in_shape
+        return (h, w), (h, w)
+
+    def pooled_shape(self):
+        return (self.in_shape[0], 1, 1)
+
+
+
+class Flatten(Layer):
+    """(C, H, W) per sample -> (C.H.W,): with batch-innermost storage, a free view."""
+    passes_storage = True
+    is_view = True
+
+    def output_shape(self, in_shape):
+        return (elements(in_shape),)
+
+    def bind(self, a_prev, m, shared):
+        super().bind(a_prev, m, shared)
+        self.a = self.backend.view(a_prev, (self.out_shape[0], m))
+
+    def forward(self, training=True):
+        pass
+
+    def backward(self, train, first, delta_in_z=False):
+        pass                                                     # the gradient is the same view
