@@ -1,7 +1,7 @@
 """`portanet tune`: our GEMM kernel's tile parameters measured per device, and the database
 that keeps them (CLBlast's tuner database, tinygrad's BEAM cache, for portanet).
 
-The search. GEMM_SPACE (backends/gpu.py) holds thousands of tilings that fit a device's
+The search. GEMM_SPACE (backends/gemm_tiling.py) holds thousands of tilings that fit a device's
 limits (3608 of its 8748 fitted PoCL's when this was written), and a first build of one
 takes from 0.2 s (Intel's CPU runtime) to 4 s (PoCL), each transpose another build: too
 many to try all. So the search is seeded and bounded, coordinate descent from the

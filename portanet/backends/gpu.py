@@ -1,6 +1,9 @@
-"""What the OpenCL and CUDA backends share: device arrays (buffer + offset + shape), the
-argument packing and dispatch of the kernel twins in kernels_cl/ and kernels_cu/, and GEMM
-parameter choice. Each backend supplies memory, `_launch` and its two GEMM paths."""
+"""What the OpenCL and CUDA backends share: `KernelBackend`, which builds and launches the
+kernel families (kernels_cl/, and kernels_cu/ for CUDA's own), stages batches and runs the
+elementwise, loss, pooling and normalization ops. Its other parts are their own modules:
+GEMM routing (gemm_router.py), the GEMM paths (gemm_paths.py), convolutions
+(conv_paths.py), the 16-bit operand copies (shadows.py) and the updates (updates.py). Each
+backend supplies memory, `_launch` and its vendor GEMM."""
 import functools
 import hashlib
 import logging
