@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 import portanet as pn
-from portanet.backends import gpu
+from portanet.backends import conv_paths as paths
 from portanet.backends.base import CONV_WORKSPACE_BYTES, conv_out
 
 LAYERS = [(1, 28, 28, 16, 3), (16, 26, 26, 32, 3)]        # (C, H, W, filters, k)
@@ -87,7 +87,7 @@ def table(bk, spec, batches, rng):
             for name, call in products(bk, C, H, W, F, k, N, rng).items():
                 ms = {}
                 for path in PATHS:
-                    if ((path != "direct" or name == "forward" and C * k * k <= gpu.DIRECT_ROWS)
+                    if ((path != "direct" or name == "forward" and C * k * k <= paths.DIRECT_ROWS)
                             and (path != "im2col" or bk.vendor_gemm)):
                         bk.conv_path = path
                         ms[path] = timed(call, bk.synchronize)

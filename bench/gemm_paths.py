@@ -72,8 +72,8 @@ GEMM_VARIANTS = [
 def resource_report(spec, params):
     """Registers, local-memory spills and shared memory of our NN kernel with params."""
     bk = pn.device(spec)
-    from portanet.backends import gpu, sources
-    options = gpu.gemm_options(False, False, {**gpu.GEMM_DEFAULTS, **params})
+    from portanet.backends import gemm_tiling, sources
+    options = gemm_tiling.gemm_options(False, False, {**gemm_tiling.GEMM_DEFAULTS, **params})
     if spec.startswith("cuda"):
         f = bk._kernel("gemm", "gemm", options)
         return f"{f.num_regs} registers, {f.local_size_bytes} local bytes, " \

@@ -13,7 +13,7 @@ import argparse, random, time
 import numpy as np
 
 from portanet import backends
-from portanet.backends import gpu
+from portanet.backends import gemm_tiling
 
 ROUNDS, REPEATS = 5, 20
 # (TSM, TSN, WPTM, WPTN): cuBLAS's 64 x 64 of 8 x 4 per thread first, then its neighbours
@@ -21,7 +21,7 @@ GRID_TILES = ((64, 64, 8, 4), (64, 64, 4, 8), (64, 64, 4, 4), (32, 64, 4, 4), (6
               (128, 64, 8, 4), (64, 128, 4, 8), (128, 128, 8, 8))
 # GEMM_SPACE narrowed to what wins on the H100 (4-wide local reads and loads), the tile
 # and the work per item free
-space = dict(gpu.GEMM_SPACE, MICRO=(2,), PAD=(4,), VW=(4,), WPTM=(4, 8, 16), WPTN=(4, 8, 16),
+space = dict(gemm_tiling.GEMM_SPACE, MICRO=(2,), PAD=(4,), VW=(4,), WPTM=(4, 8, 16), WPTN=(4, 8, 16),
              SWIZZLE=(1,))
 
 ap = argparse.ArgumentParser()
@@ -102,7 +102,7 @@ print(f"{len(results)} candidates timed", flush=True)
 
 
 def grid():
-    base = dict(gpu.GEMM_DEFAULTS, MICRO=2, PAD=4, VW=4, SWIZZLE=1)
+    base = dict(gemm_tiling.GEMM_DEFAULTS, MICRO=2, PAD=4, VW=4, SWIZZLE=1)
     for tsm, tsn, wptm, wptn in GRID_TILES:
         for tsk in (16, 32):
             for sub in (32, 0):
@@ -128,8 +128,8 @@ for p, parts, finish in grid() if args.grid else randomly():
         break
     if not fits(p) or (p["TSM"] // p["WPTM"]) * (p["TSN"] // p["WPTN"]) < 64:
         continue
-    tiles = gpu._tiles(p, m, n)
-    count, chunk = gpu.k_parts(k, parts, p["TSK"])
+    tiles = gemm_tiling._tiles(p, m, n)
+    count, chunk = gemm_tiling.k_parts(k, parts, p["TSK"])
     if chunk < 2 * p["TSK"] or tiles * count > 16 * bk.compute_units:
         continue
     finish = finish if count > 1 and bk._finishes(count) else True
