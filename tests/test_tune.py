@@ -460,8 +460,8 @@ def test_the_shipped_database_is_one(monkeypatch):
 
 
 def test_the_shipped_entries_are_for_these_kernels(monkeypatch):
-    """Every shipped entry is keyed by the kernel digest of this tree: an edit of gemm.cl,
-    gemm.cu or a prelude untunes every device (an H100's LeNet step went from 0.28 to
+    """Every shipped entry is keyed by the kernel digest of this tree: an edit of gemm.cl or
+    a prelude untunes every device (an H100's LeNet step went from 0.28 to
     0.34 ms when a prelude macro was added): tune again, or re-key where
     bench/gemm_same_tokens.py finds the GEMM unchanged."""
     monkeypatch.undo()

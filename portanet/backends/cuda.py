@@ -1,6 +1,6 @@
-"""The CUDA backend (pycuda): the kernel twins in kernels_cu/, built once per process for
-the GPU's own architecture (pycuda caches the binaries on disk, keyed by source, options
-and architecture), launched on one stream. GEMM goes, shape by shape, to cuBLAS (through
+"""The CUDA backend (pycuda): kernels_cl/'s bodies under kernels_cu/'s prelude, and the
+tensor-core families, built once per process for the GPU's own architecture (pycuda caches
+the binaries on disk, keyed by source, options and architecture), launched on one stream. GEMM goes, shape by shape, to cuBLAS (through
 nvmath-python) or our own tiled kernel, whichever was measured faster (PORTANET_GEMM=auto);
 own or vendor force a path."""
 import atexit
@@ -158,7 +158,7 @@ class CudaBackend(KernelBackend):
         self.options += operand_options(self.precision)
         attrs = self.device.get_attributes()
         self.compute_units = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
-        self.finish_options = []            # __threadfence orders split K's parts (gemm.cu)
+        self.finish_options = []            # __threadfence orders split K's parts (gemm.cl)
         self.max_threads = attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK]
         self.gemm_limits = (self.max_threads,
                             attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],

@@ -357,7 +357,7 @@ class GemmRouting:
     def _register_cap(self, params):
         """Build options that hold our GEMM kernel to registers for MIN_GROUPS work-groups
         per compute unit where the device compiler takes such a cap beyond the kernel's own
-        (CUDA's __launch_bounds__ does it in gemm.cu)."""
+        (CUDA's __launch_bounds__ does it in gemm.cl, under CUDA's prelude)."""
         return []
 
     def _split_workspace(self, size):

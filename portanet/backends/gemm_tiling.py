@@ -13,7 +13,7 @@ MAX_PARTS = 512
 NORM_GROUPS_PER_UNIT = 8   # batch normalization's groups of gemv_threads per compute unit
 SPLIT_RUN = 8              # parts one lane of gemm_split_sum adds in a row, where lanes allow
 
-# our GEMM kernel's tilings (gemm.cl / gemm.cu's parameters): every device class's default
+# our GEMM kernel's tilings (gemm.cl's parameters): every device class's default
 GEMM_DEFAULTS = {"TSM": 64, "TSN": 64, "TSK": 16, "WPTM": 8, "WPTN": 8, "MICRO": 0, "PAD": 1,
                  "VW": 1, "DB": 0, "SUBGROUP": 0, "MIN_GROUPS": 1, "SWIZZLE": 1}
 # few outputs, long K (weight gradients): 16 x 16 tiles of 2 x 2 per work-item, split in
@@ -86,7 +86,7 @@ def gemm_params(is_gpu, max_threads, local_bytes, itemsize=8):
                        f"group and {local_bytes} bytes of local memory")
 
 
-# what `portanet tune` searches: each parameter of gemm.cl / gemm.cu and its candidates
+# what `portanet tune` searches: each parameter of gemm.cl and its candidates
 GEMM_SPACE = {"TSM": (32, 64, 128, 256), "TSN": (32, 64, 128, 256), "TSK": (8, 16, 32),
               "WPTM": (2, 4, 8, 16), "WPTN": (2, 4, 8, 16), "MICRO": (0, 1, 2), "PAD": (0, 1, 4),
               "VW": (1, 4), "DB": (0, 1), "SUBGROUP": (0, 32), "MIN_GROUPS": (1, 2),
@@ -174,6 +174,6 @@ def row_pieces(rows, cols, threads, groups):
     return max(1, min(-(-groups // rows), cols // (threads * SPLIT_RUN), MAX_PARTS))
 
 def gemm_options(trans_a, trans_b, params):
-    """-D definitions that specialise gemm.cl / gemm.cu."""
+    """-D definitions that specialise gemm.cl."""
     return [f"-DTRANS_A={int(trans_a)}", f"-DTRANS_B={int(trans_b)}",
             *(f"-D{k}={v}" for k, v in params.items())]
