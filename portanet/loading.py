@@ -56,14 +56,5 @@ def _check_declared(layers, input_shape, f, path, backend):
             f"{size_text(cap)} {backend.name} has; this file is not for this device")
     found = {name: tuple(e.shape) for name, e in f.entries.items()
              if not name.startswith(saving.TRAINING)}
-    missing = sorted(set(declared) - set(found))
-    unexpected = sorted(set(found) - set(declared))
-    wrong = [f"{n} is {found[n]} in the file, the layer's is {declared[n]}"
-             for n in declared if n in found and found[n] != declared[n]]
-    if missing or unexpected or wrong:
-        raise ModelFileError(
-            f"{path}: its tensors do not match the parameters of the layers it declares"
-            + (f"; missing: {', '.join(missing[:5])}" if missing else "")
-            + (f"; not in the network: {', '.join(unexpected[:5])}" if unexpected else "")
-            + (f"; {'; '.join(wrong[:5])}" if wrong else "")
-            + ": the file is damaged or was not written by net.save()")
+    saving.check_tensors(path, found, declared, "the parameters of the layers it declares",
+                         "the layer's")

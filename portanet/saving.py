@@ -127,6 +127,23 @@ def _parameters(net):
             for name, x in layer.params().items()}
 
 
+def check_tensors(path, found, wanted, what, whose):
+    """Refuse, naming each difference, a file whose tensors ({name: shape}) are not
+    exactly the `wanted` ones in their shapes: what (e.g. "the network's parameters") the
+    file was read for, whose (e.g. "the network's") each wanted shape is."""
+    missing = sorted(set(wanted) - set(found))
+    unexpected = sorted(set(found) - set(wanted))
+    wrong = [f"{n} is {found[n]} in the file, {whose} is {wanted[n]}"
+             for n in wanted if n in found and found[n] != wanted[n]]
+    if missing or unexpected or wrong:
+        raise ModelFileError(
+            f"{path}: its tensors do not match {what}"
+            + (f"; missing: {', '.join(missing[:5])}" if missing else "")
+            + (f"; not in the network: {', '.join(unexpected[:5])}" if unexpected else "")
+            + (f"; {'; '.join(wrong[:5])}" if wrong else "")
+            + ": the file is damaged or was not written by net.save()")
+
+
 def write_parameters(net, f, path, extra=None):
     """Every parameter (and the `extra` tensors, {name: device array}) from the open file
     f: names and shapes checked against the network first, then every tensor read and
@@ -137,17 +154,7 @@ def write_parameters(net, f, path, extra=None):
     wanted = {name: x.shape for name, x in targets.items()}
     found = {name: tuple(shape) for name, (_, shape) in f.entries.items()
              if extra is not None or not name.startswith(TRAINING)}
-    missing = sorted(set(wanted) - set(found))
-    unexpected = sorted(set(found) - set(wanted))
-    wrong = [f"{n} is {found[n]}, the network's is {wanted[n]}"
-             for n in wanted if n in found and found[n] != wanted[n]]
-    if missing or unexpected or wrong:
-        raise ModelFileError(
-            f"{path}: its tensors do not match the network's parameters"
-            + (f"; missing: {', '.join(missing)}" if missing else "")
-            + (f"; not in the network: {', '.join(unexpected[:5])}" if unexpected else "")
-            + (f"; {'; '.join(wrong)}" if wrong else "")
-            + ": the file is damaged or was not written by net.save()")
+    check_tensors(path, found, wanted, "the network's parameters", "the network's")
     values = checked_weights(
         {name: f.tensor(name) for name in wanted}, net.backend.dtype,
         lambda problem: ModelFileError(f"{path}: {problem}; the file is damaged or was not "
