@@ -35,7 +35,80 @@ ACC_K = 2048
 CONV_WORKSPACE_BYTES = 64 * 2**20
 
 
-class Backend:
+class UpdateOps:
+    """The part of the Backend interface that updates parameters: the optimizers' fused
+    updates and dynamic loss scaling's kernels (the GPU backends' updates.Updates)."""
+
+    # The updates take `skip`: a device int32 (1,) that a loss-scaled step's unscale_check
+    # sets where its gradients overflowed; the update then changes nothing (no host wait,
+    # so a recorded step stays valid). None: never skipped.
+
+    def momentum_update(self, w, v, decay, n_decay, skip=None):
+        """SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
+        v[i] <- v[i] - decay w[i] for i < n_decay (decay = lr weight_decay); then
+        w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
+        raise NotImplementedError
+
+    def momentum_updates(self, layers, decay, skip=None):
+        """momentum_update on each (w, v, n_decay) of `layers` (several layers' flat
+        vectors), in as few launches as the backend takes them."""
+        for w, v, n_decay in layers:
+            self.momentum_update(w, v, decay, n_decay, skip)
+
+    def sgd_update(self, w, g, v, lr, momentum, weight_decay, n_decay, nesterov, skip=None):
+        """SGD with momentum from the gradient g: d = g + weight_decay w (i < n_decay, else
+        d = g); v <- momentum v - lr d; then w <- w + momentum v - lr d with the new v
+        (Nesterov), else w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
+        raise NotImplementedError
+
+    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
+                    skip=None):
+        """Adam and AdamW (torch.optim.Adam, AdamW): for i < n_decay, w <- w (1 - shrink)
+        (AdamW's decoupled decay, shrink = lr wd) and d = g + l2 w_old (Adam's L2, l2 = wd;
+        at most one of shrink, l2 is nonzero); else d = g. Then m <- beta1 m + (1 - beta1) d;
+        v <- beta2 v + (1 - beta2) d^2; w <- w - scalars[0] m / (sqrt(v) / scalars[1] + eps).
+        scalars: a device array (2,) = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] at step
+        t = 1, 2, ..., written by the host each step, so that a recorded step (a CUDA graph)
+        stays valid as t moves on."""
+        raise NotImplementedError
+
+    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay,
+                       skip=None):
+        """RMSprop (torch.optim.RMSprop): d = g + l2 w (i < n_decay, else d = g);
+        v <- alpha v + (1 - alpha) d^2; centered (gavg not None): gavg <- alpha gavg +
+        (1 - alpha) d and den = sqrt(v - gavg^2) + eps, else den = sqrt(v) + eps; with
+        momentum (buf not None): buf <- momentum buf + d / den, w <- w - lr buf, else
+        w <- w - lr d / den. buf and gavg may each be None."""
+        raise NotImplementedError
+
+    # -- dynamic loss scaling (optim.LossScale): s = [scale, 1 / scale, clean steps in a
+    # row, steps skipped] on the device, found an int32 (1,) ------------------------------
+
+    def scale_by(self, x, s):
+        """x <- s[0] x (the loss's delta times the loss scale)."""
+        raise NotImplementedError
+
+    def unscale_check(self, g, s, found):
+        """g <- g s[1] (divided by the scale, exactly: it is a power of two); found[0] <- -1
+        where any element of the result is inf or NaN, else left as it is."""
+        raise NotImplementedError
+
+    def adam_scalars(self, s, t, found, lr, beta1, beta2):
+        """Adam's step numbers counted on the device (a loss-scaled step: a skipped one is no
+        step): where found[0] is 0, t[0] <- t[0] + 1 and s <- [lr / (1 - beta1^t),
+        sqrt(1 - beta2^t)] (adam_update's scalars), else nothing."""
+        raise NotImplementedError
+
+    def update_loss_scale(self, s, found, growth_interval, low, high):
+        """After a scaled step: where found[0] is not 0, s[0] halves (not below low, s[1]
+        doubles with it), s[2] <- 0 and s[3] (steps skipped) grows by one; else s[2] grows
+        by one and at growth_interval goes back to 0, doubling s[0] (not above high).
+        found[0] <- 0."""
+        raise NotImplementedError
+
+
+
+class Backend(UpdateOps):
     """One device. Subclasses implement the methods below that raise NotImplementedError."""
 
     kind = "abstract"           # "cpu", "opencl", "cuda"
@@ -319,73 +392,6 @@ class Backend:
         launch for integer labels."""
         self.gather(x_out, x, idx)
         self.gather(y_out, y, idx)
-
-    # The updates take `skip`: a device int32 (1,) that a loss-scaled step's unscale_check
-    # sets where its gradients overflowed; the update then changes nothing (no host wait,
-    # so a recorded step stays valid). None: never skipped.
-
-    def momentum_update(self, w, v, decay, n_decay, skip=None):
-        """SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
-        v[i] <- v[i] - decay w[i] for i < n_decay (decay = lr weight_decay); then
-        w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
-        raise NotImplementedError
-
-    def momentum_updates(self, layers, decay, skip=None):
-        """momentum_update on each (w, v, n_decay) of `layers` (several layers' flat
-        vectors), in as few launches as the backend takes them."""
-        for w, v, n_decay in layers:
-            self.momentum_update(w, v, decay, n_decay, skip)
-
-    def sgd_update(self, w, g, v, lr, momentum, weight_decay, n_decay, nesterov, skip=None):
-        """SGD with momentum from the gradient g: d = g + weight_decay w (i < n_decay, else
-        d = g); v <- momentum v - lr d; then w <- w + momentum v - lr d with the new v
-        (Nesterov), else w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
-        raise NotImplementedError
-
-    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
-                    skip=None):
-        """Adam and AdamW (torch.optim.Adam, AdamW): for i < n_decay, w <- w (1 - shrink)
-        (AdamW's decoupled decay, shrink = lr wd) and d = g + l2 w_old (Adam's L2, l2 = wd;
-        at most one of shrink, l2 is nonzero); else d = g. Then m <- beta1 m + (1 - beta1) d;
-        v <- beta2 v + (1 - beta2) d^2; w <- w - scalars[0] m / (sqrt(v) / scalars[1] + eps).
-        scalars: a device array (2,) = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] at step
-        t = 1, 2, ..., written by the host each step, so that a recorded step (a CUDA graph)
-        stays valid as t moves on."""
-        raise NotImplementedError
-
-    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay,
-                       skip=None):
-        """RMSprop (torch.optim.RMSprop): d = g + l2 w (i < n_decay, else d = g);
-        v <- alpha v + (1 - alpha) d^2; centered (gavg not None): gavg <- alpha gavg +
-        (1 - alpha) d and den = sqrt(v - gavg^2) + eps, else den = sqrt(v) + eps; with
-        momentum (buf not None): buf <- momentum buf + d / den, w <- w - lr buf, else
-        w <- w - lr d / den. buf and gavg may each be None."""
-        raise NotImplementedError
-
-    # -- dynamic loss scaling (optim.LossScale): s = [scale, 1 / scale, clean steps in a
-    # row, steps skipped] on the device, found an int32 (1,) ------------------------------
-
-    def scale_by(self, x, s):
-        """x <- s[0] x (the loss's delta times the loss scale)."""
-        raise NotImplementedError
-
-    def unscale_check(self, g, s, found):
-        """g <- g s[1] (divided by the scale, exactly: it is a power of two); found[0] <- -1
-        where any element of the result is inf or NaN, else left as it is."""
-        raise NotImplementedError
-
-    def adam_scalars(self, s, t, found, lr, beta1, beta2):
-        """Adam's step numbers counted on the device (a loss-scaled step: a skipped one is no
-        step): where found[0] is 0, t[0] <- t[0] + 1 and s <- [lr / (1 - beta1^t),
-        sqrt(1 - beta2^t)] (adam_update's scalars), else nothing."""
-        raise NotImplementedError
-
-    def update_loss_scale(self, s, found, growth_interval, low, high):
-        """After a scaled step: where found[0] is not 0, s[0] halves (not below low, s[1]
-        doubles with it), s[2] <- 0 and s[3] (steps skipped) grows by one; else s[2] grows
-        by one and at growth_interval goes back to 0, doubling s[0] (not above high).
-        found[0] <- 0."""
-        raise NotImplementedError
 
     # -- fused neural-network kernels ----------------------------------------------------
 
