@@ -1,6 +1,7 @@
 """The shape of the code, held: every import among portanet's modules points down (no
-cycle, imports inside functions included), no module grows past MAX_MODULE_LINES, and each
-kernel body is written once (kernels_cu/ holds only what CUDA alone says)."""
+cycle, imports inside functions included), no module grows past MAX_MODULE_LINES nor class
+past MAX_CLASS_LINES, and each kernel body is written once (kernels_cu/ holds only what CUDA
+alone says)."""
 import ast
 from pathlib import Path
 
@@ -9,6 +10,7 @@ from portanet.backends import sources
 
 PACKAGE = Path(portanet.__file__).resolve().parent
 MAX_MODULE_LINES = 800      # past this a module holds more than one responsibility
+MAX_CLASS_LINES = 500       # past this a class is several waiting to be named
 
 
 def modules():
@@ -99,6 +101,17 @@ def test_the_cycle_finder_finds_a_cycle():
 def test_no_module_holds_more_than_one_responsibility_by_size():
     long = {str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > MAX_MODULE_LINES}
+    assert long == {}
+
+
+def test_no_class_holds_more_than_one_responsibility_by_size():
+    long = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_CLASS_LINES:
+                    long[f"{path.relative_to(PACKAGE)}:{node.name}"] = lines
     assert long == {}
 
 
