@@ -780,13 +780,8 @@ def test_write_samples(bk, rng, m, shape, room, lane, monkeypatch):
     base = poisoned(bk, (n * m + 5,))
     dsts = [bk.view(base, (n, m), 5), poisoned(bk, (n, m))]
     staging = None
-    if bk.simulator and room != 1:
-        # its checks take what a copy writes at an offset for uninitialised (a write to
-        # element 3, then a kernel's read of it): the halves of staging are left to the
-        # other devices, and one sample at offset 0 is checked here
-        pytest.skip("Oclgrind flags reads of what a copy wrote at an offset")
     if bk.stages_samples and room is not None:
-        at = 0 if bk.simulator else 3
+        at = 3
         staging = bk.view(poisoned(bk, (n * min(room, m) + at,)), (n * min(room, m),), at)
     xs = [rng.standard_normal((m, *shape)) for _ in dsts]
     for x, dst in zip(xs, dsts):            # no wait between: the parts take turns
@@ -802,10 +797,8 @@ def test_write_samples_finds_nan_and_inf(backend, rng):
     m, n = 37, 19
     bad = backend.upload(np.array([2**31 - 1], np.int32))
     dst = backend.empty((n, m))
-    # parts of 4 in turn through two halves; one sample at a time on Oclgrind (whose checks
-    # take what a copy wrote at an offset for uninitialised: test_write_samples)
-    staging = backend.empty(((1 if backend.simulator else 8) * n,)) \
-        if backend.stages_samples else None
+    # parts of 4 in turn through two halves
+    staging = backend.empty((8 * n,)) if backend.stages_samples else None
     x = rng.standard_normal((m, n))
     backend.write_samples(dst, x, staging, bad, first=100)
     assert backend.download(bad)[0] == 2**31 - 1
