@@ -66,17 +66,20 @@ def read_bytes(path, what, error=PortanetError, max_bytes=None):
         raise error(f"cannot read {what} from {path}: it is a folder; give the path of a "
                     f"file")
     if not stat.S_ISREG(info.st_mode):
-        raise error(f"cannot read {what} from {path}: it is {_kind(info.st_mode)}, not a "
+        raise error(f"cannot read {what} from {path}: it is {kind_of(info.st_mode)}, not a "
                     f"regular file; choose another path")
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0)
     fd = os.open(path, flags)
     with open(fd, "rb") as f:
         info = os.fstat(fd)              # the file opened, should path have changed since
         if not stat.S_ISREG(info.st_mode):
-            raise error(f"cannot read {what} from {path}: it is {_kind(info.st_mode)}, not a "
+            raise error(f"cannot read {what} from {path}: it is {kind_of(info.st_mode)}, not a "
                         f"regular file; choose another path")
+        if max_bytes is not None and info.st_size > max_bytes:     # refused unread
+            raise error(f"cannot read {what} from {path}: it is larger than the {max_bytes} "
+                        f"bytes such a file can be; it is not one of portanet's files")
         data = f.read() if max_bytes is None else f.read(max_bytes + 1)
-    if max_bytes is not None and len(data) > max_bytes:
+    if max_bytes is not None and len(data) > max_bytes:    # grown since the fstat
         raise error(f"cannot read {what} from {path}: it is larger than the {max_bytes} "
                     f"bytes such a file can be; it is not one of portanet's files")
     return data
@@ -175,7 +178,7 @@ def _destination(path, what, error):
             raise error(f"cannot save {what} to {shown}: it is a folder; give the name of a "
                         f"file in it")
         if mode is not None and not stat.S_ISREG(mode):
-            raise error(f"cannot save {what} to {shown}: it is {_kind(mode)}, not a regular "
+            raise error(f"cannot save {what} to {shown}: it is {kind_of(mode)}, not a regular "
                         f"file, and portanet replaces only regular files; choose another path")
         folder = target.parent
         if not folder.exists():
@@ -188,7 +191,11 @@ def _destination(path, what, error):
     return target
 
 
-def _kind(mode):
+def kind_of(mode):
+    """What os.stat's st_mode is when it is not a regular file ("a folder", "a FIFO (named
+    pipe)", ...); None for a regular file."""
+    if stat.S_ISREG(mode):
+        return None
     return next((kind for test, kind in _KINDS if test(mode)), "a special file")
 
 

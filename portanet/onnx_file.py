@@ -10,10 +10,10 @@ tensor. What the graph means is onnx_graph.py's.
 import io
 import math
 import os
-import stat
 
 import numpy as np
 
+from . import files
 from .errors import ModelFileError
 
 # protobuf's limit (a larger model keeps its weights in external data files)
@@ -61,24 +61,13 @@ def _open(path, flags=0):
 
 def _check_regular(path, info):
     """A ModelFileError unless os.stat's `info` of the model's path is a regular file's."""
-    kind = _irregular(info)
+    kind = files.kind_of(info.st_mode)
     if kind == "a folder":
         raise ModelFileError(f"{path} is a folder, not a regular file: give the ONNX file's "
                              f"path")
     if kind:
         raise ModelFileError(f"{path} is not a regular file ({kind}): give the path of an "
                              f"ONNX file")
-
-
-def _irregular(info):
-    """What os.stat's `info` is unless a regular file ("a folder", "a FIFO", ...), else
-    None."""
-    mode = info.st_mode
-    if stat.S_ISREG(mode):
-        return None
-    return ("a folder" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
-            else "a socket" if stat.S_ISSOCK(mode) else "a device" if stat.S_ISCHR(mode)
-            or stat.S_ISBLK(mode) else "not a file")
 
 
 def _tensors(model):
@@ -138,8 +127,9 @@ def read_external(onnx, model, folder, where):
             info = os.stat(real)
         except OSError as e:
             raise ModelFileError(f"{say}, which cannot be read: {e.strerror or e}") from e
-        if _irregular(info):
-            raise ModelFileError(f"{say}, which is not a regular file ({_irregular(info)}): "
+        if files.kind_of(info.st_mode):
+            raise ModelFileError(f"{say}, which is not a regular file "
+                                 f"({files.kind_of(info.st_mode)}): "
                                  f"external data are files in the model's folder; the "
                                  f"model is damaged")
         size = info.st_size

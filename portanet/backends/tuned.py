@@ -25,8 +25,6 @@ import hashlib
 import itertools
 import logging
 import math
-import os
-import stat
 from pathlib import Path
 
 from .. import config, files
@@ -141,11 +139,11 @@ def _read(path):
     it cannot be read or is not a database; an entry that is not one is left out, warned
     with the file, the entry and the reason."""
     try:
-        if not stat.S_ISREG(os.stat(path).st_mode):     # a FIFO would block the reading
-            log.warning("ignoring the GEMM tuning database %s: it is not a regular file", path)
-            return {}
-        text = path.read_text(encoding="utf-8")
+        text = files.read_bytes(path, "the GEMM tuning database").decode("utf-8")
     except FileNotFoundError:
+        return {}
+    except PortanetError as e:          # a folder, a FIFO (which would block the reading)
+        log.warning("ignoring the GEMM tuning database %s: %s", path, e)
         return {}
     except (OSError, UnicodeDecodeError) as e:
         log.warning("ignoring the GEMM tuning database %s: cannot read it (%s)", path, e)
