@@ -230,12 +230,18 @@ def collective():
         group = _group
         if group is None or group.size == 1:
             raise
+        import os
         import sys
+        import time
         import traceback
-        print(f"portanet: rank {group.rank} of {group.size} failed; ending the job",
-              file=sys.stderr)
-        traceback.print_exception(e, file=sys.stderr)
+        # The error first and the whole text in one write: Abort ends the launcher's
+        # forwarding of stderr, and a traceback printed line by line was cut after a line.
+        text = (f"portanet: rank {group.rank} of {group.size} failed "
+                f"({type(e).__name__}: {e}); ending the job\n"
+                + "".join(traceback.format_exception(e)))
         sys.stderr.flush()
+        os.write(sys.stderr.fileno(), text.encode(errors="replace"))
+        time.sleep(0.5)                 # time for the launcher to forward it
         group.comm.Abort(1)
         raise
 
