@@ -10,7 +10,7 @@ import time
 import numpy as np
 
 import portanet as pn
-from portanet.backends import conv_paths as paths
+from portanet.backends import conv as paths
 from portanet.backends.base import CONV_WORKSPACE_BYTES, conv_out
 
 LAYERS = [(1, 28, 28, 16, 3), (16, 26, 26, 32, 3)]        # (C, H, W, filters, k)

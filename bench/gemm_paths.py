@@ -72,7 +72,8 @@ GEMM_VARIANTS = [
 def resource_report(spec, params):
     """Registers, local-memory spills and shared memory of our NN kernel with params."""
     bk = pn.device(spec)
-    from portanet.backends import gemm_tiling, sources
+    from portanet.backends import sources
+    from portanet.backends.gemm import tiling as gemm_tiling
     options = gemm_tiling.gemm_options(False, False, {**gemm_tiling.GEMM_DEFAULTS, **params})
     if spec.startswith("cuda"):
         f = bk._kernel("gemm", "gemm", options)

@@ -13,7 +13,7 @@ import argparse, random, time
 import numpy as np
 
 from portanet import backends
-from portanet.backends import gemm_tiling
+from portanet.backends.gemm import tiling as gemm_tiling
 
 ROUNDS, REPEATS = 5, 20
 # (TSM, TSN, WPTM, WPTN): cuBLAS's 64 x 64 of 8 x 4 per thread first, then its neighbours

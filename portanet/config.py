@@ -21,7 +21,7 @@ PORTANET_PRECISION  the precision networks and benchmarks compute in where none 
 PORTANET_ROUTES  a file (JSON) of the paths auto routing measured on each device: a backend
                  takes a shape's path from it instead of timing it again, and adds the
                  ones it times, so that every process computes as the first did and a seed
-                 trains alike (backends/routes.py); unset: each process measures anew
+                 trains alike (backends/gemm/routes.py); unset: each process measures anew
 PORTANET_GRAPHS  on (default) or off: record a training step once (a CUDA graph; on OpenCL
                  its bound launches) and replay it
 PORTANET_TUNING  on (default) or off: use the GEMM tilings `portanet tune` measured for

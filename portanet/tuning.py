@@ -1,7 +1,7 @@
 """`portanet tune`: our GEMM kernel's tile parameters measured per device, and the database
 that keeps them (CLBlast's tuner database, tinygrad's BEAM cache, for portanet).
 
-The search. GEMM_SPACE (backends/gemm_tiling.py) holds thousands of tilings that fit a device's
+The search. GEMM_SPACE (backends/gemm/tiling.py) holds thousands of tilings that fit a device's
 limits (3608 of its 8748 fitted PoCL's when this was written), and a first build of one
 takes from 0.2 s (Intel's CPU runtime) to 4 s (PoCL), each transpose another build: too
 many to try all. So the search is seeded and bounded, coordinate descent from the
@@ -28,7 +28,7 @@ grows with K (on PoCL: 4.2e-7 at K = 1024, 2.4e-6 at 32768); cuBLAS held 1.6e-7 
 262144 on an H100. vendor_k is the longest K of VENDOR_KS whose 64 x 64 x K product stays
 within VENDOR_BOUND, and the backends split longer products into K chunks accumulated in c.
 
-The database (portanet/backends/tuned.py reads it, checks its entries and applies a
+The database (portanet/backends/gemm/tuned.py reads it, checks its entries and applies a
 device's as the backend is made): `save` merges a search's result into the user's file
 under a lock, `check_output` refuses before a search a file it could not rewrite.
 """
@@ -41,9 +41,9 @@ from pathlib import Path
 import numpy as np
 
 from . import files
-from .backends import tuned
-from .backends.gemm_tiling import GEMM_DEFAULTS, GEMM_SPACE
-from .backends.tuned import VERSION, capped, device_key, params_text
+from .backends.gemm import tuned
+from .backends.gemm.tiling import GEMM_DEFAULTS, GEMM_SPACE
+from .backends.gemm.tuned import VERSION, capped, device_key, params_text
 from .errors import DeviceError, KernelBuildError, PortanetError
 
 
@@ -108,7 +108,7 @@ def check_output(path=None):
 
 
 def user_path():
-    """The user's database, where `save` writes by default (backends/tuned.py's)."""
+    """The user's database, where `save` writes by default (backends/gemm/tuned.py's)."""
     return tuned.user_path()
 
 

@@ -6,7 +6,8 @@ import re
 import numpy as np
 import pytest
 
-from portanet.backends import gemm_tiling, opencl
+from portanet.backends import opencl
+from portanet.backends.gemm import tiling as gemm_tiling
 from portanet.errors import DeviceError
 
 # a GPU's limits, as Limits.of reads them from a device

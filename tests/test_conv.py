@@ -5,7 +5,7 @@ import pytest
 
 import portanet as pn
 from portanet import inputs, training
-from portanet.backends import conv_paths
+from portanet.backends import conv as conv_paths
 from portanet.backends.base import conv_out
 from portanet.backends.numpy import NumpyBackend
 from portanet.rng import dropout_mask, key_array

@@ -12,7 +12,7 @@ import pytest
 
 import portanet as pn
 from portanet import bench, checkpoint, curves, files
-from portanet.backends.routes import RouteFile
+from portanet.backends.gemm.routes import RouteFile
 from portanet.errors import PortanetError
 
 OLD = b"the earlier file\n"

@@ -7,9 +7,10 @@ import numpy as np
 import pytest
 
 from portanet.backends.base import conv_out
-from portanet.backends import gemm_router, gpu
+from portanet.backends import gpu
+from portanet.backends.gemm import router as gemm_router
 from portanet.backends.arrays import ACT
-from portanet.backends.gemm_router import FINISH_PARTS
+from portanet.backends.gemm.router import FINISH_PARTS
 from portanet.backends.numpy import NumpyBackend, activate, activate_grad
 from portanet.errors import InputError, ShapeError
 from portanet.optim import Adam
@@ -304,7 +305,7 @@ def test_gemv_routes_few_long_rows(backend, rng, monkeypatch):
         pytest.skip("the reference backend has one gemv")
     rows, cols = 3, 20000
     simulated(backend, rows * cols)
-    from portanet.backends.gemm_tiling import gemv_parts
+    from portanet.backends.gemm.tiling import gemv_parts
     held_to(monkeypatch, backend, "auto")
     assert gemv_parts(rows, cols, backend.gemv_threads, 64) > 1
     a, x, y = (rng.standard_normal(s) for s in ((rows, cols), cols, rows))
@@ -477,7 +478,7 @@ def test_dense_split_sum_fuses_the_epilogue(backend, rng, monkeypatch):
         pytest.skip("the reference backend has no kernels")
     m, n, k = 67, 33, 3001
     simulated(backend, m * n * k)
-    from portanet.backends.gemm_tiling import split_k
+    from portanet.backends.gemm.tiling import split_k
     held_to(monkeypatch, backend, "own")
     assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
     launches = []
@@ -774,7 +775,8 @@ def test_write_samples(bk, rng, m, shape, room, lane, monkeypatch):
     if lane != "plain" and (not bk.stages_samples or room not in (None, 3)):
         pytest.skip("no staging here: the host lays batches out" if not bk.stages_samples
                     else "the lane's turns are seen with room for the batch and for 3")
-    from portanet.backends import gemm_router, gpu
+    from portanet.backends import gpu
+    from portanet.backends.gemm import router as gemm_router
     monkeypatch.setattr(gpu, "LANE_BYTES", {"plain": 2**62, "lane": 0,
                                             "mixed": 2 * n * bk.dtype.itemsize}[lane])
     base = poisoned(bk, (n * m + 5,))
@@ -825,7 +827,8 @@ def test_the_copy_lane_waits_for_what_the_device_was_given(backend, rng, monkeyp
     if not backend.stages_samples or backend.simulator:
         pytest.skip("no copy lane here: the host lays batches out" if not
                     backend.stages_samples else "the simulator runs each queue in turn")
-    from portanet.backends import gemm_router, gpu
+    from portanet.backends import gpu
+    from portanet.backends.gemm import router as gemm_router
     monkeypatch.setattr(gpu, "LANE_BYTES", 0)
     n = (1 << 24) if backend.is_gpu else (1 << 16)      # fills the device takes a while over
     dst, x = backend.empty((1, 3)), rng.standard_normal((3, 1))
@@ -1010,7 +1013,7 @@ def test_own_gemm_split_k(backend, rng, m, n, k, monkeypatch):
     if backend.kind == "cpu":
         pytest.skip("the reference backend has no GEMM kernel")
     simulated(backend, m * n * k)
-    from portanet.backends.gemm_tiling import split_k
+    from portanet.backends.gemm.tiling import split_k
     held_to(monkeypatch, backend, "own")
     assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
     check_every_transpose(backend, rng, m, n, k)
@@ -1025,7 +1028,7 @@ def test_split_k_added_up_by_its_last_part(bk, rng, parts, monkeypatch):
     ragged tiles and every transpose, no gemm_split_sum."""
     if bk.kind == "cpu" or not bk.finishes_splits:
         pytest.skip(f"{bk.name} adds split K's parts in gemm_split_sum")
-    from portanet.backends.gemm_tiling import SMALL_TILES, k_parts
+    from portanet.backends.gemm.tiling import SMALL_TILES, k_parts
     tiling = dict(SMALL_TILES, TSK=8)
     m, n, k = 37, 21, 40 * parts - 5
     count, chunk = k_parts(k, parts, tiling["TSK"])
@@ -1065,7 +1068,7 @@ def test_gemm_split_sum(bk, rng, n, count, beta):
     if bk.kind == "cpu":
         pytest.skip("the reference backend has no split-K sum")
     simulated(bk, n * count)
-    from portanet.backends.gemm_tiling import split_lanes
+    from portanet.backends.gemm.tiling import split_lanes
     parts, c = real(bk, rng.standard_normal((count, n))), real(bk, rng.standard_normal(n))
     (parts_d, c_d), _, _ = packed(bk, parts, c)
     assert count < 33 or split_lanes(count, bk.gemv_threads) > 1

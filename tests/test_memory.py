@@ -47,7 +47,7 @@ def test_the_plan_has_room_for_the_transposed_copies_routing_may_make(device_nam
     with a vendor GEMM, products of TRANSPOSED_FLOPS or more: here dense 1's three), the
     plan has room for the largest such a, w, and the copies training makes fit in it;
     elsewhere there is nothing to plan."""
-    from portanet.backends import gemm_router
+    from portanet.backends.gemm import router as gemm_router
     monkeypatch.setattr(gemm_router, "TRANSPOSED_FLOPS", 2 * 200 * 96 * 300)
     bk = pn.device(device_name)
     net = pn.mlp((300,), 10, hidden=(200,), device=bk)

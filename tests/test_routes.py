@@ -1,4 +1,4 @@
-"""Routes kept in a file (PORTANET_ROUTES, portanet/backends/routes.py): what routing
+"""Routes kept in a file (PORTANET_ROUTES, portanet/backends/gemm/routes.py): what routing
 measured is written there and read back instead of measured again, under each backend's
 own scope, so that later processes compute as the first one did."""
 import json
@@ -140,9 +140,9 @@ def test_a_file_that_cannot_be_written_is_warned_of_once(backend, rng, monkeypat
 def test_writers_at_once_lose_no_route(tmp_path):
     """Processes and threads that add routes to one file at once keep every one of them,
     and the first written for an entry stays."""
-    from portanet.backends.routes import RouteFile
+    from portanet.backends.gemm.routes import RouteFile
     path = tmp_path / "routes.json"
-    script = (f"from portanet.backends.routes import RouteFile\n"
+    script = (f"from portanet.backends.gemm.routes import RouteFile\n"
               f"import sys\n"
               f"f = RouteFile({str(path)!r}, 'scope')\n"
               f"for i in range(60):\n"

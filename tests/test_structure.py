@@ -119,3 +119,16 @@ def test_each_kernel_body_is_written_once():
     cl, cu = sources.folder("cl"), sources.folder("cu")
     assert {p.stem for p in cl.glob("*.cl")} & {p.stem for p in cu.glob("*.cu")} == set()
     assert {p.name for p in cl.glob("*.h")} & {p.name for p in cu.glob("*.h")} == {"prelude.h"}
+
+
+def test_every_package_is_installed():
+    """setup.cfg names packages one by one: a new subpackage missing there works from the
+    checkout and is absent from the wheel."""
+    import configparser
+    root = Path(__file__).resolve().parents[1]
+    cfg = configparser.ConfigParser()
+    cfg.read(root / "setup.cfg")
+    listed = set(cfg["options"]["packages"].split())
+    folders = {".".join(p.parent.relative_to(root).parts)
+               for p in (root / "portanet").rglob("__init__.py")}
+    assert folders - listed == set()

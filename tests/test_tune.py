@@ -1,4 +1,4 @@
-"""`portanet tune` (portanet/tuning.py) and its database (portanet/backends/tuned.py): the
+"""`portanet tune` (portanet/tuning.py) and its database (portanet/backends/gemm/tuned.py): the
 search on PoCL with a tiny budget on a product no tile divides, the database (round trip,
 merge, which file wins, corrupt files, keys), apply(), the command, and the devices it
 refuses. The database is a file in tmp_path throughout: no test reads or writes the
@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 import portanet as pn
 from portanet import tuning
-from portanet.backends import gemm_tiling, opencl, sources
-from portanet.backends import tuned as database
+from portanet.backends import opencl, sources
+from portanet.backends.gemm import tiling as gemm_tiling
+from portanet.backends.gemm import tuned as database
 from portanet.cli import main
 from portanet.errors import DeviceError, PortanetError
 

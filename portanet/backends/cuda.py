@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
-from . import lending, sources, tuned
-from .gemm_tiling import gemm_params
+from . import lending, sources
+from .gemm import tuned
+from .gemm.tiling import gemm_params
 from .gpu import DeviceArray, KernelBackend, Recorded, default_local, operand_options
 from .shadows import _whole16
 from .staging import BEHIND, CopyLane

@@ -1,8 +1,8 @@
 """What the OpenCL and CUDA backends share: `KernelBackend`, which builds and launches the
 kernel families (kernels_cl/, and kernels_cu/ for CUDA's own), stages batches and runs the
 elementwise, loss, pooling and normalization ops. Its other parts are their own modules:
-GEMM routing (gemm_router.py), the GEMM paths (gemm_paths.py), convolutions
-(conv_paths.py), the 16-bit operand copies (shadows.py) and the updates (updates.py). Each
+GEMM routing (gemm/router.py), the GEMM paths (gemm/paths.py), convolutions
+(conv.py), the 16-bit operand copies (shadows.py) and the updates (updates.py). Each
 backend supplies memory, `_launch` and its vendor GEMM."""
 import functools
 import hashlib
@@ -22,12 +22,12 @@ from .base import ACC_K, Backend
 from .checks import (check_activation, check_activation_grad, check_add_activation, check_alike,
                      check_gather, check_norm_grad, check_norm_kind, check_pool, check_rows,
                      check_stored, check_transpose)
-from .conv_paths import ConvPaths, _conv_sizes
-from .gemm_paths import GemmPaths
-from .gemm_router import GemmRouting
-from .gemm_tiling import norm_parts
+from .conv import ConvPaths, _conv_sizes
+from .gemm.paths import GemmPaths
+from .gemm.router import GemmRouting
+from .gemm.tiling import norm_parts
 from .shadows import Shadows, _kept_key
-from .tuned import capped
+from .gemm.tuned import capped
 from .updates import STEPS, Updates
 
 log = logging.getLogger("portanet")

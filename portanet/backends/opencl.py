@@ -19,8 +19,9 @@ import numpy as np
 
 from .. import config
 from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
-from . import sources, tuned
-from .gemm_tiling import SMALL_TILES, gemm_options, gemm_params
+from . import sources
+from .gemm import tuned
+from .gemm.tiling import SMALL_TILES, gemm_options, gemm_params
 from .gpu import DeviceArray, KernelBackend, Recorded, default_local, operand_options
 # the devices, their names and limits; SimulatorReport, simulator_checks, default_device,
 # enumerate_devices, platform_number, SIMULATOR_VARIABLES and PROFILES are named here too,

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..errors import DeviceError
 from . import icd
-from .gemm_tiling import gemm_params
+from .gemm.tiling import gemm_params
 
 try:
     import pyopencl as cl

@@ -27,15 +27,15 @@ import logging
 import math
 from pathlib import Path
 
-from .. import config, files
-from ..errors import PortanetError
-from . import sources
-from .gemm_tiling import GEMM_DEFAULTS, GEMM_SPACE, _halved, gemm_fits
+from ... import config, files
+from ...errors import PortanetError
+from .. import sources
+from .tiling import GEMM_DEFAULTS, GEMM_SPACE, _halved, gemm_fits
 
 log = logging.getLogger("portanet")
 
 VERSION = 1
-SHIPPED = Path(__file__).resolve().parent.parent / "tuned.json"
+SHIPPED = Path(__file__).resolve().parents[2] / "tuned.json"
 USER_FILE = "tuning.json"
 
 _databases = {}                 # path -> {key: entry}: each file read once per process

@@ -37,8 +37,8 @@ import threading
 import warnings
 from pathlib import Path
 
-from .. import files
-from ..errors import PortanetError
+from ... import files
+from ...errors import PortanetError
 
 try:
     import fcntl
@@ -170,11 +170,12 @@ def scope(*parts):
 
 
 def code_id():
-    """A digest of the backends' code (this folder's modules) and the tuning module: what
-    the paths are and how routing chooses among them."""
-    here = Path(__file__).parent
+    """A digest of the backends' code (every module under backends/) and the tuning
+    module: what the paths are and how routing chooses among them."""
+    backends = Path(__file__).resolve().parent.parent
     digest = hashlib.sha256()
-    for module in sorted(here.glob("*.py")) + [here.parent / "tuning.py"]:
+    modules = sorted(backends.rglob("*.py"), key=lambda p: p.relative_to(backends).as_posix())
+    for module in modules + [backends.parent / "tuning.py"]:
         digest.update(module.read_bytes())
     return digest.hexdigest()[:16]
 

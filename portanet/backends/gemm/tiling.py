@@ -2,8 +2,8 @@
 device's limits: our GEMM kernel's tilings (defaults per device class, what `portanet
 tune` searches, whether a tiling fits a device, the ladder of smaller ones), K split into
 parts or pieces, and the pieces of gemv, batch normalization and split sums. No device
-is touched here; the router (gemm_router.py) chooses among what these allow."""
-from .base import ACC_K
+is touched here; the router (router.py) chooses among what these allow."""
+from ..base import ACC_K
 
 # split-K makes parts until the work-groups hold this many work-items per compute unit (two
 # groups of 256, eight of SMALL_TILES' 64): 10 x 10000 x 4608 took 589 us on an H100's

@@ -2,15 +2,15 @@
 tiles are too few, in launches of at most ACC_K terms), the vendor's (in pieces of
 vendor_k terms), the tensor-core kernel; dense, gemv, ger and the bias gradient. Each
 runtime supplies its vendor call; which path runs a shape is the router's
-(gemm_router.py)."""
+(router.py)."""
 import functools
 
-from ..errors import ShapeError
-from .arrays import ACT, DeviceArray
-from .base import ACC_K
-from .checks import check_activation, check_gemm
-from .gemm_tiling import _k_pieces, gemm_options, split_lanes
-from .shadows import _kept_key
+from ...errors import ShapeError
+from ..arrays import ACT, DeviceArray
+from ..base import ACC_K
+from ..checks import check_activation, check_gemm
+from .tiling import _k_pieces, gemm_options, split_lanes
+from ..shadows import _kept_key
 
 
 def _pieces(a, b, trans_a, trans_b, k, longest=ACC_K):

@@ -2,7 +2,7 @@
 its tilings and K splits, the vendor's, the tensor-core kernel, a transposed copy first),
 measured at its first call where PORTANET_GEMM=auto and kept in the routes file
 (routes.py) so that another process takes the same; the tiling our kernel runs a shape
-with (gemm_tiling.py's pure functions over the device's tuned tilings). The rows' way of
+with (tiling.py's pure functions over the device's tuned tilings). The rows' way of
 gemv, batch normalization and the fused loss is chosen the same way (`_row_way`)."""
 import dataclasses
 import functools
@@ -12,11 +12,11 @@ import time
 
 import numpy as np
 
-from .. import config
+from ... import config
 from . import routes
-from .base import ACC_K
-from .gemm_paths import _shape_text
-from .gemm_tiling import (CONV_TILES, GEMM_DEFAULTS, SMALL_TILES, WORK_ITEMS_PER_UNIT, _halved,
+from ..base import ACC_K
+from .paths import _shape_text
+from .tiling import (CONV_TILES, GEMM_DEFAULTS, SMALL_TILES, WORK_ITEMS_PER_UNIT, _halved,
                           _k_pieces, _thinned, _tiles, gemm_fits, gemm_params, gemv_parts, k_parts,
                           split_k)
 
@@ -112,7 +112,7 @@ class GemmRouting:
 
     def _kept_route(self, key, paths):
         """The path PORTANET_ROUTES' file keeps for key among `paths` under this backend's
-        scope (see backends/routes.py), or None."""
+        scope (see routes.py), or None."""
         path = config.routes_file()
         if path is None:
             self._route_file = None
