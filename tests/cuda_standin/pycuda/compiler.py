@@ -1,0 +1,69 @@
+"""SourceModule over the source text: its kernels found by name, checked at launch."""
+import re
+
+import numpy as np
+
+from . import driver
+
+KERNEL = re.compile(r"KERNEL\b(?:\s+\w+\s*\([^()]*\))*\s*(?:void\s+)?(?:\w+\s*\([^()]*\)\s*)?"
+                    r"(?:void\s+)?(\w+)\s*\(")
+CODES = {"P": np.uintp, "i": np.int32, "f": np.float32, "d": np.float64}
+launches = []                       # (kernel name, grid, block) of every launch
+
+
+class Function:
+    def __init__(self, name):
+        self.name = name
+        self.codes = None
+        self.attributes = {}
+
+    def set_attribute(self, attribute, value):
+        self.attributes[attribute] = value
+
+    def prepare(self, codes):
+        if any(c not in CODES for c in codes):
+            raise driver.LogicError(f"{self.name}: unknown argument codes {codes!r}")
+        self.codes = codes
+        return self
+
+    def prepared_async_call(self, grid, block, stream, *args, shared_size=0):
+        what = f"launch of {self.name}"
+        if self.codes is None:
+            raise driver.LogicError(f"{what}: not prepared")
+        if len(args) != len(self.codes):
+            raise driver.LogicError(f"{what}: {len(args)} arguments for {len(self.codes)}")
+        for i, (code, arg) in enumerate(zip(self.codes, args)):
+            if not isinstance(arg, CODES[code]):
+                raise driver.LogicError(f"{what}: argument {i} is {type(arg).__name__}, "
+                                        f"prepared as {code!r}")
+            if code == "P":
+                driver.Memory.check(int(arg), 1, f"{what}, argument {i}")
+        if not isinstance(stream, driver.Stream):
+            raise driver.LogicError(f"{what}: no stream")
+        for sizes, lengths in ((grid, (2, 3)), (block, (3,))):
+            if len(sizes) not in lengths or not all(isinstance(s, int) and s >= 1
+                                                    for s in sizes):
+                raise driver.LogicError(f"{what}: sizes {grid} x {block}")
+        if block[0] * block[1] * block[2] > driver.ATTRIBUTES["max_threads"]:
+            raise driver.LogicError(f"{what}: block {block} over the device's threads")
+        if shared_size > self.attributes.get(driver.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                             driver.ATTRIBUTES["shared"]):
+            raise driver.LogicError(f"{what}: {shared_size} bytes of shared memory not allowed")
+        launches.append((self.name, grid, block))
+
+
+class SourceModule:
+    def __init__(self, source, options=None, arch=None, no_extern_c=False):
+        if not no_extern_c:
+            raise driver.CompileError("portanet's sources declare extern \"C\" themselves")
+        if not (arch or "").startswith("sm_"):
+            raise driver.CompileError(f"no architecture: {arch!r}")
+        self.names = set(KERNEL.findall(source))
+        if not self.names:
+            raise driver.CompileError("no kernels in the source")
+
+    def get_function(self, name):
+        if name not in self.names:
+            raise driver.LogicError(f"cuModuleGetFunction failed: named symbol not found "
+                                    f"({name}; the source has {sorted(self.names)})")
+        return Function(name)
