@@ -5,6 +5,7 @@ import ctypes
 import json
 import sys
 import tempfile
+import threading
 from collections import Counter
 
 import numpy as np
@@ -35,6 +36,7 @@ def _cdll(name, *args, **kwargs):
 ctypes.CDLL = _cdll
 
 import portanet as pn                           # noqa: E402
+from portanet import profiler                   # noqa: E402
 from pycuda import compiler, driver             # noqa: E402
 
 
@@ -59,6 +61,21 @@ def exercise(precision):
         with tempfile.TemporaryDirectory() as folder:
             net.save(f"{folder}/net.safetensors")
             net.load_weights(f"{folder}/net.safetensors")
+        if make is pn.lenet:
+            step = lambda: net.train_batch(data[:32], labels[:32], optimizer)  # noqa: E731
+            assert profiler.profile(bk, step)["calls"]
+            failed = []
+
+            def predict():                      # another thread: its own context push
+                try:
+                    net.predict(data[:8])
+                except BaseException as e:
+                    failed.append(e)
+            thread = threading.Thread(target=predict)
+            thread.start()
+            thread.join()
+            if failed:
+                raise failed[0]
         net.free()
 
 
