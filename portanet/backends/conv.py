@@ -1,8 +1,13 @@
-"""The convolution's paths: the implicit GEMM (our GEMM kernel gathering its patches,
-`Gather`), im2col into a workspace then GEMM (in chunks of columns where the workspace is
-smaller than the patch matrix), and conv_direct for short patches; which one runs a layer
-is measured once per shape where routing is auto (`_conv_path`) and kept with the GEMM
-routes."""
+"""The convolution's paths, each a strategy (`Implicit`, `Im2col`, `Direct`) that says
+whether it runs a product (`applies`), the workspace it needs (`workspace`) and runs it
+(`run`): the implicit GEMM (our GEMM kernel gathering its patches, `Gather`), im2col into
+a workspace then GEMM (in chunks of columns where the workspace is smaller than the patch
+matrix), and conv_direct for short patches. Of the strategies that apply to a product, one
+is pinned (PORTANET_CONV, `pinned`) or measured once per shape where routing is auto
+(`_conv_path`) and kept with the GEMM routes."""
+import functools
+
+from .. import config
 from .arrays import ACT, DeviceArray
 from .base import conv_out
 from .checks import check_activation, check_conv, check_stored
@@ -74,8 +79,134 @@ def _conv_sizes(x, k, stride, pad):
     return C, H, W, N, k, stride, pad, conv_out(H, k, stride, pad), conv_out(W, k, stride, pad)
 
 
+FORWARD, BACKWARD_DATA, BACKWARD_FILTER = "forward", "backward_data", "backward_filter"
+
+
+class Product:
+    """One call of a convolution product (FORWARD: conv; BACKWARD_DATA: conv_input_grad;
+    BACKWARD_FILTER: conv_weight_grad), as its strategies read it: its shape g (ConvShape),
+    the workspace (or None) and the operands, viewed as matrices where the product reads
+    them so."""
+    __slots__ = ("name", "g", "workspace", "x", "kind", "w", "b", "z", "a", "stored", "half",
+                 "alpha", "beta", "dz", "gw", "patches", "dx")
+
+    def __init__(self, name, g, workspace, x=None, kind=None, w=None, b=None, z=None, a=None,
+                 stored=None, half=False, alpha=1.0, beta=0.0, dz=None, gw=None,
+                 patches=False, dx=None):
+        self.name, self.g, self.workspace, self.x = name, g, workspace, x
+        self.kind, self.w, self.b, self.z, self.a = kind, w, b, z, a
+        self.stored, self.half = stored, half
+        self.alpha, self.beta, self.dz, self.gw, self.patches = alpha, beta, dz, gw, patches
+        self.dx = dx
+
+
+class Strategy:
+    """A way to compute convolution products, written once for every shape: `applies`
+    to a Product on a backend, needs `workspace(bk, g)` bytes of the conv workspace and
+    `run`s one by its method of the product's name (forward, backward_data,
+    backward_filter)."""
+    name = None
+
+    def applies(self, bk, p):
+        """Whether this strategy can run Product p on backend bk."""
+        return True
+
+    def workspace(self, bk, g):
+        """The fewest bytes of conv workspace this strategy runs a product of shape g with."""
+        return 0
+
+    def run(self, bk, p):
+        """Launch Product p's kernels on bk."""
+        getattr(self, p.name)(bk, p)
+
+
+class Implicit(Strategy):
+    """Our GEMM kernel reading the patches from the images itself (gemm.cl's CONV,
+    `Gather`): every product, no workspace; the forward adds the bias and activates in the
+    GEMM's epilogue where it can."""
+    name = "implicit"
+
+    def forward(self, bk, p):
+        g = p.g
+        fused = None if p.kind == "softmax" or p.half else p.kind
+        if not bk._gemm_own(1.0, p.w, p.x, 0.0, p.z, False, False, g.F, g.positions, g.rows,
+                            Gather(1, g, p.w, "conv", fused, p.a, p.b)):
+            bk.bias_activation(p.kind, p.z, p.b, p.a, stored=p.stored)
+
+    def backward_data(self, bk, p):
+        g = p.g
+        bk._gemm_own(1.0, p.w, p.dz, 0.0, bk.view(p.dx, (g.C, g.H * g.W * g.N)), False, False,
+                     g.C, g.H * g.W * g.N, g.F * g.k * g.k, Gather(2, g, None, "conv dgrad"))
+
+    def backward_filter(self, bk, p):
+        g = p.g
+        bk._gemm_own(p.alpha, p.dz, p.x, p.beta, p.gw, False, True, g.F, g.rows, g.positions,
+                     Gather(3, g, p.dz, "conv wgrad"))
+
+
+class Im2col(Strategy):
+    """The patch matrix written into the workspace (im2col; col2im for the input gradient)
+    and multiplied by gemm: every product where the workspace holds the whole matrix, or,
+    with a vendor GEMM (which takes a chunk's leading dimension), chunks of at least
+    MIN_CHUNK of its columns."""
+    name = "im2col"
+
+    def _columns(self, bk, g):
+        """The fewest patch-matrix columns a chunk may have."""
+        return min(MIN_CHUNK, g.positions) if bk.vendor_gemm else g.positions
+
+    def applies(self, bk, p):
+        return p.workspace is not None and p.workspace.size >= p.g.rows * self._columns(bk, p.g)
+
+    def workspace(self, bk, g):
+        return g.rows * self._columns(bk, g) * bk.dtype.itemsize
+
+    def forward(self, bk, p):
+        g = p.g
+        for j0, cols in bk._patch_chunks(g, p.workspace):
+            bk.im2col(cols, p.x, g.k, g.stride, g.pad, j0)
+            bk._gemm_columns(1.0, p.w, cols, 0.0, p.z, False, False, j0)
+        bk.bias_activation(p.kind, p.z, p.b, p.a, stored=p.stored)
+
+    def backward_data(self, bk, p):
+        g = p.g
+        for i, (j0, dcols) in enumerate(bk._patch_chunks(g, p.workspace)):
+            bk._gemm_columns(1.0, p.w, p.dz, 0.0, dcols, True, False, j0)
+            bk.col2im(p.dx, dcols, g.k, g.stride, g.pad, j0, add=i > 0)
+
+    def backward_filter(self, bk, p):
+        g = p.g
+        for i, (j0, cols) in enumerate(bk._patch_chunks(g, p.workspace)):
+            if not p.patches:               # the forward left them in the workspace
+                bk.im2col(cols, p.x, g.k, g.stride, g.pad, j0)
+            bk._gemm_columns(p.alpha, p.dz, cols, p.beta if i == 0 else 1.0, p.gw, False, True,
+                             j0)
+
+
+class Direct(Strategy):
+    """conv_direct: a work-item per output position and DIRECT_F filters, summing the patch
+    itself; the forward only, for patches of at most DIRECT_ROWS, not softmax (over the
+    filters, not elementwise), and its images and outputs stored alike (one STORED type)."""
+    name = "direct"
+
+    def applies(self, bk, p):
+        return (p.name == FORWARD and p.kind != "softmax" and bk._stored(p.x) == p.half
+                and p.g.rows <= DIRECT_ROWS)
+
+    def forward(self, bk, p):
+        g = p.g
+        bk._run("conv_direct", (g.positions, -(-g.F // DIRECT_F)),
+                p.stored if p.half else p.z, p.a, p.w, p.b, p.x, g.F, *g[1:], ACT[p.kind],
+                stored=p.half)
+
+
+STRATEGIES = (Implicit(), Im2col(), Direct())   # in the order routing times them
+
+
 class ConvPaths:
     """KernelBackend's convolutions (see the module's docstring)."""
+
+    conv_paths = config.CONV_PATHS      # what `pinned` takes
 
     def im2col(self, cols, x, k, stride, pad, col0=0):
         """cols (C.k.k, n) <- columns col0 .. col0 + n of the patch matrix (all by default)."""
@@ -97,67 +228,26 @@ class ConvPaths:
         if half:                        # the sums in z, float32; z + b in stored
             stored = self.view(stored, z.shape) if stored is not None else None
             check_stored(self, z, a, stored, "conv")
-
-        def implicit():
-            fused = None if kind == "softmax" or half else kind
-            if not self._gemm_own(1.0, w, x, 0.0, z, False, False, g.F, g.positions, g.rows,
-                                  Gather(1, g, w, "conv", fused, a, b)):
-                self.bias_activation(kind, z, b, a, stored=stored)
-
-        def direct():
-            self._run("conv_direct", (g.positions, -(-g.F // DIRECT_F)),
-                      stored if half else z, a, w, b, x, g.F, *g[1:], ACT[kind], stored=half)
-
-        def im2col():
-            for j0, cols in self._patch_chunks(g, workspace):
-                self.im2col(cols, x, k, stride, pad, j0)
-                self._gemm_columns(1.0, w, cols, 0.0, z, False, False, j0)
-            self.bias_activation(kind, z, b, a, stored=stored)
-        paths = {"implicit": implicit, "im2col": im2col}
-        # direct: not softmax (over the filters, not elementwise), and its images and
-        # outputs stored alike (one STORED type)
-        if kind != "softmax" and self._stored(x) == half:
-            paths["direct"] = direct
-        path = self._conv_path(("conv", kind, *g, *_storage_key(self, x, a)), paths, g,
-                               workspace)
-        paths[path]()
-        return path == "im2col" and _holds_all(g, workspace)
+        p = Product(FORWARD, g, workspace, x, kind, w, b, z, a, stored, half)
+        path = self._conv_path(("conv", kind, *g, *_storage_key(self, x, a)), p)
+        path.run(self, p)
+        return path.name == "im2col" and _holds_all(g, workspace)
 
     def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None,
                          patches=False):
         g = check_conv("conv_weight_grad", x, k, stride, pad, gw=gw, dz=dz)
         dz = self.view(dz, (g.F, g.positions))
         patches = patches and _holds_all(g, workspace)
-
-        def implicit():
-            self._gemm_own(alpha, dz, x, beta, gw, False, True, g.F, g.rows, g.positions,
-                           Gather(3, g, dz, "conv wgrad"))
-
-        def im2col():
-            for i, (j0, cols) in enumerate(self._patch_chunks(g, workspace)):
-                if not patches:
-                    self.im2col(cols, x, k, stride, pad, j0)
-                self._gemm_columns(alpha, dz, cols, beta if i == 0 else 1.0, gw, False, True,
-                                   j0)
-        paths = {"implicit": implicit, "im2col": im2col}
-        paths[self._conv_path(("conv_weight_grad", patches, *g, *_storage_key(self, x, dz)),
-                              paths, g, workspace, restore=[gw] if beta != 0 else [])]()
+        p = Product(BACKWARD_FILTER, g, workspace, x, alpha=alpha, beta=beta, dz=dz, gw=gw,
+                    patches=patches)
+        self._conv_path(("conv_weight_grad", patches, *g, *_storage_key(self, x, dz)), p,
+                        restore=[gw] if beta != 0 else []).run(self, p)
 
     def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
         g = check_conv("conv_input_grad", dx, k, stride, pad, w=w, dz=dz)
         dz = self.view(dz, (g.F, g.positions))
-
-        def implicit():
-            self._gemm_own(1.0, w, dz, 0.0, self.view(dx, (g.C, g.H * g.W * g.N)), False, False,
-                           g.C, g.H * g.W * g.N, g.F * g.k * g.k, Gather(2, g, None, "conv dgrad"))
-
-        def im2col():
-            for i, (j0, dcols) in enumerate(self._patch_chunks(g, workspace)):
-                self._gemm_columns(1.0, w, dz, 0.0, dcols, True, False, j0)
-                self.col2im(dx, dcols, k, stride, pad, j0, add=i > 0)
-        paths = {"implicit": implicit, "im2col": im2col}
-        paths[self._conv_path(("conv_input_grad", *g, *_storage_key(self, dz)), paths, g,
-                              workspace)]()
+        p = Product(BACKWARD_DATA, g, workspace, w=w, dz=dz, dx=dx)
+        self._conv_path(("conv_input_grad", *g, *_storage_key(self, dz)), p).run(self, p)
 
     def _gemm_columns(self, alpha, a, b, beta, c, trans_a, trans_b, j0):
         """One chunk's product in a convolution's im2col path: the patch chunk is b (the
@@ -183,26 +273,25 @@ class ConvPaths:
             self._gemm_vendor_pieces(alpha, a, b, beta, _columns(c, j0), False, False, m, n, k,
                                      ldc=c.shape[1])
 
-    def _conv_path(self, key, paths, g, workspace, restore=()):
-        """The path a convolution takes: of those that apply here (direct for short
-        patches; im2col with a workspace that holds the whole patch matrix, or, with a
-        vendor GEMM, chunks of at least MIN_CHUNK columns), the one PORTANET_CONV or
-        PORTANET_GEMM forces, or the fastest."""
-        room = workspace.size // g.rows if workspace is not None else 0
-        if not (_holds_all(g, workspace) or self.vendor_gemm and room >= MIN_CHUNK):
-            paths.pop("im2col")
-        if "direct" in paths and g.rows > DIRECT_ROWS:
-            paths.pop("direct")
-        if self.conv_path in paths:
-            return self.conv_path
-        if self.gemm_path == "vendor" and "im2col" in paths:
-            return "im2col"
-        if self.gemm_path != "auto" and len(paths) > 1:
-            paths.pop("im2col", None)
-        if len(paths) == 1:
-            return next(iter(paths))
-        key += (tuple(sorted(paths)),)      # im2col's room differs between networks
-        return self._routes.get(key) or self._fastest(key, paths, restore)
+    def _conv_path(self, key, p, restore=()):
+        """The strategy that runs Product p: of those that apply to it, the one pinned
+        (conv_path: PORTANET_CONV or `pinned`), im2col where the GEMM is pinned to the
+        vendor's, one of ours where it is pinned to ours, else the route measured for key
+        (`_fastest`, the arrays in `restore` put back after its trials)."""
+        ways = {s.name: s for s in STRATEGIES if s.applies(self, p)}
+        if self.conv_path in ways:
+            return ways[self.conv_path]
+        if self.gemm_path == "vendor" and "im2col" in ways:
+            return ways["im2col"]
+        if self.gemm_path != "auto" and len(ways) > 1:
+            ways.pop("im2col", None)
+        if len(ways) == 1:
+            return next(iter(ways.values()))
+        key += (tuple(sorted(ways)),)       # im2col's room differs between networks
+        name = self._routes.get(key) or self._fastest(
+            key, {name: functools.partial(s.run, self, p) for name, s in ways.items()},
+            restore)
+        return ways[name]
 
     def _patch_chunks(self, g, workspace):
         """[(j0, cols)]: the patch matrix's columns in chunks the workspace holds, cols a

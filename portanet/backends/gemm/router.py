@@ -3,18 +3,23 @@ its tilings and K splits, the vendor's, the tensor-core kernel, a transposed cop
 measured at its first call where PORTANET_GEMM=auto and kept in the routes file
 (routes.py) so that another process takes the same; the tiling our kernel runs a shape
 with (tiling.py's pure functions over the device's tuned tilings). The rows' way of
-gemv, batch normalization and the fused loss is chosen the same way (`_row_way`)."""
+gemv, batch normalization and the fused loss is chosen the same way (`_row_way`).
+`pinned` and `routes` are the public switch and view of it (docs/routing.md)."""
+import contextlib
 import dataclasses
 import functools
 import logging
 import math
 import time
 
+import types
+
 import numpy as np
 
 from ... import config
 from . import routes
 from ..base import ACC_K
+from ..pinning import check_pin
 from .paths import _shape_text
 from .tiling import (CONV_TILES, GEMM_DEFAULTS, SMALL_TILES, WORK_ITEMS_PER_UNIT, _halved,
                           _k_pieces, _thinned, _tiles, gemm_fits, gemm_params, gemv_parts, k_parts,
@@ -66,6 +71,51 @@ def _steady(limits):
 
 class GemmRouting:
     """KernelBackend's GEMM routing and tiling choice (see the module's docstring)."""
+
+    @property
+    def routes(self):
+        """What routing chose so far, read-only and live: {product's key: path}. A GEMM's
+        key is (m, n, k, trans_a, trans_b), its path "own" (the rules' tiling), "own
+        TSMxTSN [split-K p] [summed]" (another tiling), "vendor", "vendor_t" or "tensor";
+        other products' keys start with their name ("dense", "conv", "conv_input_grad",
+        "conv_weight_grad", "gemv", ...), a convolution's ending in the paths it was
+        chosen from."""
+        return types.MappingProxyType(self._routes)
+
+    @property
+    def gemm_paths(self):
+        """The GEMM paths `pinned` takes here: "auto" (routed), "own" (our kernel; the
+        tensor-core one where the backend has it), with a vendor GEMM "vendor" and
+        "vendor_t" (on a transposed copy of a), with a tensor-core GEMM "tensor"."""
+        return (("auto", "own") + (("vendor", "vendor_t") if self.vendor_gemm else ())
+                + (("tensor",) if self.tensor_gemm else ()))
+
+    @contextlib.contextmanager
+    def pinned(self, gemm=None, conv=None, routes=None):
+        """Within the block, every GEMM takes path `gemm` and every convolution path
+        `conv` (None: as they are; PORTANET_GEMM and PORTANET_CONV set them for the
+        process), and routing starts afresh, as in a new process: no routes in memory
+        (or `routes`, {key: path} as `routes` shows them, as if measured), the routes
+        file read under the pinned paths' scope. Afterwards the backend's paths and
+        routes are what they were; what the block measured is forgotten (but kept in
+        PORTANET_ROUTES' file). A path this backend lacks is a PortanetError naming
+        those it has (gemm_paths, conv_paths). The pin is the backend's, for
+        every thread that uses it."""
+        check_pin("GEMM", gemm, self.gemm_paths)
+        check_pin("convolution", conv, self.conv_paths)
+        fresh = dict(routes or {})
+        saved = (self.gemm_path, self.conv_path, self._routes, self._route_tilings,
+                 self._route_file)
+        if gemm is not None:
+            self.gemm_path = gemm
+        if conv is not None:
+            self.conv_path = conv
+        self._routes, self._route_tilings, self._route_file = fresh, {}, None
+        try:
+            yield self
+        finally:
+            (self.gemm_path, self.conv_path, self._routes, self._route_tilings,
+             self._route_file) = saved
 
     def _route(self, a, b, beta, c, trans_a, trans_b, m, n, k):
         """The faster path for this shape, measured now on the real operands (`_fastest`)
