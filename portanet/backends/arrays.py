@@ -1,13 +1,19 @@
 """What kernel arguments carry: device arrays (a buffer, an offset in elements and a
-row-major shape) and the activation codes of prelude.h."""
+row-major shape), the activations and their codes in prelude.h, and the launch sizes the
+kernels are written for."""
 import math
 
 import numpy as np
 
+ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu", "elu", "gelu", "silu")
 
 # activation codes, as ACT_* in prelude.h
 ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4, "leaky_relu": 5, "elu": 6,
        "gelu": 7, "silu": 8}
+
+STEPS = 4                  # elements a work-item of bias_activation and momentum_updates takes
+                           # (elementwise.cl's STEPS; test_kernel_sources holds them equal)
+MAX_GROUPS_1 = 65535       # the most work-groups in dimension 1 of a CUDA launch
 
 
 class DeviceArray:

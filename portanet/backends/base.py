@@ -11,7 +11,6 @@ memory accounting follows the lifetime of the arrays it hands out.
 import inspect
 import threading
 import weakref
-from collections import namedtuple
 from functools import wraps
 
 import numpy as np
@@ -19,8 +18,16 @@ import numpy as np
 from .. import precision as precisions
 from ..errors import DeviceError, PrecisionError, ShapeError
 from . import lending
-
-ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu", "elu", "gelu", "silu")
+# the activations and the convolution's sizes live with the checks that use them; layers,
+# tools and tests take them from here too
+from .arrays import ACTIVATIONS  # noqa: F401
+from .checks import ConvShape, conv_out  # noqa: F401
+from .ops.activations import ActivationOps
+from .ops.blas import BlasOps
+from .ops.loss import LossOps
+from .ops.norm import NormOps
+from .ops.optim import UpdateOps
+from .ops.pool import PoolOps
 
 
 # no float sum of a product runs longer than this many terms (a GEMM's split-K parts and
@@ -35,81 +42,10 @@ ACC_K = 2048
 CONV_WORKSPACE_BYTES = 64 * 2**20
 
 
-class UpdateOps:
-    """The part of the Backend interface that updates parameters: the optimizers' fused
-    updates and dynamic loss scaling's kernels (the GPU backends' updates.Updates)."""
-
-    # The updates take `skip`: a device int32 (1,) that a loss-scaled step's unscale_check
-    # sets where its gradients overflowed; the update then changes nothing (no host wait,
-    # so a recorded step stays valid). None: never skipped.
-
-    def momentum_update(self, w, v, decay, n_decay, skip=None):
-        """SGD with momentum, after the layer's gemm wrote mu v - lr g into v:
-        v[i] <- v[i] - decay w[i] for i < n_decay (decay = lr weight_decay); then
-        w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
-        raise NotImplementedError
-
-    def momentum_updates(self, layers, decay, skip=None):
-        """momentum_update on each (w, v, n_decay) of `layers` (several layers' flat
-        vectors), in as few launches as the backend takes them."""
-        for w, v, n_decay in layers:
-            self.momentum_update(w, v, decay, n_decay, skip)
-
-    def sgd_update(self, w, g, v, lr, momentum, weight_decay, n_decay, nesterov, skip=None):
-        """SGD with momentum from the gradient g: d = g + weight_decay w (i < n_decay, else
-        d = g); v <- momentum v - lr d; then w <- w + momentum v - lr d with the new v
-        (Nesterov), else w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
-        raise NotImplementedError
-
-    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
-                    skip=None):
-        """Adam and AdamW (torch.optim.Adam, AdamW): for i < n_decay, w <- w (1 - shrink)
-        (AdamW's decoupled decay, shrink = lr wd) and d = g + l2 w_old (Adam's L2, l2 = wd;
-        at most one of shrink, l2 is nonzero); else d = g. Then m <- beta1 m + (1 - beta1) d;
-        v <- beta2 v + (1 - beta2) d^2; w <- w - scalars[0] m / (sqrt(v) / scalars[1] + eps).
-        scalars: a device array (2,) = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] at step
-        t = 1, 2, ..., written by the host each step, so that a recorded step (a CUDA graph)
-        stays valid as t moves on."""
-        raise NotImplementedError
-
-    def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay,
-                       skip=None):
-        """RMSprop (torch.optim.RMSprop): d = g + l2 w (i < n_decay, else d = g);
-        v <- alpha v + (1 - alpha) d^2; centered (gavg not None): gavg <- alpha gavg +
-        (1 - alpha) d and den = sqrt(v - gavg^2) + eps, else den = sqrt(v) + eps; with
-        momentum (buf not None): buf <- momentum buf + d / den, w <- w - lr buf, else
-        w <- w - lr d / den. buf and gavg may each be None."""
-        raise NotImplementedError
-
-    # -- dynamic loss scaling (optim.LossScale): s = [scale, 1 / scale, clean steps in a
-    # row, steps skipped] on the device, found an int32 (1,) ------------------------------
-
-    def scale_by(self, x, s):
-        """x <- s[0] x (the loss's delta times the loss scale)."""
-        raise NotImplementedError
-
-    def unscale_check(self, g, s, found):
-        """g <- g s[1] (divided by the scale, exactly: it is a power of two); found[0] <- -1
-        where any element of the result is inf or NaN, else left as it is."""
-        raise NotImplementedError
-
-    def adam_scalars(self, s, t, found, lr, beta1, beta2):
-        """Adam's step numbers counted on the device (a loss-scaled step: a skipped one is no
-        step): where found[0] is 0, t[0] <- t[0] + 1 and s <- [lr / (1 - beta1^t),
-        sqrt(1 - beta2^t)] (adam_update's scalars), else nothing."""
-        raise NotImplementedError
-
-    def update_loss_scale(self, s, found, growth_interval, low, high):
-        """After a scaled step: where found[0] is not 0, s[0] halves (not below low, s[1]
-        doubles with it), s[2] <- 0 and s[3] (steps skipped) grows by one; else s[2] grows
-        by one and at growth_interval goes back to 0, doubling s[0] (not above high).
-        found[0] <- 0."""
-        raise NotImplementedError
-
-
-
-class Backend(UpdateOps):
-    """One device. Subclasses implement the methods below that raise NotImplementedError."""
+class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, UpdateOps):
+    """One device: its memory, accounting and products here, its op families' interfaces
+    (backends/ops) as bases. Subclasses implement the methods that raise
+    NotImplementedError."""
 
     kind = "abstract"           # "cpu", "opencl", "cuda"
     is_gpu = False
@@ -305,16 +241,6 @@ class Backend(UpdateOps):
         """The prod(shape) elements of `x` from `offset` on, as an array of `shape`; no copy."""
         raise NotImplementedError
 
-    def fill(self, x, value):
-        raise NotImplementedError
-
-    def copy(self, src, dst):
-        raise NotImplementedError
-
-    def transpose(self, x, out):
-        """out (cols, rows) <- x^T, x (rows, cols)."""
-        raise NotImplementedError
-
     def free(self, x):
         """Give back the memory of `x` now. A view, or an array freed already: nothing.
         Arrays that are simply dropped give theirs back when they are collected. Memory
@@ -373,34 +299,7 @@ class Backend(UpdateOps):
         """a <- alpha x y^T + a."""
         raise NotImplementedError
 
-    def axpy(self, alpha, x, y):
-        """y <- alpha x + y."""
-        raise NotImplementedError
-
-    def scal(self, alpha, x):
-        """x <- alpha x."""
-        raise NotImplementedError
-
-    def gather(self, out, x, idx):
-        """A batch from data kept on the device: out (rows, m) <- x[idx].T for x (N, rows)
-        samples-first, or out (m,) <- x[idx] for int32 labels x (N,). idx: int32 (m,)."""
-        raise NotImplementedError
-
-    def gather_batch(self, x_out, x, y_out, y, idx):
-        """A training batch's inputs and targets gathered by the same indices: gather(x_out,
-        x, idx) and gather(y_out, y, idx). Here the two calls; kernel backends make them one
-        launch for integer labels."""
-        self.gather(x_out, x, idx)
-        self.gather(y_out, y, idx)
-
-    # -- fused neural-network kernels ----------------------------------------------------
-
-    def bias_activation(self, kind, z, b, a, stored=None):
-        """z <- z + b 1^T; a <- f(z). z, a: (features, batch); b: (features,). With stored,
-        a layer's 16-bit storage (bf16, fp16: precision.STORAGE): z is a product's float32
-        sum, and stored <- z + b 1^T, a <- f(z + b 1^T) are written in 16 bits, z as it
-        was."""
-        raise NotImplementedError
+    # -- 16-bit storage, and the products fused with their neighbours --------------------
 
     @property
     def storage_dtype(self):
@@ -412,12 +311,6 @@ class Backend(UpdateOps):
         """Whether the array x is held in this precision's 16-bit storage."""
         storage = self.storage_dtype        # (None == float64 in NumPy: compared only if set)
         return storage is not None and x.dtype == storage
-
-    def activation_grad(self, kind, z, da, delta=None):
-        """z <- f'(z) * da, the layer's delta, in place in z; given delta, delta <- f'(z) * da
-        instead, z unchanged: z may then be in 16-bit storage (a BatchNorm's or a Residual
-        block's, storage_dtype), da and delta are real, and delta may be da."""
-        raise NotImplementedError
 
     def dense(self, kind, w, x, b, z, a):
         """A dense layer's forward: z <- w x + b 1^T; a <- f(z). Here the product and
@@ -433,47 +326,6 @@ class Backend(UpdateOps):
         rounds."""
         self.activation_grad(kind, z, da)
         self.gemv(alpha, z, ones, beta, gb)
-
-    def add_activation(self, kind, z, x, a):
-        """z <- z + x; a <- f(z), elementwise (a residual block's sum and its activation).
-        kind is any activation but softmax; z, x, a have the same shape (any rank) and are
-        stored alike: all real, or all 16-bit (z and a each rounded from the real sum)."""
-        raise NotImplementedError
-
-    # The losses write the delta and ADD each sample's loss and hit (1 if classified right)
-    # to loss[j] and hit[j]: the epoch's sums, so that no launch is spent adding them up.
-
-    def softmax_xent(self, delta, loss, hit, a, labels):
-        """delta <- a - onehot(labels); loss[j] += -log a[labels[j], j];
-        hit[j] += 1 if argmax a[:, j] == labels[j]. labels: int32 (batch,)."""
-        raise NotImplementedError
-
-    def bias_softmax_xent(self, z, b, a, loss, hit, labels):
-        """The output layer's bias and softmax, then softmax_xent with the delta into z: a
-        training step's z <- z + b 1^T; a <- softmax(z); z <- a - onehot(labels), with the
-        loss and hits added. Here the two calls; kernel backends make them one launch."""
-        self.bias_activation("softmax", z, b, a)
-        self.softmax_xent(z, loss, hit, a, labels)
-
-    def bias_softmax_xent_grad(self, z, b, a, loss, hit, labels, alpha, beta, gb, ones):
-        """bias_softmax_xent, then the output layer's bias gradient from the delta it left
-        in z, gb <- alpha z ones + beta gb, as activation_bias_grad forms a hidden layer's.
-        Here the two calls; kernel backends make them one launch where that is faster."""
-        self.bias_softmax_xent(z, b, a, loss, hit, labels)
-        self.gemv(alpha, z, ones, beta, gb)
-
-    def sigmoid_bce(self, delta, loss, hit, a, y):
-        """delta <- a - y; loss[j] += sum_i BCE(a_ij, y_ij); hit[j] += all (a_ij > 1/2) == y_ij."""
-        raise NotImplementedError
-
-    def mse(self, delta, loss, hit, a, y):
-        """delta <- 2 (a - y) / n; loss[j] += mean_i (a_ij - y_ij)^2; hit[j] += argmax match
-        (n > 1) or |a - y| < 1/2 (n == 1)."""
-        raise NotImplementedError
-
-    def argmax(self, out, a):
-        """out[j] <- argmax_i a[i, j], int32."""
-        raise NotImplementedError
 
     # images are (C, H, W, N), batch innermost; the shapes of the arguments say the sizes
 
@@ -512,60 +364,6 @@ class Backend(UpdateOps):
     def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
         """dx (C, H, W, N) <- the adjoint of the convolution applied to dz (F, Ho, Wo, N):
         col2im(w^T dz), overwriting dx; dz may be in 16-bit storage, dx is real."""
-        raise NotImplementedError
-
-    def maxpool(self, a, idx, x, pool, stride):
-        """a (C, Ho, Wo, N) <- window maxima of x; idx (int32, like a) <- their flat index.
-        a and x are stored alike (check_alike): real, or both in 16-bit storage, as are
-        avgpool's and dropout's; the gradients are real."""
-        raise NotImplementedError
-
-    def maxpool_grad(self, dx, da, idx, pool, stride):
-        """dx (C, H, W, N) <- da summed into the positions idx names."""
-        raise NotImplementedError
-
-    def avgpool(self, a, x, pool, stride):
-        """a (C, Ho, Wo, N) <- means of the ph x pw windows of x (C, H, W, N), no padding:
-        Ho = (H - ph) // sh + 1, Wo = (W - pw) // sw + 1. pool = (ph, pw), stride = (sh, sw)
-        (an int n stands for (n, n)). A global average pool is pool = stride = (H, W)."""
-        raise NotImplementedError
-
-    def avgpool_grad(self, dx, da, pool, stride):
-        """dx (C, H, W, N) <- the adjoint of avgpool: each pixel the sum of da / (ph pw)
-        over the windows that hold it (overwrites dx; pixels in no window get 0)."""
-        raise NotImplementedError
-
-    def dropout(self, out, x, key, rate):
-        """out <- x . mask / (1 - rate); mask from a counter-based hash of (key, index), the
-        same on every backend. key: a one-element int32 device array holding the key's 32
-        bits (rng.key_array), read by the kernel, so that a recorded step's replays read
-        each step's key. The backward is the same call on the gradients."""
-        raise NotImplementedError
-
-    # batch normalization: x viewed as (rows, n), a row per feature of (features, batch) or
-    # per channel of (C, H, W, N) images (n = H W N); per-row vectors hold a value per row.
-    # x, z and a are stored alike: all real, or all 16-bit (a BatchNorm between 16-bit
-    # layers), read as their values and written rounded (a from the unrounded z); the
-    # statistics, parameters and gradients (dz, dx) are real
-
-    def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
-                        running_var, eps, momentum):
-        """Per row r of x (rows, n): mean[r] and the biased variance var over the row;
-        inv_std[r] <- 1 / sqrt(var + eps); z <- gamma[r] (x - mean) inv_std + beta[r];
-        a <- f(z); running_mean <- (1 - momentum) running_mean + momentum mean;
-        running_var <- (1 - momentum) running_var + momentum var n / (n - 1) (the unbiased
-        variance, as PyTorch's; var for n = 1). z may be x; a may be z."""
-        raise NotImplementedError
-
-    def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
-        """z <- gamma (x - running_mean) / sqrt(running_var + eps) + beta; a <- f(z)."""
-        raise NotImplementedError
-
-    def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
-        """Per row, xhat = (x - mean) inv_std: dbeta <- alpha sum(dz) + beta dbeta;
-        dgamma <- alpha sum(dz xhat) + beta dgamma (beta = 0: the old values are not read),
-        and unless dx is None dx <- gamma inv_std (dz - sum(dz) / n - xhat sum(dz xhat) / n).
-        dx may be x or dz: all of them are read before it is written."""
         raise NotImplementedError
 
     # -- description ---------------------------------------------------------------------
@@ -607,24 +405,3 @@ def features_first(x, dtype, out=None, block=256):
 def _device_dtype(host_dtype, real_dtype):
     """Integer host data (labels) stays int32 on the device; floats become the real dtype."""
     return np.int32 if np.issubdtype(host_dtype, np.integer) else real_dtype
-
-
-def conv_out(size, k, stride, pad):
-    """Output size of a convolution or pooling window sliding over `size`."""
-    return (size + 2 * pad - k) // stride + 1
-
-
-class ConvShape(namedtuple("ConvShape", "F C H W N k stride pad Ho Wo")):
-    """The sizes of one convolution: F filters over C x H x W x N images, k x k windows,
-    stride, padding, Ho x Wo outputs per image."""
-    __slots__ = ()
-
-    @property
-    def rows(self):
-        """C.k.k: the length of a patch, a row of w."""
-        return self.C * self.k * self.k
-
-    @property
-    def positions(self):
-        """Ho.Wo.N: the output's columns."""
-        return self.Ho * self.Wo * self.N

@@ -1,13 +1,35 @@
 """The checks every backend runs on an operation's arguments before it launches anything:
 shapes, dtypes, storage and options; each raises ShapeError or InputError naming the
-arrays and what they should be, so that NumPy and the kernel backends refuse alike."""
+arrays and what they should be, so that NumPy and the kernel backends refuse alike; and
+the sizes they derive (conv_out, ConvShape)."""
 import math
+from collections import namedtuple
 
 import numpy as np
 
 from ..errors import InputError, ShapeError
-from .base import ACTIVATIONS, ConvShape, conv_out
+from .arrays import ACTIVATIONS
 
+
+def conv_out(size, k, stride, pad):
+    """Output size of a convolution or pooling window sliding over `size`."""
+    return (size + 2 * pad - k) // stride + 1
+
+
+class ConvShape(namedtuple("ConvShape", "F C H W N k stride pad Ho Wo")):
+    """The sizes of one convolution: F filters over C x H x W x N images, k x k windows,
+    stride, padding, Ho x Wo outputs per image."""
+    __slots__ = ()
+
+    @property
+    def rows(self):
+        """C.k.k: the length of a patch, a row of w."""
+        return self.C * self.k * self.k
+
+    @property
+    def positions(self):
+        """Ho.Wo.N: the output's columns."""
+        return self.Ho * self.Wo * self.N
 
 
 def check_gemm(a, b, c, trans_a, trans_b):

@@ -1,10 +1,9 @@
 """What the OpenCL and CUDA backends share: `KernelBackend`, which builds and launches the
-kernel families (kernels_cl/, and kernels_cu/ for CUDA's own), stages batches and runs the
-elementwise, loss, pooling and normalization ops. Its other parts are their own modules:
-GEMM routing (gemm/router.py), the GEMM paths (gemm/paths.py), convolutions
-(conv.py), the 16-bit operand copies (shadows.py) and the updates (updates.py). Each
+kernel families (kernels_cl/, and kernels_cu/ for CUDA's own) and stages batches. Its other
+parts are their own modules: the op families' launches (ops/: blas, activations, loss,
+pool, norm, optim), GEMM routing (gemm/router.py), the GEMM paths (gemm/paths.py),
+convolutions (conv.py) and the 16-bit operand copies (shadows.py). Each
 backend supplies memory, `_launch` and its vendor GEMM."""
-import functools
 import hashlib
 import logging
 import math
@@ -17,26 +16,23 @@ from .. import config
 from ..errors import ShapeError
 from ..precision import PRECISIONS, to_storage
 from . import sources
-from .arrays import ACT, DeviceArray
+from .arrays import MAX_GROUPS_1, DeviceArray
 from .base import ACC_K, Backend
-from .checks import (check_activation, check_activation_grad, check_add_activation, check_alike,
-                     check_gather, check_norm_grad, check_norm_kind, check_pool, check_rows,
-                     check_stored, check_transpose)
-from .conv import ConvPaths, _conv_sizes
+from .conv import ConvPaths
 from .gemm.paths import GemmPaths
 from .gemm.router import GemmRouting
 from .gemm.tiling import norm_parts
-from .shadows import Shadows, _kept_key
+from .shadows import Shadows
 from .gemm.tuned import capped
-from .updates import STEPS, Updates
+from .ops.activations import ActivationKernels
+from .ops.blas import BlasKernels
+from .ops.loss import LossKernels
+from .ops.norm import BN_WHOLE, NormKernels
+from .ops.optim import UpdateKernels
+from .ops.pool import PoolKernels
 
 log = logging.getLogger("portanet")
 
-# how norm.cl's kernels share a row (BN_* there): one group, or pieces in these launches
-BN_WHOLE, BN_SUMS, BN_SQUARES, BN_APPLY = 0, 1, 2, 3
-
-
-MAX_GROUPS_1 = 65535       # the most work-groups in dimension 1 of a CUDA launch
 # the most samples one features_first launch lays out: its dimension 1 in groups of 8
 # stays within MAX_GROUPS_1
 STAGED_SAMPLES = 8 * MAX_GROUPS_1
@@ -79,7 +75,8 @@ class Recorded:
         return self.generation == self.backend.generation
 
 
-class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, Updates, Backend):
+class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, ActivationKernels,
+                    LossKernels, PoolKernels, NormKernels, UpdateKernels, Backend):
     """A backend that runs portanet's kernels. Subclasses implement empty (which returns
     `self._track(DeviceArray(buf, ...), nbytes, buf)`), write, download, _free_buffer(buf),
     _kernel(family, name, options) (build once, cached), _launch(kernel, global_size,
@@ -243,24 +240,6 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, Updates, Backend
             raise ShapeError(f"write: host array of {host.shape} into device array {dst.shape}")
         return host
 
-    def fill(self, x, value):
-        if self._stored(x):                 # (a kernel writes reals)
-            self.write(x, np.full(x.shape, value, np.float32))
-            return
-        self._run("fill", (x.size,), x, float(value), x.size)
-
-    def copy(self, src, dst):
-        check_alike("copy", src=src, dst=dst)
-        self._run("copy", (dst.size,), dst, src, dst.size, stored=self._stored(dst))
-
-    def transpose(self, x, out):
-        check_transpose(x, out)
-        rows, cols = x.shape
-        if rows and cols:                   # TILE x TILE tiles, groups of TILE x TILE_ROWS
-            tiles = min(-(-rows // TILE), MAX_GROUPS_1)
-            self._run("transpose", (-(-cols // TILE) * TILE, tiles * TILE_ROWS), out, x, rows,
-                      cols, local=(TILE, TILE_ROWS))
-
     # -- BLAS ----------------------------------------------------------------------------
 
     def free(self, x):
@@ -286,12 +265,6 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, Updates, Backend
         ws = self.empty((size,), dtype, label=label)
         setattr(self, attr, ws)
         return ws, True
-
-    def axpy(self, alpha, x, y):
-        self._run("axpy", (y.size,), y, x, float(alpha), y.size)
-
-    def scal(self, alpha, x):
-        self._run("scal", (x.size,), x, float(alpha), x.size)
 
     def _reclaim(self, key, nbytes, buf):
         self._staged_in = None          # the memory may come back as another staging buffer
@@ -370,166 +343,7 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, Updates, Backend
         self._run("features_first", (rows, n), dst, part, dst if bad is None else bad,
                   bad is not None, first, rows, n, m, j, stored=self._stored(dst))
 
-    def gather(self, out, x, idx):
-        check_gather(out, x, idx)
-        if len(out.shape) == 1:
-            self._run("gather_labels", (out.size,), out, x, idx, out.size)
-        else:
-            rows, cols = out.shape
-            self._run("gather_columns", (cols, rows), out, x, idx, rows, cols,
-                      stored=self._stored(out))
-
-    def gather_batch(self, x_out, x, y_out, y, idx):
-        """Inputs and integer labels in one launch (gather_batch); float targets apart."""
-        if len(y_out.shape) != 1:
-            super().gather_batch(x_out, x, y_out, y, idx)
-            return
-        check_gather(x_out, x, idx)
-        check_gather(y_out, y, idx)
-        rows, cols = x_out.shape
-        self._run("gather_batch", (cols, rows), x_out, x, y_out, y, idx, rows, cols,
-                  stored=self._stored(x_out))
-
-    # -- NN ------------------------------------------------------------------------------
-
-    def bias_activation(self, kind, z, b, a, stored=None):
-        check_activation(kind)
-        rows, cols = z.shape
-        if stored is not None or self._stored(a):
-            check_stored(self, z, a, stored)
-            self._run("bias_activation_stored", (cols, -(-rows // STEPS)), a, stored, z, b,
-                      ACT[kind], rows, cols, stored=True)
-            return
-        if kind == "softmax":
-            self._fresh.discard(_kept_key(a))
-            self._run("bias_softmax", (cols,), a, z, b, rows, cols)
-        else:
-            self._run("bias_activation", (cols, -(-rows // STEPS)), a, z, b,
-                      *self._copy_beside(a), ACT[kind], rows, cols)
-
-    def activation_grad(self, kind, z, da, delta=None):
-        check_activation_grad(self, kind, z, da, delta)
-        if delta is not None:
-            self._run("activation_delta", (z.size,), delta, z, da, ACT[kind], z.size,
-                      stored=self._stored(z))
-            return
-        self._run("activation_grad", (z.size,), z, da, *self._copy_beside(z), ACT[kind],
-                  z.size)
-
-    def add_activation(self, kind, z, x, a):
-        check_add_activation(kind, z, x, a)
-        self._run("add_activation", (z.size,), a, z, x, ACT[kind], z.size,
-                  stored=self._stored(z))
-
-    def softmax_xent(self, delta, loss, hit, a, labels):
-        self._run("softmax_xent", (a.shape[1],), delta, loss, hit, a, labels, *a.shape)
-
-    def bias_softmax_xent(self, z, b, a, loss, hit, labels):
-        self._run("bias_softmax_xent", (a.shape[1],), loss, hit, a, z, b, labels, *a.shape)
-
-    def bias_softmax_xent_grad(self, z, b, a, loss, hit, labels, alpha, beta, gb, ones):
-        """bias_softmax_xent and the bias gradient's gemv in one launch of one work-group
-        (loss.cl) where auto routing measures it faster than the two apart, per shape: a
-        batch of few samples, where the launch saved outweighs the parallelism one group
-        gives up. More than FUSED_LOSS_SAMPLES samples a work-item, or a routing other than
-        auto, go apart untried."""
-        rows, cols = a.shape
-        if gb.size != rows or ones.size != cols:
-            raise ShapeError(f"bias_softmax_xent_grad: a {a.shape}, gb {gb.shape}, ones "
-                             f"{ones.shape}")
-        apart = functools.partial(super().bias_softmax_xent_grad, z, b, a, loss, hit, labels,
-                                  alpha, beta, gb, ones)
-        threads = self.gemv_threads
-        if self.gemm_path != "auto" or not 0 < cols <= FUSED_LOSS_SAMPLES * threads:
-            apart()
-            return
-        fused = functools.partial(self._run, "bias_softmax_xent_grad", (threads,), loss, hit,
-                                  a, z, b, labels, gb, float(alpha), float(beta), rows, cols,
-                                  local=(threads,))
-        ways, key = {"fused": fused, "apart": apart}, ("bias_softmax_xent_grad", rows, cols)
-        ways[self._routes.get(key) or self._fastest(key, ways, [z, a, loss, hit, gb])]()
-
-    def sigmoid_bce(self, delta, loss, hit, a, y):
-        self._run("sigmoid_bce", (a.shape[1],), delta, loss, hit, a, y, *a.shape)
-
-    def mse(self, delta, loss, hit, a, y):
-        self._run("mse", (a.shape[1],), delta, loss, hit, a, y, *a.shape)
-
-    def argmax(self, out, a):
-        self._run("argmax", (a.shape[1],), out, a, *a.shape)
-
-    # -- convolution: each of the three products on the fastest of its paths, measured per
-    # shape as GEMMs are (`_fastest`; PORTANET_GEMM=own keeps to our kernels, vendor takes
-    # im2col where the workspace allows):
-    #   implicit  our GEMM kernel gathering patches tile by tile (gemm.cl's CONV): no
-    #             patch matrix; the forward's bias and activation in its epilogue
-    #   direct    conv_direct, the definition, for short patches (C.k.k <= DIRECT_ROWS)
-    #   im2col    patch matrices in chunks the workspace holds, and the vendor's GEMM
-    # Images and a delta in 16-bit storage are read as they are (gemm's A_HALF and B_HALF,
-    # conv.cl's STORED); with `stored`, the forward's z + b and a are stored in 16 bits.
-
-    def maxpool(self, a, idx, x, pool, stride):
-        check_alike("maxpool", a=a, x=x)
-        self._run("maxpool", (a.size,), a, idx, x, *_pool_sizes(x, pool, stride),
-                  stored=self._stored(x))
-
-    def maxpool_grad(self, dx, da, idx, pool, stride):
-        self._run("maxpool_grad", (dx.size,), dx, da, idx, *_pool_sizes(dx, pool, stride))
-
-    def avgpool(self, a, x, pool, stride):
-        check_alike("avgpool", a=a, x=x)
-        self._run("avgpool", (a.size,), a, x, *check_pool("avgpool", a, x, pool, stride),
-                  stored=self._stored(x))
-
-    def avgpool_grad(self, dx, da, pool, stride):
-        self._run("avgpool_grad", (dx.size,), dx, da,
-                  *check_pool("avgpool_grad", da, dx, pool, stride))
-
-    def dropout(self, out, x, key, rate):
-        check_alike("dropout", out=out, x=x)
-        self._run("dropout", (out.size,), out, x, key, float(rate), 1.0 / (1.0 - rate),
-                  out.size, stored=self._stored(x))
-
-    # -- batch normalization (norm.cl): one work-group of gemv_threads per row ------------
-
-    def batchnorm_train(self, kind, z, a, mean, inv_std, x, gamma, beta, running_mean,
-                        running_var, eps, momentum):
-        check_norm_kind(kind)
-        act = ACT[kind]
-        rows, n = check_rows("batchnorm_train", x, {"z": z, "a": a},
-                             {"mean": mean, "inv_std": inv_std, "gamma": gamma, "beta": beta,
-                              "running_mean": running_mean, "running_var": running_var})
-        check_alike("batchnorm_train", z=z, a=a, x=x)
-        parts, ws, phases = self._norm_pieces(rows, n, (BN_SUMS, BN_SQUARES, BN_APPLY), mean)
-        for phase in phases:
-            self._run("batchnorm_train", (rows * self.gemv_threads, parts), z, a, mean,
-                      inv_std, running_mean, running_var, x, gamma, beta, act, float(eps),
-                      float(momentum), rows, n, ws, parts, phase,
-                      local=(self.gemv_threads, 1), stored=self._stored(x))
-
-    def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
-        check_norm_kind(kind)
-        act = ACT[kind]
-        rows, n = check_rows("batchnorm_infer", x, {"z": z, "a": a},
-                             {"gamma": gamma, "beta": beta, "running_mean": running_mean,
-                              "running_var": running_var})
-        check_alike("batchnorm_infer", z=z, a=a, x=x)
-        self._run("batchnorm_infer", (n, rows), z, a, x, gamma, beta,
-                  running_mean, running_var, act, float(eps), rows, n,
-                  stored=self._stored(x))
-
-    def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
-        """Without dx the kernel gets dz in its place, never written (has_dx = 0)."""
-        rows, n = check_rows("batchnorm_grad", x, {"dx": dx, "dz": dz},
-                             {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
-                              "inv_std": inv_std})
-        check_norm_grad(self, dx, dz)
-        parts, ws, phases = self._norm_pieces(rows, n, (BN_SUMS, BN_APPLY), dz)
-        for phase in phases:
-            self._run("batchnorm_grad", (rows * self.gemv_threads, parts),
-                      dz if dx is None else dx, dgamma, dbeta, dz, x, gamma, mean, inv_std,
-                      float(alpha), float(beta), dx is not None, rows, n, ws, parts, phase,
-                      local=(self.gemv_threads, 1), stored=self._stored(x))
+    # -- how batch normalization's rows (ops/norm.py) are shared out on this device --------
 
     def _norm_pieces(self, rows, n, phases, placeholder):
         """(parts, ws, phases) of a row-wise norm.cl call: one group per row (BN_WHOLE) where
@@ -542,13 +356,6 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, Updates, Backend
         return parts, self._split_workspace(2 * rows * parts), phases
 
 
-TILE, TILE_ROWS = 32, 8    # transpose's tiles and work-groups (elementwise.cl)
-FUSED_LOSS_SAMPLES = 1      # the most samples a work-item of the fused loss and bias
-                            # gradient takes (bias_softmax_xent_grad) for it to be tried: at
-                            # 4 (mlp-small) one group lost to the two launches by 6-16 us on
-                            # an H100 and PoCL, and routing's few trials can misjudge it
-
-
 def operand_options(precision):
     """Build options that round every product's inputs as `precision` multiplies them
     (prelude.h's OPERAND: its stored mantissa bits, and IEEE half's range for fp16); none
@@ -557,11 +364,6 @@ def operand_options(precision):
     if bits >= PRECISIONS["fp32"].mantissa:
         return []
     return [f"-DOPERAND_BITS={bits}"] + (["-DOPERAND_HALF=1"] if precision == "fp16" else [])
-
-
-def _pool_sizes(x, pool, stride):
-    C, H, W, N, pool, stride, _, Ho, Wo = _conv_sizes(x, pool, stride, 0)
-    return C, H, W, N, pool, stride, Ho, Wo
 
 
 def default_local(global_size, work_group):
