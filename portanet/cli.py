@@ -7,8 +7,9 @@ import time
 
 import click
 
-from . import backends, data, files, models, optim, schedules
-from .errors import PortanetError
+from . import backends, data, files, models, optim, progress, schedules
+from . import precision as precisions
+from .errors import DivergedError, PortanetError
 
 CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
 DEFAULT_LR = {"sgd": 0.02, "adam": 0.001, "adamw": 0.001, "rmsprop": 0.001}
@@ -174,23 +175,14 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
             echo(f"distributed: {group.size} ranks over {group.engine} on "
                  f"{', '.join(group.devices)}; shares of a global batch "
                  f"{group.shares(batch_size * group.size)}", err=True)
-        bar = Progress(epochs, live=distributed.leader())
-
-        def on_epoch(epoch, logs):
-            bar.clear()
-            val = "".join(f"  {k} {logs[k]:.4f}" for k in ("val_loss", "val_accuracy")
-                          if k in logs)
-            scaled = (f"  loss scale {logs['loss_scale']:g} ({logs['skipped_steps']} steps "
-                      f"skipped)" if "loss_scale" in logs else "")
-            echo(f"epoch {epoch + 1}/{epochs}  loss {logs['loss']:.4f}  "
-                       f"accuracy {logs['accuracy']:.4f}{val}  lr {logs['lr']:.3g}  "
-                       f"{logs['seconds']:.2f} s{scaled}")
-            bar.epoch = epoch + 1
-
+        # a bar on stderr where a person watches it, cleared when an epoch ends; one line
+        # per epoch on stdout (progress.py); other ranks say nothing
+        shown = progress.Progress(bar=progress.watched(sys.stderr), stream=sys.stderr,
+                                  write=click.echo, leave=False) \
+            if distributed.leader() else 0
         history = net.fit(x, y, epochs=epochs, batch_size=batch_size, optimizer=opt,
-                          schedule=lr_schedule, seed=seed, progress=bar.update,
-                          on_epoch=on_epoch, validation_split=validation_split,
-                          checkpoint=checkpoint, resume=resume)
+                          schedule=lr_schedule, seed=seed, validation_split=validation_split,
+                          checkpoint=checkpoint, resume=resume, verbose=shown)
         if not distributed.leader():
             return              # the others' weights are rank 0's: it tests and saves
         test_loss, test_acc = net.evaluate(x_test, y_test)
@@ -216,6 +208,14 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
                 **({"distributed": group.describe()} if group else {}),
                 **{k: history[k] for k in ("val_loss", "val_accuracy", "loss_scale",
                                            "skipped_steps") if k in history}}))
+    except DivergedError as e:
+        raise click.ClickException(
+            f"training diverged in epoch {e.epoch + 1}: the loss is {e.loss} at learning "
+            f"rate {progress.number(e.lr)}; give a lower --lr (e.g. --lr "
+            f"{progress.number(e.lr / 10)}), or a --schedule with warmup such as "
+            f"'warmup(2, cosine({epochs}))'"
+            + (f"; in fp16 a product's inputs from {precisions.HALF_OVERFLOW:g} up are inf: "
+               f"--precision bf16 keeps float32's range" if "in fp16" in str(e) else "")) from e
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
 
@@ -268,28 +268,6 @@ def make_optimizer(name, lr, momentum, nesterov, weight_decay):
         raise click.UsageError(f"--momentum is an option of sgd and rmsprop, not {name} "
                                f"(whose betas are 0.9, 0.999)")
     return optim.OPTIMIZERS[name](lr, **extra)
-
-
-class Progress:
-    """A progress line on stderr while an epoch runs, only where stderr is a terminal
-    (piped or logged, it would be noise); cleared before the epoch's summary is printed."""
-
-    def __init__(self, epochs, stream=None, live=True):
-        self.stream = stream or sys.stderr
-        self.live = live and self.stream.isatty()
-        self.epochs, self.epoch = epochs, 0
-
-    def update(self, done, total):
-        if self.live:
-            n = 30 * done // total
-            self.stream.write(f"\repoch {self.epoch + 1}/{self.epochs} "
-                              f"[{'#' * n}{'.' * (30 - n)}] {done}/{total}")
-            self.stream.flush()
-
-    def clear(self):
-        if self.live:
-            self.stream.write("\r\033[K")
-            self.stream.flush()
 
 
 @main.command()

@@ -240,7 +240,7 @@ class Sequential:
     def fit(self, x, y, epochs=1, batch_size=32, optimizer=training.DEFAULT_OPTIMIZER,
             seed=None, shuffle=True, validation_data=None, validation_split=0.0,
             callbacks=None, schedule=None, checkpoint=None, resume=None, progress=None,
-            on_epoch=None, data_on_device="auto"):
+            on_epoch=None, data_on_device="auto", verbose="auto"):
         """Train; returns a History (a dict) of per-epoch lists: loss, accuracy, lr,
         seconds, val_loss and val_accuracy when validating, and loss_scale and
         skipped_steps where the network scales its loss (fp16's default).
@@ -259,9 +259,15 @@ class Sequential:
         checkpoint: a file saved atomically after each epoch with all that resuming needs
         (optimizer state, epoch, random generator); resume: such a file to go on from,
         with the same arguments: the run then ends bit for bit as an uninterrupted one.
-        progress(done, total) is called after each batch; on_epoch(epoch, logs) after each
-        epoch. The last batch of an epoch may be smaller than batch_size. A loss that
-        becomes NaN or infinite ends training with a DivergedError.
+        verbose, as Keras's: "auto" (the default) draws a progress bar where a person
+        watches (stdout a terminal, or a notebook) and prints one line per epoch otherwise
+        (a file, a log, a pipe); 0 prints nothing, 1 the bar (rate, time left, running loss
+        and accuracy; tqdm's, the extra `progress`: without it, the lines), 2 the lines.
+        In a distributed job rank 0 alone prints (portanet/progress.py).
+        progress(done, total) is called after each batch and on_epoch(epoch, logs) after
+        each epoch, whatever verbose says (hooks of the caller's own). The last batch of an
+        epoch may be smaller than batch_size. A loss that becomes NaN or infinite ends
+        training with a DivergedError.
 
         data_on_device: True uploads the training set once and gathers each shuffled batch
         there (the host sends the batch's indices only; an OutOfMemoryError if the memory
@@ -275,7 +281,7 @@ class Sequential:
             shuffle=shuffle, validation_data=validation_data,
             validation_split=validation_split, callbacks=callbacks, schedule=schedule,
             checkpoint=checkpoint, resume=resume, progress=progress, on_epoch=on_epoch,
-            data_on_device=data_on_device))
+            data_on_device=data_on_device, verbose=verbose))
 
     def evaluate(self, x, y, batch_size=None):
         """(mean loss, accuracy) over the whole of x, y (NumPy arrays, or any with

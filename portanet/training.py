@@ -31,7 +31,8 @@ import time
 
 import numpy as np
 
-from . import callbacks as callback_module, distributed, dlpack, inputs, optim, schedules
+from . import callbacks as callback_module, distributed, dlpack, inputs, optim, progress
+from . import schedules
 from . import precision as precisions
 from .errors import DivergedError, InputError, ModelFileError, check_count
 from .layers import parameter_views
@@ -390,6 +391,7 @@ class FitConfig:
     progress: object = None                 # progress(done, total) after each batch
     on_epoch: object = None                 # on_epoch(epoch, logs) after each epoch
     data_on_device: object = "auto"         # True, False or "auto"
+    verbose: object = "auto"                # 0, 1, 2, "auto", or a progress.Progress
 
     def checked(self):
         """This config with the optimizer, the schedule, epochs, batch_size and callbacks
@@ -398,7 +400,8 @@ class FitConfig:
             self, optimizer=optim.get(self.optimizer), schedule=schedules.get(self.schedule),
             epochs=check_count("epochs", self.epochs, 1),
             batch_size=check_count("batch_size", self.batch_size, 1),
-            callbacks=callback_module.checked(self.callbacks))
+            callbacks=callback_module.checked(self.callbacks),
+            verbose=progress.checked(self.verbose))
 
 
 def fit(net, x, y, config):
@@ -463,10 +466,14 @@ def _fit(net, x, y, validation, config):
                              network=saving.describe(net.architecture())))
             group.broadcast_state(net)
     data = data_on_device(net, x, t, config.data_on_device, epochs - run.epoch)
+    # what the run says as it goes (progress.py): rank 0's alone
+    shown = progress.for_fit(config.verbose) if distributed.leader() else None
     try:
         with distributed.collective():
-            return _epochs(net, x, t, data, validation, rng, run, config)
+            return _epochs(net, x, t, data, validation, rng, run, config, shown)
     finally:
+        if shown is not None:
+            shown.close()               # a bar that an error left open
         if data:
             for array in data:
                 net.backend.free(array)
@@ -474,9 +481,10 @@ def _fit(net, x, y, validation, config):
             plan.replays.forget(lambda key: len(key) == 4 and key[2])
 
 
-def _epochs(net, x, t, data, validation, rng, run, config):
+def _epochs(net, x, t, data, validation, rng, run, config, shown):
     """fit's epochs from run.epoch on, over x, t (or `data`, the set on the device),
-    validating on `validation` after each, shuffled by rng."""
+    validating on `validation` after each, shuffled by rng; reported to `shown` (a
+    progress.Progress, or None)."""
     from . import saving
     n, plan, callbacks = len(x), net.plan, config.callbacks
     epochs, optimizer, checkpoint = config.epochs, config.optimizer, config.checkpoint
@@ -494,7 +502,12 @@ def _epochs(net, x, t, data, validation, rng, run, config):
         c.on_train_begin(net, {"epochs": epochs, "metrics": metrics})
     logs = {}
     scaled = state.scale_now()                  # (scale, steps skipped), read once an epoch
+    if shown is not None:
+        shown.begin(epochs, batches, plan.read_sums)
+    bar = shown if shown is not None and shown.draws_bar else None
     for epoch in range(run.epoch, epochs):
+        if shown is not None:
+            shown.start(epoch)
         start = time.perf_counter()
         lr = config.schedule(epoch, optimizer.lr)
         opt = dataclasses.replace(optimizer, lr=lr)
@@ -521,6 +534,8 @@ def _epochs(net, x, t, data, validation, rng, run, config):
             train_step(net, opt, data, staged)
             if config.progress:
                 config.progress(i + 1, batches)
+            if bar is not None:
+                bar.batch(trained if group else min((i + 1) * batch_size, n))
         loss, acc = _epoch_sums(net, n, group, trained)    # the one host read of the epoch
         logs = {"loss": loss, "accuracy": acc, "lr": lr,
                 "seconds": time.perf_counter() - start}
@@ -530,7 +545,8 @@ def _epochs(net, x, t, data, validation, rng, run, config):
         if not math.isfinite(loss):
             raise DivergedError(
                 f"training diverged in epoch {epoch + 1}: the loss is {loss} at learning "
-                f"rate {lr:g}; lower the learning rate (e.g. {lr / 10:g}), scale the "
+                f"rate {progress.number(lr)}; lower the learning rate (e.g. "
+                f"{progress.number(lr / 10)}), scale the "
                 f"inputs, or add a schedule with warmup"
                 + (f"; in fp16 a product's inputs from {precisions.HALF_OVERFLOW:g} up are "
                    f"inf: bf16 keeps float32's range" if net.backend.precision == "fp16"
@@ -547,6 +563,8 @@ def _epochs(net, x, t, data, validation, rng, run, config):
             except ModelFileError as e:     # the training is worth more than its safety net
                 log.warning("epoch %d's checkpoint was not written, the training goes on: %s",
                             epoch + 1, e)
+        if shown is not None:
+            shown.end(epoch, logs)
         if config.on_epoch:
             config.on_epoch(epoch, logs)
         for c in callbacks:
