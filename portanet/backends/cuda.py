@@ -3,28 +3,24 @@ tensor-core families, built once per process for the GPU's own architecture (pyc
 the binaries on disk, keyed by source, options and architecture), launched on one stream. GEMM goes, shape by shape, to cuBLAS (through
 nvmath-python) or our own tiled kernel, whichever was measured faster (PORTANET_GEMM=auto);
 own or vendor force a path."""
-import atexit
-import contextlib
 import ctypes
 import ctypes.util
 import functools
 import os
-import threading
-from pathlib import Path
 
 import numpy as np
 
-from ..errors import DeviceError, KernelBuildError, OutOfMemoryError
-from . import lending, sources
+from ..errors import DeviceError
+from . import lending
 from .gemm import tuned
 from .gemm.tiling import gemm_params
-from .gpu import DeviceArray, KernelBackend, Recorded, default_local, operand_options
+from .gpu import KernelBackend, operand_options
+from .runtime import serialised_verb
+from .runtime.cuda import CudaRuntime, _check
 from .shadows import _whole16
-from .staging import BEHIND, CopyLane
 
 try:
     import pycuda.driver as drv
-    from pycuda.compiler import SourceModule
 except ImportError:
     drv = None
 
@@ -40,7 +36,6 @@ WGMMA_TILE, WGMMA_THREADS = (128, 256), 384    # wgmma.cu's BM x BN tile of c an
 # its dynamic shared memory: 4 stages of both 16-bit tiles 64 deep, 1024 to align them,
 # a full and an empty barrier (8 bytes) per stage
 WGMMA_SHARED = 4 * (WGMMA_TILE[0] + WGMMA_TILE[1]) * 64 * 2 + 1024 + 4 * 2 * 8
-_ARG_CODES = {np.uintp: "P", np.int32: "i", np.float32: "f", np.float64: "d"}
 
 
 def _init():
@@ -102,32 +97,10 @@ HALF_TYPES = {"bf16": (np.uint16, CUDA_R_16BF), "fp16": (np.float16, CUDA_R_16F)
 GEMM_DEFAULT_ALGO = -1          # CUBLAS_GEMM_DEFAULT
 
 
-class _CopyLane(CopyLane):
-    """The copy lane (staging.py) on a stream for copies beside the backend's own."""
-
-    def __init__(self):
-        super().__init__()
-        self.stream = drv.Stream()
-
-    def _pin(self, part, dtype):
-        host = drv.pagelocked_empty(part.size, dtype)
-        return host, host
-
-    def _wait(self, event):
-        event.synchronize()
-
-    def _copy_up(self, host, address, after):
-        if after is not None:
-            self.stream.wait_for_event(after)
-        drv.memcpy_htod_async(address, host, self.stream)
-        copied = drv.Event()
-        copied.record(self.stream)
-        return copied
-
-
 class CudaBackend(KernelBackend):
     kind, lang = "cuda", "cu"
     is_gpu = True
+    host_empty = serialised_verb("host_empty")      # pinned memory (the runtime's)
 
     def __init__(self, index=0, dtype=np.float32, precision=None):
         count = _init()
@@ -137,19 +110,20 @@ class CudaBackend(KernelBackend):
         self.ordinal = index
         self.device = drv.Device(index)
         self.check_precision()
-        # the device's primary context (one context per process, shared with other
-        # libraries such as PyTorch), made current in each thread by the backend's lock
-        self.context = self.device.retain_primary_context()
-        self._lock = _ContextLock(self.context)
+        # the device's primary context, made current in each thread by the backend's lock:
+        # the runtime's (CudaRuntime)
+        self.runtime = CudaRuntime(self, self.device)
+        self.context, self._lock = self.runtime.context, self.runtime.lock
         with self._lock:
             self._setup()
 
     def _setup(self):
         """What needs the context current: stream, kernels, cuBLAS handle."""
-        self.stream = drv.Stream()
-        self._lane = None               # made by the first write_samples
-        self.cc = cc = self.device.compute_capability()
-        self.arch = f"sm_{cc[0]}{cc[1]}"
+        rt = self.runtime
+        rt.start()
+        self._attach(rt)
+        self._address = rt.address
+        self.stream, self.cc, self.arch = rt.stream, rt.cc, rt.arch
         self._maps = {}                 # TMA descriptors by operand (_tensor_map)
         # bf16, fp16: the 16-bit copies of a product's inputs that cuBLAS and wgmma.cu read
         self.half_operands = HALF_TYPES.get(self.precision, (None,))[0]
@@ -157,16 +131,15 @@ class CudaBackend(KernelBackend):
         self.options = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
         # every product's inputs rounded (prelude.h's OPERAND)
         self.options += operand_options(self.precision)
-        attrs = self.device.get_attributes()
+        rt.options = self.options
+        attrs = rt.attributes
         self.compute_units = self.device.get_attribute(drv.device_attribute.MULTIPROCESSOR_COUNT)
         self.finish_options = []            # __threadfence orders split K's parts (gemm.cl)
-        self.max_threads = attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK]
+        self.max_threads = rt.max_threads
         self.gemm_limits = (self.max_threads,
                             attrs[drv.device_attribute.MAX_SHARED_MEMORY_PER_BLOCK],
                             self.dtype.itemsize)
         self.gemm_params = gemm_params(True, *self.gemm_limits)
-        self._modules, self._functions = {}, {}
-        self._prepared = {}
         self._load_kernels()
         self.vendor_gemm = cublas is not None
         self.gemm_path = self.gemm_path_asked()
@@ -196,95 +169,6 @@ class CudaBackend(KernelBackend):
             return "; fp16 needs compute capability 7.0 (Volta) or newer"
         return super().precision_hint()
 
-    @property
-    def cache_dir(self):
-        """pycuda's compiler cache, where the binaries go (keyed by source and options)."""
-        import platformdirs
-        return Path(os.environ.get("PYCUDA_CACHE_DIR")
-                    or Path(platformdirs.user_cache_dir("pycuda", "pycuda")) / "compiler-cache-v1")
-
-    def _device_id(self):
-        return (self.device.name(), self.arch, drv.get_driver_version(), self.options)
-
-    def _kernel(self, family, name, options=(), arch=None):
-        """One function object per kernel and build: pycuda's get_function makes a new one
-        each call, which `_launch` would prepare again and keep (mma.cu's and kmajor16's
-        callers ask for theirs at every product)."""
-        key = (family, name, tuple(options), arch)
-        if key not in self._functions:
-            self._functions[key] = self._module(family, options, arch).get_function(name)
-        return self._functions[key]
-
-    def _module(self, family, extra=(), arch=None):
-        """A family built for the GPU's architecture, or for `arch` (wgmma.cu: sm_90a,
-        Hopper's own instructions)."""
-        arch = arch or self.arch
-        key = (family, tuple(extra), arch)
-        if key not in self._modules:
-            path, text = sources.load(family, "cu")
-            try:
-                self._modules[key] = SourceModule(text, options=self.options + list(extra),
-                                                  arch=arch, no_extern_c=True)
-            except drv.CompileError as e:
-                raise KernelBuildError(f"{path} failed to compile for {arch} with "
-                                       f"{self.options + list(extra)}:\n{e}") from e
-        return self._modules[key]
-
-    # -- launches ------------------------------------------------------------------------
-
-    def _launch(self, kernel, global_size, local_size, args):
-        """OpenCL's global/local sizes in work-items -> CUDA's grid/block, launched as a
-        prepared call (argument types fixed on first use: much less Python per launch)."""
-        if local_size is None:
-            local_size = default_local(global_size, self.max_threads)
-        block = tuple(local_size) + (1,) * (3 - len(local_size))
-        grid = tuple(-(-g // b) for g, b in zip(global_size, block)) + (1,) * (2 - len(global_size))
-        if id(kernel) not in self._prepared:     # kept alive there, so ids are not reused
-            kernel.prepare("".join(_ARG_CODES[type(a)] for a in args))
-            self._prepared[id(kernel)] = kernel
-        kernel.prepared_async_call(grid, block, self.stream, *args)
-
-    @staticmethod
-    def _pointer(x):
-        return np.uintp(int(x.buf))
-
-    # -- memory --------------------------------------------------------------------------
-
-    def empty(self, shape, dtype=None, label="buffer"):
-        dtype = np.dtype(dtype or self.dtype)
-        shape = (shape,) if np.isscalar(shape) else tuple(shape)
-        nbytes = int(np.prod(shape)) * dtype.itemsize
-        try:
-            buf = drv.mem_alloc(max(nbytes, dtype.itemsize))
-        except drv.MemoryError as e:
-            free, total = drv.mem_get_info()
-            raise OutOfMemoryError(self._oom_text(label, shape, nbytes, free, total)) from e
-        return self._track(DeviceArray(buf, 0, shape, dtype), nbytes, buf)
-
-    def write(self, dst, host, wait=True):
-        """In stream order; from pageable memory the driver copies host into its own staging
-        before returning (so host may change at once), and the device does not wait."""
-        host = self._check_write(dst, host)
-        drv.memcpy_htod_async(self._address(dst), host, self.stream)
-
-    def _send(self, slot, part, turn):
-        """part into the device array slot on the copy stream, from a pinned buffer (the
-        host memcpy, then a copy the device runs beside its kernels), once the device has
-        read what the last send of this turn put there; the backend's stream waits for it."""
-        lane = self._lane
-        if lane is None:
-            lane = self._lane = _CopyLane()
-        after = lane.read[turn]
-        if after is BEHIND:                 # a plain write used the half last: all before now
-            after = self._marker()
-        self.stream.wait_for_event(lane.send(part, self._address(slot), slot.dtype, after))
-
-    def _laid_out(self, turn, laned):
-        """After the launches that read a half of staging: what the lane waits for before
-        it writes there again (an event; BEHIND after a plain write, to be made then)."""
-        if self._lane is not None:
-            self._lane.read[turn] = self._marker() if laned else BEHIND
-
     def dlpack_source(self):
         """CUDA memory on this GPU, read in place; producers order their work before this
         stream's (portanet/dlpack.py takes it in)."""
@@ -292,70 +176,6 @@ class CudaBackend(KernelBackend):
 
     def dlpack_view(self, x):
         return lending.DeviceView(self, x, self._address(x), (lending.CUDA, self.ordinal))
-
-    def download(self, x):
-        host = np.empty(x.shape, x.dtype)
-        drv.memcpy_dtoh_async(host, self._address(x), self.stream)
-        self.stream.synchronize()
-        return host
-
-    def download_into(self, x, out):
-        """In the background where out is pinned (host_empty); into pageable memory the
-        driver returns only once the copy is done."""
-        drv.memcpy_dtoh_async(self._check_download(x, out), self._address(x), self.stream)
-
-    def host_empty(self, shape, dtype=None):
-        return drv.pagelocked_empty(shape, dtype or self.dtype)
-
-    @staticmethod
-    def _free_buffer(buf):
-        buf.free()
-
-    def synchronize(self):
-        self.stream.synchronize()
-
-    # -- whole-step graphs ---------------------------------------------------------------
-
-    def capture(self, work):
-        """work() recorded once as a CUDA graph on the backend's stream, returned as a
-        callable that replays it (one launch instead of one per kernel). The launches of
-        work must not synchronise or allocate: the network captures a step only after the
-        same step ran once eagerly (kernels built, GEMM routed, workspaces grown). Held
-        under the backend's lock, so no other thread's launch joins the graph. pycuda has
-        no graph API: these are the driver's own calls, through ctypes."""
-        lib, stream = _graph_api(), ctypes.c_void_p(self.stream.handle)
-        _check(lib.cuStreamBeginCapture_v2(stream, CAPTURE_MODE_RELAXED), "begin capture")
-        graph = ctypes.c_void_p()
-        try:
-            work()
-        finally:
-            ended = lib.cuStreamEndCapture(stream, ctypes.byref(graph))
-        _check(ended, "end capture")
-        runnable = ctypes.c_void_p()
-        try:
-            _check(lib.cuGraphInstantiateWithFlags(ctypes.byref(runnable), graph, 0),
-                   "instantiate the graph")
-        finally:
-            lib.cuGraphDestroy(graph)
-        return _Replay(self, runnable)
-
-    # -- profiles (portanet/profiler.py) ---------------------------------------------------
-
-    def profiling(self):
-        return contextlib.nullcontext()     # CUDA events time any stream
-
-    def _marker(self):
-        event = drv.Event()
-        event.record(self.stream)
-        return event
-
-    @staticmethod
-    def _elapsed(start, end):
-        end.synchronize()
-        return end.time_since(start) * 1e-3
-
-    def memory_info(self):
-        return drv.mem_get_info()           # the driver's numbers: other processes count
 
     # -- GEMM ----------------------------------------------------------------------------
 
@@ -486,10 +306,6 @@ class CudaBackend(KernelBackend):
             drv.memcpy_htod(made, raw[at - raw.ctypes.data:][:128])
         return made
 
-    @staticmethod
-    def _address(x):
-        return int(x.buf) + x.offset * x.dtype.itemsize
-
     def info(self):
         d = self.device
         free, total = drv.mem_get_info()
@@ -502,7 +318,7 @@ class CudaBackend(KernelBackend):
                 "gemm_params": self.gemm_params}
 
 
-CAPTURE_MODE_RELAXED = 2    # CU_STREAM_CAPTURE_MODE_RELAXED: other threads' calls unaffected
+
 # cuda.h's CUtensorMapDataType UINT16 (the TMA moves 16-bit inputs as they are),
 # CUtensorMapSwizzle 128B and CUtensorMapL2promotion L2_256B
 TMA_UINT16, TMA_SWIZZLE_128B, TMA_L2_256B = 1, 3, 3
@@ -516,92 +332,3 @@ def _tma_api():
                                            ctypes.c_int, ctypes.c_int, ctypes.c_int]
     lib.cuTensorMapEncodeTiled.restype = ctypes.c_int
     return lib
-
-
-@functools.lru_cache(maxsize=None)
-def _graph_api():
-    lib = ctypes.CDLL("libcuda.so.1")
-    p = ctypes.c_void_p
-    for name, args in (("cuStreamBeginCapture_v2", [p, ctypes.c_int]),
-                       ("cuStreamEndCapture", [p, ctypes.POINTER(p)]),
-                       ("cuGraphInstantiateWithFlags", [ctypes.POINTER(p), p, ctypes.c_ulonglong]),
-                       ("cuGraphLaunch", [p, p]), ("cuGraphDestroy", [p]),
-                       ("cuGraphExecDestroy", [p])):
-        getattr(lib, name).argtypes, getattr(lib, name).restype = args, ctypes.c_int
-    return lib
-
-
-def _check(result, what):
-    if result != 0:
-        raise DeviceError(f"CUDA could not {what} (CUresult {result})")
-
-
-class _Replay(Recorded):
-    """A captured graph: calling it launches the whole of it on the backend's stream."""
-
-    def __init__(self, backend, runnable):
-        super().__init__(backend)
-        self.runnable = runnable
-
-    def __call__(self):
-        bk = self.backend
-        with bk._lock:
-            _check(_graph_api().cuGraphLaunch(self.runnable, ctypes.c_void_p(bk.stream.handle)),
-                   "launch a graph")
-
-    def __del__(self):
-        try:
-            with self.backend._lock:
-                _graph_api().cuGraphExecDestroy(self.runnable)
-        except Exception:       # the process is ending; the driver frees it
-            pass
-
-
-class _ContextLock:
-    """A CudaBackend's lock (Backend.serialised), which also makes the context current in
-    the thread that holds it: pycuda's current context is per thread. The main thread
-    pushes it once and keeps it until exit, as the creating thread always did. Any other
-    thread pushes it when it takes the lock and pops it when it lets go, because a thread
-    that ends with a context on pycuda's stack aborts the process ("PyCUDA ERROR: The
-    context stack was not empty upon module cleanup"), and the lock cannot know when a
-    thread of the user's ends."""
-
-    def __init__(self, context):
-        self._lock = threading.RLock()
-        self._context = context
-        self._main = threading.main_thread().ident
-        self._main_has_it = False
-        self._depth = 0             # nesting in the holding thread (only it changes these)
-        self._pushed = False        # whether the holding thread pushed at depth 0
-
-    def __enter__(self):
-        self._lock.acquire()
-        if self._depth == 0 and (threading.get_ident() != self._main or not self._main_has_it):
-            try:
-                self._context.push()
-            except BaseException:
-                self._lock.release()
-                raise
-            if threading.get_ident() == self._main:
-                atexit.register(_pop, self._context)
-                self._main_has_it = True
-            else:
-                self._pushed = True
-        self._depth += 1
-        return self
-
-    def __exit__(self, *exc):
-        self._depth -= 1
-        try:
-            if self._depth == 0 and self._pushed:
-                self._pushed = False
-                drv.Context.pop()
-        finally:
-            self._lock.release()
-
-
-def _pop(context):
-    try:
-        context.pop()
-    except Exception:       # the process is ending; the driver cleans up
-        pass

@@ -2,8 +2,9 @@
 kernel families (kernels_cl/, and kernels_cu/ for CUDA's own) and stages batches. Its other
 parts are their own modules: the op families' launches (ops/: blas, activations, loss,
 pool, norm, optim), GEMM routing (gemm/router.py), the GEMM paths (gemm/paths.py),
-convolutions (conv.py) and the 16-bit operand copies (shadows.py). Each
-backend supplies memory, `_launch` and its vendor GEMM."""
+convolutions (conv.py) and the 16-bit operand copies (shadows.py). The device
+is reached through a runtime (runtime/: memory, copies, builds, launches, recorded steps);
+each backend supplies its runtime and its vendor GEMM."""
 import hashlib
 import logging
 import math
@@ -22,6 +23,7 @@ from .conv import ConvPaths
 from .gemm.paths import GemmPaths
 from .gemm.router import GemmRouting
 from .gemm.tiling import norm_parts
+from .runtime import serialised_verb
 from .shadows import Shadows
 from .gemm.tuned import capped
 from .ops.activations import ActivationKernels
@@ -62,26 +64,11 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "copy_bytes", "bias_
 FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 
 
-class Recorded:
-    """A training step a backend recorded (`capture`); calling it replays the step.
-    `current` turns False once the backend has freed something the recording points at
-    (its GEMM workspace grew for another product, its kernels were rebuilt): record again."""
-
-    def __init__(self, backend):
-        self.backend, self.generation = backend, backend.generation
-
-    @property
-    def current(self):
-        return self.generation == self.backend.generation
-
-
 class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, ActivationKernels,
                     LossKernels, PoolKernels, NormKernels, UpdateKernels, Backend):
-    """A backend that runs portanet's kernels. Subclasses implement empty (which returns
-    `self._track(DeviceArray(buf, ...), nbytes, buf)`), write, download, _free_buffer(buf),
-    _kernel(family, name, options) (build once, cached), _launch(kernel, global_size,
-    local_size, args), _pointer(array), _gemm_vendor and memory_info, and call
-    _load_kernels() once their context is ready."""
+    """A backend that runs portanet's kernels on a device's `runtime` (runtime/Runtime).
+    Subclasses make their runtime, take its verbs (`_attach`), implement _gemm_vendor and
+    call _load_kernels() once the runtime is ready."""
 
     serialised = True           # see Backend.serialised
     trace = None                # a profiler.Trace while `portanet profile` records a step
@@ -108,6 +95,22 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
     _never = None               # the skip flag of updates given none (_skip), made once
     finish_options = None       # build options of gemm's SPLIT_K 2 (a split K added up by its
     #                             last part) where the device orders memory for it, or None
+
+    # the runtime's public verbs, each run holding the backend's lock (Backend.serialised)
+    empty, write, download, download_into = (serialised_verb(name) for name in (
+        "empty", "write", "download", "download_into"))
+    synchronize, capture, memory_info, profiling = (serialised_verb(name) for name in (
+        "synchronize", "capture", "memory_info", "profiling"))
+
+    def _attach(self, runtime):
+        """Take `runtime`'s verbs as this backend's own: the ones the ops call in their
+        launches (`_run`) are the runtime's bound methods set on the backend, so that no
+        frame of the backend's stands between an op and the device."""
+        self.runtime = runtime
+        self._launch, self._kernel, self._pointer = runtime.launch, runtime.kernel, runtime.pointer
+        self._free_buffer, self._device_id = runtime.free_buffer, runtime.device_id
+        self._send, self._laid_out = runtime.send, runtime.laid_out
+        self._marker, self._elapsed = runtime.marker, runtime.elapsed
 
     def _load_kernels(self):
         """Kernels are built when first launched, not all at once: a network uses a dozen of
@@ -186,8 +189,8 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
 
     @property
     def cache_dir(self):
-        """Where this backend's compiled kernels are kept."""
-        return config.cache_dir() / f"kernels-{self.kind}"
+        """Where this backend's compiled kernels are kept (its runtime's driver keeps them)."""
+        return self.runtime.cache_dir
 
     def _sources_id(self):
         """A digest of this device (and driver) and of every kernel source."""
@@ -364,16 +367,3 @@ def operand_options(precision):
     if bits >= PRECISIONS["fp32"].mantissa:
         return []
     return [f"-DOPERAND_BITS={bits}"] + (["-DOPERAND_HALF=1"] if precision == "fp16" else [])
-
-
-def default_local(global_size, work_group):
-    """The work-group of a launch that does not ask for one: 256 work-items in a row, or
-    32 x 8 in two dimensions (dimension 0 runs along the batch), fewer where the device
-    allows fewer. Fixed rather than left to the driver, which picks one per global size:
-    PoCL compiles a kernel again for each group size it meets (a second or more each)."""
-    if len(global_size) == 1:
-        return (min(256, work_group),)
-    x = min(32, work_group)
-    return (x, max(1, min(8, work_group // x))) + (1,) * (len(global_size) - 2)
-
-
