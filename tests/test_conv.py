@@ -1,5 +1,7 @@
 """Convolution, pooling and dropout: kernels against the NumPy reference on odd shapes,
 the reference against a direct convolution, gradients against finite differences."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -261,23 +263,26 @@ def conv_operands(rng, C, H, W, N, k, s, p, F):
             rng.standard_normal(F), rng.standard_normal((F, Ho, Wo, N)))
 
 
-def force_conv_path(bk, path, monkeypatch):
-    """Forces a kernel backend's convolutions onto a path (PORTANET_CONV), with chunks of
-    any size allowed (MIN_CHUNK); returns the labels of its launches from now on (a new
-    trace, bk.trace)."""
+@contextlib.contextmanager
+def pinned_conv(bk, path, monkeypatch):
+    """A block in which a kernel backend's convolutions take `path` (bk.pinned), with
+    chunks of any size allowed (MIN_CHUNK); yields the labels of its launches from then on
+    (a new trace, bk.trace)."""
     from test_kernels import _Labels
     monkeypatch.setattr(conv_paths, "MIN_CHUNK", 1)
-    monkeypatch.setattr(bk, "conv_path", path)
     monkeypatch.setattr(bk, "trace", _Labels())
-    return bk.trace.labels
+    with bk.pinned(conv=path):
+        yield bk.trace.labels
 
 
 @pytest.fixture
 def conv_path(backend, monkeypatch):
-    """A function that forces the backend's convolutions onto a path (force_conv_path)."""
+    """A function that pins the backend's convolutions to a path for the rest of the test
+    (pinned_conv)."""
     if backend.kind == "cpu":
         pytest.skip("the reference backend has one path (chunked im2col, tested below)")
-    return lambda path: force_conv_path(backend, path, monkeypatch)
+    with contextlib.ExitStack() as pins:
+        yield lambda path: pins.enter_context(pinned_conv(backend, path, monkeypatch))
 
 
 @pytest.mark.parametrize("path", PATHS)

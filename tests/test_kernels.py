@@ -1,6 +1,7 @@
 """Every backend primitive against a float64 NumPy result, on fresh random inputs of odd
 shapes (not multiples of any tile size). Outputs are poisoned with NaN first, so an
 element the kernel forgot to write fails the test."""
+import contextlib
 import math
 
 import numpy as np
@@ -92,16 +93,12 @@ def test_gemm(backend, rng, m, n, k, trans_a, trans_b):
         op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
         ref = alpha * op_a @ op_b + beta * c
         scale = gemm_scale(alpha, op_a, op_b, beta, c)
-        saved = backend.gemm_path
         for path in gemm_paths(backend):
-            backend.gemm_path = path
-            try:
+            with backend.pinned(gemm=path):
                 C = backend.upload(c) if beta else poisoned(backend, (m, n))
                 backend.gemm(alpha, backend.upload(a), backend.upload(b), beta, C,
                              trans_a, trans_b)
                 assert rel_err(backend.download(C), ref, scale) < F32, path
-            finally:
-                backend.gemm_path = saved
 
 
 @pytest.mark.parametrize("m,n,k", [(0, 5, 3), (5, 0, 3), (5, 4, 0)])
@@ -124,12 +121,10 @@ def test_gemm_on_views(backend, rng):
     b = backend.view(big, (k, n), 100)
     c = backend.view(big, (m, n), 500)
     ref = host[3:3 + m * k].reshape(m, k) @ host[100:100 + k * n].reshape(k, n)
-    saved = backend.gemm_path
     for path in gemm_paths(backend):
-        backend.gemm_path = path
-        backend.gemm(1.0, a, b, 0.0, c)
-        assert rel_err(backend.download(c), ref) < F32, path
-    backend.gemm_path = saved
+        with backend.pinned(gemm=path):
+            backend.gemm(1.0, a, b, 0.0, c)
+            assert rel_err(backend.download(c), ref) < F32, path
     rest = backend.download(big).astype(np.float64)
     rest[500:500 + m * n] = host[500:500 + m * n]
     assert np.array_equal(rest, host), "gemm wrote outside its view"
@@ -141,23 +136,22 @@ def test_auto_gemm_routes_each_shape_once_and_keeps_c(backend, rng, monkeypatch)
     still see c as it was."""
     if "auto" not in gemm_paths(backend):
         pytest.skip(f"{backend.name} has one GEMM path: nothing to route")
-    monkeypatch.setattr(backend, "gemm_path", "auto")
-    monkeypatch.setattr(backend, "_routes", {})
     captured, capture = [], backend.capture
     monkeypatch.setattr(backend, "capture", lambda work: captured.append(work) or capture(work))
     m, n, k = 37, 21, 300
     a, b, c = (rng.standard_normal(s) for s in ((m, k), (n, k), (m, n)))
     A, B, C = backend.upload(a), backend.upload(b), backend.upload(c)
-    backend.gemm_path = "own"
-    backend.gemm(1.0, A, B, 0.0, backend.empty((m, n)), trans_b=True)   # its split-K workspace
+    with backend.pinned(gemm="own"):
+        backend.gemm(1.0, A, B, 0.0, backend.empty((m, n)), trans_b=True)   # split-K workspace
     backend._split_workspace(max(t[1] for t in backend._candidates(m, n, k).values()) * m * n)
-    backend.gemm_path = "auto"
     count = backend.allocations
-    backend.gemm(-0.5, A, B, 0.9, C, trans_b=True)
+    with backend.pinned(gemm="auto"):
+        backend.gemm(-0.5, A, B, 0.9, C, trans_b=True)
+        routes = dict(backend.routes)
     ref = -0.5 * a @ b.T + 0.9 * c
     assert rel_err(backend.download(C), ref, gemm_scale(-0.5, a, b.T, 0.9, c)) < F32
-    assert list(backend._routes) == [(m, n, k, False, True)]
-    route = backend._routes[(m, n, k, False, True)]
+    assert list(routes) == [(m, n, k, False, True)]
+    route = routes[(m, n, k, False, True)]
     assert route == "vendor" or route.startswith("own")
     assert backend.allocations == count            # routing allocated nothing
     assert len(captured) == len(backend._candidates(m, n, k)) + 1
@@ -172,9 +166,6 @@ def test_routing_tries_other_tilings_and_runs_the_chosen(backend, rng, monkeypat
     if backend.kind == "cpu" or backend.simulator or not (backend.searches_tilings or pocl):
         pytest.skip(f"{backend.name} does not search GEMM tilings")
     monkeypatch.setattr(backend, "searches_tilings", True)
-    monkeypatch.setattr(backend, "gemm_path", "auto")
-    monkeypatch.setattr(backend, "_routes", {})
-    monkeypatch.setattr(backend, "_route_tilings", {})
     m, n, k = 70, 130, 600
     a, b = rng.standard_normal((m, k)), rng.standard_normal((n, k))
     A, B = backend.upload(a), backend.upload(b)
@@ -191,9 +182,10 @@ def test_routing_tries_other_tilings_and_runs_the_chosen(backend, rng, monkeypat
     monkeypatch.setattr(backend, "_gemm_own",
                         lambda *args, **kw: used.append(kw.get("tiling")) or own(*args, **kw))
     C = poisoned(backend, (m, n))
-    backend.gemm(1.0, A, B, 0.0, C, trans_b=True)
+    with backend.pinned(gemm="auto"):
+        backend.gemm(1.0, A, B, 0.0, C, trans_b=True)
+        assert backend.routes[(m, n, k, False, True)] == chosen
     assert rel_err(backend.download(C), a @ b.T) < F32
-    assert backend._routes[(m, n, k, False, True)] == chosen
     assert used == [candidates[chosen]]
 
 
@@ -207,8 +199,6 @@ def test_routing_tries_large_products_on_a_transposed_copy(backend, rng, trans_a
         pytest.skip(f"{backend.name} has no vendor GEMM on float32 operands to transpose for")
     m, n, k = 37, 21, 300
     monkeypatch.setattr(gemm_router, "TRANSPOSED_FLOPS", 2 * m * n * k)
-    monkeypatch.setattr(backend, "gemm_path", "auto")
-    monkeypatch.setattr(backend, "_routes", {})
     monkeypatch.setattr(backend, "_transposed_ws", None, raising=False)
     tried, fastest = [], backend._fastest
 
@@ -224,20 +214,21 @@ def test_routing_tries_large_products_on_a_transposed_copy(backend, rng, trans_a
                         lambda x, out: copies.append(x.shape) or transpose(x, out))
     a = rng.standard_normal((k, m) if trans_a else (m, k))
     op_a, b, c = (a.T if trans_a else a), rng.standard_normal((k, n)), rng.standard_normal((m, n))
-    C = backend.upload(c)
-    backend.gemm(-0.5, backend.upload(a), backend.upload(b), 0.9, C, trans_a)
-    assert rel_err(backend.download(C), -0.5 * op_a @ b + 0.9 * c,
-                   gemm_scale(-0.5, op_a, b, 0.9, c)) < F32
-    assert "vendor_t" in tried[0] and "vendor" in tried[0]
-    w, x, bias = (rng.standard_normal(s) for s in ((m, k), (k, n), (m,)))
-    W, X, B = backend.upload(w), backend.upload(x), backend.upload(bias)
-    backend.dense("tanh", W, X, B, poisoned(backend, (m, n)), poisoned(backend, (m, n)))
-    assert backend._routes[("dense", m, n, k)] == "vendor_t"
-    copies.clear()
-    Z, A = poisoned(backend, (m, n)), poisoned(backend, (m, n))
-    backend.dense("tanh", W, X, B, Z, A)                # routed: the copy, then the vendor's
-    assert rel_err(backend.download(A), np.tanh(w @ x + bias[:, None])) < F32
-    assert copies == [(m, k)]
+    with backend.pinned(gemm="auto"):
+        C = backend.upload(c)
+        backend.gemm(-0.5, backend.upload(a), backend.upload(b), 0.9, C, trans_a)
+        assert rel_err(backend.download(C), -0.5 * op_a @ b + 0.9 * c,
+                       gemm_scale(-0.5, op_a, b, 0.9, c)) < F32
+        assert "vendor_t" in tried[0] and "vendor" in tried[0]
+        w, x, bias = (rng.standard_normal(s) for s in ((m, k), (k, n), (m,)))
+        W, X, B = backend.upload(w), backend.upload(x), backend.upload(bias)
+        backend.dense("tanh", W, X, B, poisoned(backend, (m, n)), poisoned(backend, (m, n)))
+        assert backend.routes[("dense", m, n, k)] == "vendor_t"
+        copies.clear()
+        Z, A = poisoned(backend, (m, n)), poisoned(backend, (m, n))
+        backend.dense("tanh", W, X, B, Z, A)                # routed: the copy, then the vendor's
+        assert rel_err(backend.download(A), np.tanh(w @ x + bias[:, None])) < F32
+        assert copies == [(m, k)]
 
 
 @pytest.mark.parametrize("rows,cols", [(1, 1), (7, 129), (130, 3)])
@@ -290,12 +281,14 @@ def test_gemv_in_pieces(bk, rng, rows, cols, parts, beta):
                    gemm_scale(0.6, a, x, beta, y)) < TOL[bk.dtype]
 
 
-def held_to(monkeypatch, backend, path, units=64):
-    """backend, for this test only, on GEMM path `path` and `units` compute units (so that
-    products and rows split as on a larger device), with routes of its own."""
-    monkeypatch.setattr(backend, "gemm_path", path)
+@contextlib.contextmanager
+def held_to(monkeypatch, backend, path, units=64, routes=None):
+    """A block in which backend is pinned to GEMM path `path` with routes of its own
+    (`routes`, or none), on `units` compute units for the rest of the test (so that
+    products and rows split as on a larger device)."""
     monkeypatch.setattr(backend, "compute_units", units)
-    monkeypatch.setattr(backend, "_routes", {})
+    with backend.pinned(gemm=path, routes=routes):
+        yield backend
 
 
 def test_gemv_routes_few_long_rows(backend, rng, monkeypatch):
@@ -306,15 +299,15 @@ def test_gemv_routes_few_long_rows(backend, rng, monkeypatch):
     rows, cols = 3, 20000
     simulated(backend, rows * cols)
     from portanet.backends.gemm.tiling import gemv_parts
-    held_to(monkeypatch, backend, "auto")
-    assert gemv_parts(rows, cols, backend.gemv_threads, 64) > 1
-    a, x, y = (rng.standard_normal(s) for s in ((rows, cols), cols, rows))
-    for _ in range(2):                                  # routed, then as routed
-        Y = backend.upload(y)
-        backend.gemv(0.6, backend.upload(a), backend.upload(x), 0.9, Y)
-        assert rel_err(backend.download(Y), 0.6 * a @ x + 0.9 * y,
-                       gemm_scale(0.6, a, x, 0.9, y)) < F32
-    assert backend._routes[("gemv", rows, cols)] in ("whole", "split")
+    with held_to(monkeypatch, backend, "auto"):
+        assert gemv_parts(rows, cols, backend.gemv_threads, 64) > 1
+        a, x, y = (rng.standard_normal(s) for s in ((rows, cols), cols, rows))
+        for _ in range(2):                                  # routed, then as routed
+            Y = backend.upload(y)
+            backend.gemv(0.6, backend.upload(a), backend.upload(x), 0.9, Y)
+            assert rel_err(backend.download(Y), 0.6 * a @ x + 0.9 * y,
+                           gemm_scale(0.6, a, x, 0.9, y)) < F32
+        assert backend.routes[("gemv", rows, cols)] in ("whole", "split")
 
 
 # long sums: the error against float64 of a K-term float32 sum, normwise, for inputs whose
@@ -339,18 +332,18 @@ def test_gemm_long_sums_are_accurate(backend, rng, k, trans_b):
     b = rng.random((n, k) if trans_b else (k, n), dtype=np.float32)
     ref = a.astype(np.float64) @ (b.T if trans_b else b).astype(np.float64)
     A, B = backend.upload(a), backend.upload(b)
-    saved_path, saved_units = backend.gemm_path, getattr(backend, "compute_units", None)
+    saved_units = getattr(backend, "compute_units", None)
     try:
         for path in gemm_paths(backend):
-            backend.gemm_path = path
             for units in ({saved_units, 1} if path == "own" else {saved_units}):
                 backend.compute_units = units
-                C = poisoned(backend, (m, n))
-                backend.gemm(1.0, A, B, 0.0, C, trans_b=trans_b)
+                with backend.pinned(gemm=path):
+                    C = poisoned(backend, (m, n))
+                    backend.gemm(1.0, A, B, 0.0, C, trans_b=trans_b)
                 err = normwise_err(backend.download(C).astype(np.float64), ref)
                 assert err <= LONG_SUM, (path, units, err)
     finally:
-        backend.gemm_path, backend.compute_units = saved_path, saved_units
+        backend.compute_units = saved_units
 
 
 @pytest.mark.parametrize("k", [10_000, 150_000])
@@ -434,20 +427,19 @@ def test_activation_bias_grad_routes_few_long_rows(backend, rng, monkeypatch):
         pytest.skip("the reference backend has one way")
     rows, cols = 3, 6000
     simulated(backend, rows * cols)
-    held_to(monkeypatch, backend, "auto")
     z, da, gb = (rng.standard_normal(s) for s in ((rows, cols), (rows, cols), rows))
     key = ("activation_bias_grad", rows, cols)
     for route in (None, "whole", "split", "apart"):     # routed, then each route
-        if route is not None:
-            backend._routes[key] = route
         Z, GB = backend.upload(z), backend.upload(gb)
-        backend.activation_bias_grad("tanh", Z, backend.upload(da), 0.6, 0.9, GB,
-                                     backend.upload(np.ones(cols)))
+        with held_to(monkeypatch, backend, "auto", routes=route and {key: route}):
+            backend.activation_bias_grad("tanh", Z, backend.upload(da), 0.6, 0.9, GB,
+                                         backend.upload(np.ones(cols)))
+            taken = backend.routes[key]
         delta = activate_grad("tanh", z) * da
         assert rel_err(backend.download(Z), delta) < F32
         assert rel_err(backend.download(GB), 0.6 * delta.sum(axis=1) + 0.9 * gb,
                        gemm_scale(0.6, delta, np.ones(cols), 0.9, gb)) < F32
-        assert backend._routes[key] in ("whole", "split", "apart")
+        assert taken in ("whole", "split", "apart")
 
 
 @pytest.mark.parametrize("kind,m,n,k", [(k, 10, 131, 7) for k in ELEMENTWISE + ["softmax"]] + [
@@ -463,9 +455,9 @@ def test_dense(bk, rng, kind, m, n, k, monkeypatch):
     z_ref = w @ x + b[:, None]
     for path in gemm_paths(bk):
         Z, A = poisoned(bk, (m, n)), poisoned(bk, (m, n))
-        if bk.kind != "cpu":
-            held_to(monkeypatch, bk, path)
-        bk.dense(kind, W, X, B, Z, A)
+        with (held_to(monkeypatch, bk, path) if bk.kind != "cpu" else
+              contextlib.nullcontext()):
+            bk.dense(kind, W, X, B, Z, A)
         assert rel_err(bk.download(Z), z_ref) < TOL[bk.dtype], path
         assert rel_err(bk.download(A), activate(kind, z_ref)) < TOL[bk.dtype], path
 
@@ -479,16 +471,16 @@ def test_dense_split_sum_fuses_the_epilogue(backend, rng, monkeypatch):
     m, n, k = 67, 33, 3001
     simulated(backend, m * n * k)
     from portanet.backends.gemm.tiling import split_k
-    held_to(monkeypatch, backend, "own")
-    assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
-    launches = []
-    real_launch = backend._launch
-    monkeypatch.setattr(backend, "_launch", lambda kernel, *args: (
-        launches.append(kernel), real_launch(kernel, *args)))
-    w, x, b = (backend.upload(rng.standard_normal(s)) for s in ((m, k), (k, n), m))
-    backend.dense("relu", w, x, b, backend.empty((m, n)), backend.empty((m, n)))
-    parts = backend._tiling(m, n, k)[1]
-    assert len(launches) == (1 if backend.finishes_splits and parts <= FINISH_PARTS else 2)
+    with held_to(monkeypatch, backend, "own"):
+        assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
+        launches = []
+        real_launch = backend._launch
+        monkeypatch.setattr(backend, "_launch", lambda kernel, *args: (
+            launches.append(kernel), real_launch(kernel, *args)))
+        w, x, b = (backend.upload(rng.standard_normal(s)) for s in ((m, k), (k, n), m))
+        backend.dense("relu", w, x, b, backend.empty((m, n)), backend.empty((m, n)))
+        parts = backend._tiling(m, n, k)[1]
+        assert len(launches) == (1 if backend.finishes_splits and parts <= FINISH_PARTS else 2)
 
 
 @pytest.mark.parametrize("kind", ELEMENTWISE)
@@ -599,11 +591,11 @@ def test_bias_softmax_xent_grad(bk, rng, rows, cols, monkeypatch):
         if way == "calls":
             bk.bias_softmax_xent(Z, B, A, L, H, Y)
             bk._gemv_rows(-0.3, Z, ONES, 0.9, GB, 1)
-        else:
-            if way != "reference":            # gemv whole, as the fused launch sums
-                monkeypatch.setattr(bk, "gemm_path", "auto")
-                monkeypatch.setattr(bk, "_routes", {key: way, ("gemv", rows, cols): "whole"})
-            bk.bias_softmax_xent_grad(Z, B, A, L, H, Y, -0.3, 0.9, GB, ONES)
+        else:                                 # gemv whole, as the fused launch sums
+            pin = ({} if way == "reference" else
+                   {"gemm": "auto", "routes": {key: way, ("gemv", rows, cols): "whole"}})
+            with bk.pinned(**pin):
+                bk.bias_softmax_xent_grad(Z, B, A, L, H, Y, -0.3, 0.9, GB, ONES)
         results.append([bk.download(x) for x in (Z, A, L, H, GB)])
     for got in results[1:]:
         for x, first in zip(got, results[0]):
@@ -627,14 +619,14 @@ def test_bias_softmax_xent_grad_routes(backend, rng, monkeypatch):
     from portanet.backends.gpu import FUSED_LOSS_SAMPLES
     # the fused launch is tried where a work-item takes at most FUSED_LOSS_SAMPLES samples
     rows, cols = 10, min(64, FUSED_LOSS_SAMPLES * backend.gemv_threads - 3)
-    held_to(monkeypatch, backend, "auto")
     z, b, gb = (rng.standard_normal(n) for n in ((rows, cols), rows, rows))
     labels = rng.integers(0, rows, cols).astype(np.int32)
     Z, B, A, GB = (backend.upload(x) for x in (z, b, z, gb))
     L, H = backend.upload(np.zeros(cols)), backend.upload(np.zeros(cols))
-    backend.bias_softmax_xent_grad(Z, B, A, L, H, backend.upload(labels), 0.5, 0.0, GB,
-                                   backend.upload(np.ones(cols)))
-    assert backend._routes[("bias_softmax_xent_grad", rows, cols)] in ("fused", "apart")
+    with held_to(monkeypatch, backend, "auto"):
+        backend.bias_softmax_xent_grad(Z, B, A, L, H, backend.upload(labels), 0.5, 0.0, GB,
+                                       backend.upload(np.ones(cols)))
+        assert backend.routes[("bias_softmax_xent_grad", rows, cols)] in ("fused", "apart")
     a = activate("softmax", z + b[:, None])
     delta = a - np.eye(rows)[labels].T
     assert rel_err(backend.download(Z), delta) < F32
@@ -926,17 +918,16 @@ def test_own_gemm_tilings(backend, rng, tiling):
     if backend.kind == "cpu":
         pytest.skip("the reference backend has no GEMM kernel")
     assert backend.gemm_fits(tiling)
-    saved_params, saved_path = backend.gemm_params, backend.gemm_path
+    saved_params = backend.gemm_params
     backend.set_gemm_params(tiling)
-    backend.gemm_path = "own"
     shapes = [(35, 21, 19), (32, 36, 40)] if backend.simulator else [(67, 45, 131),
                                                                       (68, 72, 136)]
     try:
-        for m, n, k in shapes:
-            check_every_transpose(backend, rng, m, n, k)
+        with backend.pinned(gemm="own"):
+            for m, n, k in shapes:
+                check_every_transpose(backend, rng, m, n, k)
     finally:
         backend.set_gemm_params(saved_params)
-        backend.gemm_path = saved_path
 
 
 class _Labels:
@@ -956,9 +947,9 @@ def own_gemm(backend, monkeypatch):
     if backend.kind == "cpu":
         pytest.skip("the reference backend has no GEMM kernel")
     saved = backend.gemm_params, backend.gemm_sizes
-    monkeypatch.setattr(backend, "gemm_path", "own")
     monkeypatch.setattr(backend, "trace", _Labels())
-    yield backend
+    with backend.pinned(gemm="own"):
+        yield backend
     backend.set_gemm_params(*saved)
 
 
@@ -1014,9 +1005,9 @@ def test_own_gemm_split_k(backend, rng, m, n, k, monkeypatch):
         pytest.skip("the reference backend has no GEMM kernel")
     simulated(backend, m * n * k)
     from portanet.backends.gemm.tiling import split_k
-    held_to(monkeypatch, backend, "own")
-    assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
-    check_every_transpose(backend, rng, m, n, k)
+    with held_to(monkeypatch, backend, "own"):
+        assert split_k(1, k, backend.gemm_params["TSK"], 64)[0] > 1
+        check_every_transpose(backend, rng, m, n, k)
 
 
 @pytest.mark.parametrize("parts", [2, 3, 16])
@@ -1033,29 +1024,29 @@ def test_split_k_added_up_by_its_last_part(bk, rng, parts, monkeypatch):
     m, n, k = 37, 21, 40 * parts - 5
     count, chunk = k_parts(k, parts, tiling["TSK"])
     assert count == parts
-    held_to(monkeypatch, bk, "own")
-    monkeypatch.setattr(bk, "_split_sum", None)         # never called
-    for trans_a in (False, True):
-        for trans_b in (False, True):
-            a = real(bk, rng.standard_normal((k, m) if trans_a else (m, k)))
-            b = real(bk, rng.standard_normal((n, k) if trans_b else (k, n)))
-            c = real(bk, rng.standard_normal((m, n)))
-            (A, B, C), _, _ = packed(bk, a, b, c)
-            op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
-            for _ in range(3):
-                bk.write(C, c)
-                bk._gemm_own(0.5, A, B, -1.0, C, trans_a, trans_b, m, n, k,
-                             tiling=(tiling, count, chunk))
-                assert rel_err(bk.download(C), 0.5 * op_a @ op_b - c) < TOL[bk.dtype]
-    w, x, bias = (real(bk, rng.standard_normal(s)) for s in ((m, k), (k, n), m))
-    (W, X, BIAS), _, _ = packed(bk, w, x, bias)
-    Z, ACT_ = poisoned(bk, (m, n)), poisoned(bk, (m, n))
-    assert bk._gemm_own(1.0, W, X, 0.0, Z, False, False, m, n, k, then=("tanh", BIAS, ACT_),
-                        tiling=(tiling, count, chunk))
-    z = w @ x + bias[:, None]
-    assert rel_err(bk.download(Z), z) < TOL[bk.dtype]
-    assert rel_err(bk.download(ACT_), np.tanh(z)) < TOL[bk.dtype]
-    assert not bk.download(bk._split_done).any()        # every count back to 0
+    with held_to(monkeypatch, bk, "own"):
+        monkeypatch.setattr(bk, "_split_sum", None)         # never called
+        for trans_a in (False, True):
+            for trans_b in (False, True):
+                a = real(bk, rng.standard_normal((k, m) if trans_a else (m, k)))
+                b = real(bk, rng.standard_normal((n, k) if trans_b else (k, n)))
+                c = real(bk, rng.standard_normal((m, n)))
+                (A, B, C), _, _ = packed(bk, a, b, c)
+                op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
+                for _ in range(3):
+                    bk.write(C, c)
+                    bk._gemm_own(0.5, A, B, -1.0, C, trans_a, trans_b, m, n, k,
+                                 tiling=(tiling, count, chunk))
+                    assert rel_err(bk.download(C), 0.5 * op_a @ op_b - c) < TOL[bk.dtype]
+        w, x, bias = (real(bk, rng.standard_normal(s)) for s in ((m, k), (k, n), m))
+        (W, X, BIAS), _, _ = packed(bk, w, x, bias)
+        Z, ACT_ = poisoned(bk, (m, n)), poisoned(bk, (m, n))
+        assert bk._gemm_own(1.0, W, X, 0.0, Z, False, False, m, n, k, then=("tanh", BIAS, ACT_),
+                            tiling=(tiling, count, chunk))
+        z = w @ x + bias[:, None]
+        assert rel_err(bk.download(Z), z) < TOL[bk.dtype]
+        assert rel_err(bk.download(ACT_), np.tanh(z)) < TOL[bk.dtype]
+        assert not bk.download(bk._split_done).any()        # every count back to 0
 
 
 @pytest.mark.parametrize("n,count", [(1, 1), (7, 2), (13, 40), (144, 338), (1001, 33),

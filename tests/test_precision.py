@@ -357,18 +357,16 @@ def test_gemm_in_lower_precisions(device_name, rng, lower, m, n, k, trans_a, tra
     for alpha, beta in ((1.0, 0.0), (-0.7, 0.3)):
         scale = gemm_scale(alpha, op_a, op_b, beta, c)
         for path, or_float32 in gemm_paths(bk):
-            if bk.kind != "cpu":
-                monkeypatch.setattr(bk, "gemm_path", path)
-                monkeypatch.setattr(bk, "_routes", {})
-            C = bk.upload(c)
-            if beta == 0:
-                bk.write(C, np.full((m, n), np.nan, np.float32))   # beta 0 does not read c
-            bk.gemm(alpha, bk.upload(a), bk.upload(b), beta, C, trans_a, trans_b)
-            got = bk.download(C)
-            err = rel_err(got, alpha * rounded + beta * c, scale)
-            if or_float32:
-                err = min(err, rel_err(got, alpha * exact + beta * c, scale))
-            assert err < F32, path
+            with bk.pinned(gemm=path):
+                C = bk.upload(c)
+                if beta == 0:
+                    bk.write(C, np.full((m, n), np.nan, np.float32))   # beta 0 does not read c
+                bk.gemm(alpha, bk.upload(a), bk.upload(b), beta, C, trans_a, trans_b)
+                got = bk.download(C)
+                err = rel_err(got, alpha * rounded + beta * c, scale)
+                if or_float32:
+                    err = min(err, rel_err(got, alpha * exact + beta * c, scale))
+                assert err < F32, path
 
 
 @pytest.mark.parametrize("m,n,k,offsets", [(37, 41, 53, (3, 5001, 2999)),
@@ -385,11 +383,9 @@ def test_gemm_in_lower_precisions_on_views(device_name, rng, lower, m, n, k, off
     ref = (round_to(host[oa:oa + m * k], lower).astype(np.float64).reshape(m, k)
            @ round_to(host[ob:ob + k * n], lower).reshape(k, n))
     for path, _ in gemm_paths(bk):
-        if bk.kind != "cpu":
-            monkeypatch.setattr(bk, "gemm_path", path)
-            monkeypatch.setattr(bk, "_routes", {})
-        bk.gemm(1.0, a, b, 0.0, c)
-        assert rel_err(bk.download(c), ref) < F32, path
+        with bk.pinned(gemm=path):
+            bk.gemm(1.0, a, b, 0.0, c)
+            assert rel_err(bk.download(c), ref) < F32, path
     rest = bk.download(big)
     rest[oc:oc + m * n] = host[oc:oc + m * n]
     assert np.array_equal(rest, host), "gemm wrote outside its view"
@@ -408,17 +404,17 @@ def test_hopper_computes_16_bit_products_on_our_tensor_core_gemm(device_name, rn
     launched = []
     wgmma = bk._wgmma
     monkeypatch.setattr(bk, "_wgmma", lambda *a, **kw: launched.append(a) or wgmma(*a, **kw))
-    monkeypatch.setattr(bk, "gemm_path", "own")
-    for (m, n, k), takes in (((300, 520, 264), True), ((129, 257, 4104), True),
-                             ((40, 30, 20), False)):
-        a = rng.standard_normal((m, k)).astype(np.float32)
-        b = rng.standard_normal((n, k)).astype(np.float32)
-        ref = round_to(a, lower16).astype(np.float64) @ round_to(b, lower16).T
-        c = bk.upload(np.full((m, n), np.nan, np.float32))
-        launched.clear()
-        bk.gemm(1.0, bk.upload(a), bk.upload(b), 0.0, c, False, True)
-        assert bool(launched) == takes, (m, n, k)
-        assert rel_err(bk.download(c), ref) < F32, (m, n, k)
+    with bk.pinned(gemm="own"):
+        for (m, n, k), takes in (((300, 520, 264), True), ((129, 257, 4104), True),
+                                 ((40, 30, 20), False)):
+            a = rng.standard_normal((m, k)).astype(np.float32)
+            b = rng.standard_normal((n, k)).astype(np.float32)
+            ref = round_to(a, lower16).astype(np.float64) @ round_to(b, lower16).T
+            c = bk.upload(np.full((m, n), np.nan, np.float32))
+            launched.clear()
+            bk.gemm(1.0, bk.upload(a), bk.upload(b), 0.0, c, False, True)
+            assert bool(launched) == takes, (m, n, k)
+            assert rel_err(bk.download(c), ref) < F32, (m, n, k)
 
 
 @pytest.mark.parametrize("trans_a", [False, True])
@@ -437,12 +433,10 @@ def test_every_path_rounds_ties_to_even(device_name, rng, lower, trans_a, monkey
     want = round_to(a, lower)
     eye = np.eye(n, dtype=np.float32)
     for path, _ in gemm_paths(bk):
-        if bk.kind != "cpu":
-            monkeypatch.setattr(bk, "gemm_path", path)
-            monkeypatch.setattr(bk, "_routes", {})
-        c = bk.zeros((n, n))
-        bk.gemm(1.0, bk.upload(a.T.copy() if trans_a else a), bk.upload(eye), 0.0, c, trans_a)
-        assert np.array_equal(bk.download(c), want), path
+        with bk.pinned(gemm=path):
+            c = bk.zeros((n, n))
+            bk.gemm(1.0, bk.upload(a.T.copy() if trans_a else a), bk.upload(eye), 0.0, c, trans_a)
+            assert np.array_equal(bk.download(c), want), path
 
 
 @pytest.mark.parametrize("kind", ["relu", "sigmoid", "softmax"])
@@ -454,13 +448,11 @@ def test_dense_in_lower_precisions(device_name, rng, lower, kind, monkeypatch):
     z_ref, a_ref = np.zeros((m, n), np.float32), np.zeros((m, n), np.float32)
     ref_bk.dense(kind, w, x, b, z_ref, a_ref)
     for path, _ in gemm_paths(bk):
-        if bk.kind != "cpu":
-            monkeypatch.setattr(bk, "gemm_path", path)
-            monkeypatch.setattr(bk, "_routes", {})
-        Z, A = bk.zeros((m, n)), bk.zeros((m, n))
-        bk.dense(kind, bk.upload(w), bk.upload(x), bk.upload(b), Z, A)
-        assert rel_err(bk.download(Z), z_ref) < 2 * F32, path
-        assert rel_err(bk.download(A), a_ref) < 2 * F32, path
+        with bk.pinned(gemm=path):
+            Z, A = bk.zeros((m, n)), bk.zeros((m, n))
+            bk.dense(kind, bk.upload(w), bk.upload(x), bk.upload(b), Z, A)
+            assert rel_err(bk.download(Z), z_ref) < 2 * F32, path
+            assert rel_err(bk.download(A), a_ref) < 2 * F32, path
 
 
 @pytest.mark.parametrize("path", ["implicit", "direct", "im2col"])
@@ -477,16 +469,15 @@ def test_convolution_in_lower_precisions(device_name, rng, lower, path, monkeypa
     ref_bk.conv("relu", w, x, b, ref["z"], ref["a"], k, 1, 1)
     ref_bk.conv_weight_grad(1.0, dz, x, 0.0, ref["gw"], k, 1, 1)
     ref_bk.conv_input_grad(ref["dx"], w, dz, k, 1, 1)
-    if bk.kind != "cpu":
-        monkeypatch.setattr(bk, "conv_path", path)
-    ws = bk.zeros(C * k * k * H * W * N)
-    got = {name: bk.zeros(r.shape) for name, r in ref.items()}
-    X, Wt, DZ = bk.upload(x), bk.upload(w), bk.upload(dz)
-    bk.conv("relu", Wt, X, bk.upload(b), got["z"], got["a"], k, 1, 1, ws)
-    bk.conv_weight_grad(1.0, DZ, X, 0.0, got["gw"], k, 1, 1, ws)
-    bk.conv_input_grad(got["dx"], Wt, DZ, k, 1, 1, ws)
-    for name, r in ref.items():
-        assert rel_err(bk.download(got[name]), r) < 2 * F32, (path, name)
+    with bk.pinned(conv=None if bk.kind == "cpu" else path):
+        ws = bk.zeros(C * k * k * H * W * N)
+        got = {name: bk.zeros(r.shape) for name, r in ref.items()}
+        X, Wt, DZ = bk.upload(x), bk.upload(w), bk.upload(dz)
+        bk.conv("relu", Wt, X, bk.upload(b), got["z"], got["a"], k, 1, 1, ws)
+        bk.conv_weight_grad(1.0, DZ, X, 0.0, got["gw"], k, 1, 1, ws)
+        bk.conv_input_grad(got["dx"], Wt, DZ, k, 1, 1, ws)
+        for name, r in ref.items():
+            assert rel_err(bk.download(got[name]), r) < 2 * F32, (path, name)
 
 
 def test_training_in_lower_precisions_follows_fp32_closely(device_name, rng, lower):
@@ -518,10 +509,10 @@ def test_the_memory_plan_counts_the_16_bit_copies(device_name, rng, lower, monke
         return
     kept = [10 * 96]        # the last Dense's delta: the batch, z and a are 16-bit already
     assert copies.nbytes == (200 * 300 + 300 * 96 + sum(kept)) * 2
-    monkeypatch.setattr(bk, "gemm_path", "vendor")        # every product copied
     monkeypatch.setattr(bk, "_half_ws", None, raising=False)   # grown anew
     x, y = rng.standard_normal((96, 300)).astype(np.float32), rng.integers(0, 10, 96)
-    net.fit(x, y, epochs=1, batch_size=96)
+    with bk.pinned(gemm="vendor"):                      # every product copied
+        net.fit(x, y, epochs=1, batch_size=96)
     needed, held, _ = bk.operand_bytes(
         [p for _, layer in net.walk() for p in layer.products(96)], kept)["16-bit operands"]
     assert needed == copies.nbytes and 0 < held <= needed
@@ -540,28 +531,28 @@ def test_copies_kept_from_the_forward_serve_the_backward(device_name, rng, lower
     bk = precision_backend(device_name, lower)
     if getattr(bk, "half_operands", None) is None:
         pytest.skip(f"{bk.name} copies no operands in {lower}")
-    monkeypatch.setattr(bk, "gemm_path", "vendor")        # every product copied
     x, y = rng.standard_normal((96, 300)).astype(np.float32), rng.integers(0, 10, 96)
     run, copies, weights = bk._run, [], {}
 
     def counted(kernel, *args, label=None, **kw):
         copies.append(label == f"{lower} operands")
         return run(kernel, *args, label=label, **kw)
-    for keep in (True, False):
-        if not keep:
-            monkeypatch.setattr(bk, "keep_operands", lambda *arrays: None)
-        net = pn.mlp((300,), 10, hidden=(200, 100), device=bk, seed=0)
-        optimizer = pn.SGD(0.05, 0.9)
-        net.train_batch(x, y, optimizer)        # builds and grows first, uncounted
-        copies.clear()
-        monkeypatch.setattr(bk, "_run", counted)
-        net.train_batch(x, y, optimizer)
-        monkeypatch.setattr(bk, "_run", run)
-        assert sum(copies) == (6 if keep else 7)
-        for _ in range(3):                      # recorded, then replayed
+    with bk.pinned(gemm="vendor"):                      # every product copied
+        for keep in (True, False):
+            if not keep:
+                monkeypatch.setattr(bk, "keep_operands", lambda *arrays: None)
+            net = pn.mlp((300,), 10, hidden=(200, 100), device=bk, seed=0)
+            optimizer = pn.SGD(0.05, 0.9)
+            net.train_batch(x, y, optimizer)        # builds and grows first, uncounted
+            copies.clear()
+            monkeypatch.setattr(bk, "_run", counted)
             net.train_batch(x, y, optimizer)
-        weights[keep] = net.get_weights()
-        net.free()
+            monkeypatch.setattr(bk, "_run", run)
+            assert sum(copies) == (6 if keep else 7)
+            for _ in range(3):                      # recorded, then replayed
+                net.train_batch(x, y, optimizer)
+            weights[keep] = net.get_weights()
+            net.free()
     for name, kept in weights[True].items():
         assert np.array_equal(kept, weights[False][name]), name
 

@@ -14,21 +14,17 @@ from portanet.errors import PortanetError
 M, N, K = 37, 67, 257                   # a product with several paths to time
 
 
-def routed(backend, monkeypatch):
-    """The backend with no routes in memory, as in a new process (the cpu reference does
-    not route: skipped)."""
-    if not hasattr(backend, "_fastest"):
+def routed(backend):
+    """A block in which the backend routes with no routes in memory, as in a new process
+    (the cpu reference does not route: skipped)."""
+    if backend.kind == "cpu":
         pytest.skip("the NumPy reference has no routing")
-    monkeypatch.setattr(backend, "gemm_path", "auto")
-    monkeypatch.setattr(backend, "_routes", {})
-    monkeypatch.setattr(backend, "_route_tilings", {})
-    monkeypatch.setattr(backend, "_route_file", None)
-    return backend
+    return backend.pinned(gemm="auto")
 
 
-def product(bk, rng):
-    a, b = rng.standard_normal((M, K)), rng.standard_normal((K, N))
-    c = bk.empty((M, N))
+def product(bk, rng, m=M):
+    a, b = rng.standard_normal((m, K)), rng.standard_normal((K, N))
+    c = bk.empty((m, N))
     bk.gemm(1.0, bk.upload(a), bk.upload(b), 0.0, c)
     assert np.allclose(bk.download(c), a @ b, rtol=1e-4, atol=1e-3)
 
@@ -47,94 +43,139 @@ def only_entry(path, key):
     return scope, kept, entry
 
 
+def test_pinned_paths_route_afresh_and_are_put_back(backend, rng):
+    """`pinned` sets the GEMM and convolution paths for a block whose routing starts with
+    no routes (or those given); `routes` shows what it chose, read-only; afterwards the
+    paths and routes are what they were, an error inside the block included. A path the
+    backend lacks is refused, naming those it has. On the reference, "reference" is the
+    one path and nothing is routed."""
+    if backend.kind == "cpu":
+        with backend.pinned(gemm="reference", conv="reference"), backend.pinned():
+            product(backend, rng)
+        assert dict(backend.routes) == {} and backend.gemm_paths == ("reference",)
+        with pytest.raises(PortanetError, match="'reference'"):
+            with backend.pinned(gemm="own"):
+                pass
+        return
+    paths, routes = (backend.gemm_path, backend.conv_path), backend.routes
+    known = dict(routes)
+    with backend.pinned(gemm="auto", conv="implicit"):
+        assert (backend.gemm_path, backend.conv_path) == ("auto", "implicit")
+        assert dict(backend.routes) == {}
+        product(backend, rng)
+        key = (M, N, K, False, False)
+        chosen = backend.routes[key]
+        with pytest.raises(TypeError):
+            backend.routes[key] = "own"                 # a view: routing writes it
+        with backend.pinned(routes={key: "own"}):       # as if measured
+            assert backend.gemm_path == "auto" and backend.routes[key] == "own"
+            product(backend, rng)
+        assert backend.routes[key] == chosen
+    assert (backend.gemm_path, backend.conv_path) == paths and dict(routes) == known
+    with pytest.raises(RuntimeError, match="inside"):
+        with backend.pinned(gemm="own", conv="direct"):
+            raise RuntimeError("inside")
+    assert (backend.gemm_path, backend.conv_path) == paths and dict(backend.routes) == known
+    for wrong, named in ((dict(gemm="fast"), "'own'"), (dict(conv="winograd"), "'im2col'"),
+                         (dict(gemm="reference"), "'auto'")):
+        with pytest.raises(PortanetError, match=named):
+            with backend.pinned(**wrong):
+                pass
+    assert set(backend.gemm_paths) >= {"auto", "own"}
+    assert ("vendor" in backend.gemm_paths) == bool(backend.vendor_gemm)
+
+
 def test_routes_are_kept_and_read_back(backend, rng, monkeypatch, tmp_path):
     """A measured route goes into the file with the paths it was chosen from; another
     process's backend (here: the same with its routes forgotten) takes the file's path, and
     its tiling, without timing anything, whichever of the shape's paths the file names; a
     name that is not among the paths is timed again and left as it was."""
-    bk = routed(backend, monkeypatch)
+    bk = backend
     path = tmp_path / "routes.json"
     monkeypatch.setenv("PORTANET_ROUTES", str(path))
     key = (M, N, K, False, False)
-    product(bk, rng)
-    scope, kept, entry = only_entry(path, key)
-    assert kept[entry] == bk._routes[key]
-    tilings = bk._candidates(M, N, K)
+    with routed(bk):
+        product(bk, rng)
+        scope, kept, entry = only_entry(path, key)
+        assert kept[entry] == bk.routes[key]
+        tilings = bk._candidates(M, N, K)
     paths = [p for p in eval(entry)[-1] if p != kept[entry]]
     if not paths:
         pytest.skip("one path only for this product here")
     other = next((p for p in paths if p in tilings and tilings[p] is not None), paths[0])
     path.write_text(json.dumps({scope: {**kept, entry: other}}))      # the earlier layout
-    routed(bk, monkeypatch)
     real = bk._timed
 
     def timed(*args):
         raise AssertionError("a route the file holds was timed again")
     monkeypatch.setattr(bk, "_timed", timed)
-    product(bk, rng)
-    assert bk._routes[key] == other
-    if other in tilings:
-        assert bk._route_tilings[key] == tilings[other]
+    with routed(bk):
+        product(bk, rng)
+        assert bk.routes[key] == other
+        if other in tilings:
+            assert bk._route_tilings[key] == tilings[other]
     path.write_text(json.dumps({"format": "portanet-routes-1",
                                 "scopes": {scope: {**kept, entry: "no such path"}}}))
-    routed(bk, monkeypatch)
     monkeypatch.setattr(bk, "_timed", real)
-    product(bk, rng)
-    assert bk._routes[key] in eval(entry)[-1]
+    with routed(bk):
+        product(bk, rng)
+        assert bk.routes[key] in eval(entry)[-1]
     assert only_entry(path, key)[1][entry] == "no such path"      # the first one stays
 
 
 def test_each_backend_keeps_its_own_scope(backend, monkeypatch, tmp_path):
     """A backend of another dtype or precision on the same device reads none of this
     one's routes: its paths and tilings are other ones."""
-    bk = routed(backend, monkeypatch)
     monkeypatch.setenv("PORTANET_ROUTES", str(tmp_path / "routes.json"))
-    bk._kept_route(("probe",), {})
-    scopes = [bk._route_file.scope]
+    with routed(backend):
+        backend._kept_route(("probe",), {})
+        scopes = [backend._route_file.scope]
     for dtype, precision in (("float64", None), ("float32", "fp16")):
         try:
-            other = routed(pn.device(backend.name, dtype, precision), monkeypatch)
+            other = pn.device(backend.name, dtype, precision)
         except pn.DeviceError:
             continue
-        other._kept_route(("probe",), {})
-        scopes.append(other._route_file.scope)
+        with routed(other):
+            other._kept_route(("probe",), {})
+            scopes.append(other._route_file.scope)
     if len(scopes) == 1:
         pytest.skip("no other dtype or precision on this device")
     assert len(set(scopes)) == len(scopes)
 
 
 def test_a_bad_routes_file_is_named(backend, rng, monkeypatch, tmp_path):
-    bk = routed(backend, monkeypatch)
+    bk = backend
     path = tmp_path / "routes.json"
     path.write_text("[1, 2")
     monkeypatch.setenv("PORTANET_ROUTES", str(path))
-    with pytest.raises(PortanetError, match=r"PORTANET_ROUTES=.*routes.json' is not a "
-                                            r"routes file.*delete it"):
-        product(bk, rng)
-    path.write_text("[]")
-    with pytest.raises(PortanetError, match="is not a routes file"):
-        product(bk, rng)
+    with routed(bk):
+        with pytest.raises(PortanetError, match=r"PORTANET_ROUTES=.*routes.json' is not a "
+                                                r"routes file.*delete it"):
+            product(bk, rng)
+        path.write_text("[]")
+        with pytest.raises(PortanetError, match="is not a routes file"):
+            product(bk, rng)
     path.write_text("")                                 # made empty: nothing kept yet
-    routed(bk, monkeypatch)
-    product(bk, rng)
+    with routed(bk):
+        product(bk, rng)
     assert json.loads(path.read_text())
 
 
 def test_a_file_that_cannot_be_written_is_warned_of_once(backend, rng, monkeypatch, tmp_path):
     """Routes are an optimisation: where the file cannot be written (here its folder is a
     file), routing goes on in memory after one warning."""
-    bk = routed(backend, monkeypatch)
+    bk = backend
     (tmp_path / "folder").write_text("a file")
     monkeypatch.setenv("PORTANET_ROUTES", str(tmp_path / "folder" / "routes.json"))
-    with pytest.warns(RuntimeWarning, match="cannot be (read|written).*stay in this process "
-                                            "only"):
-        product(bk, rng)
-    assert bk._routes
     import warnings
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        bk._routes.clear()
-        product(bk, rng)
+    with routed(bk):
+        with pytest.warns(RuntimeWarning, match="cannot be (read|written).*stay in this "
+                                                "process only"):
+            product(bk, rng)
+        assert bk.routes
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            product(bk, rng, M + 1)                     # another shape, routed anew
 
 
 def test_writers_at_once_lose_no_route(tmp_path):

@@ -9,6 +9,8 @@ library, so a 16-bit value may be one unit of the precision off (2 UNIT_ROUNDOFF
 and a derivative a few float32 ulps where it crosses 0. Products of
 16-bit operands: F32 against the product of the rounded values, as in test_precision.py.
 """
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,7 @@ from portanet.errors import ShapeError
 from portanet.precision import STORAGE, UNIT_ROUNDOFF, from_storage, round_to, to_storage
 
 from conftest import F32, precision_backend, rel_err
-from test_conv import force_conv_path
+from test_conv import pinned_conv
 
 HALVES = ("bf16", "fp16")
 
@@ -102,14 +104,12 @@ def test_gemm_reads_16_bit_operands(device_name, rng, half, m, n, k, trans_a, tr
     op_a, op_b = (a.T if trans_a else a), (b.T if trans_b else b)
     want = round_to(op_a, half).astype(np.float64) @ round_to(op_b, half)
     for path in gemm_paths(bk):
-        if bk.kind != "cpu":
-            monkeypatch.setattr(bk, "gemm_path", path)
-            monkeypatch.setattr(bk, "_routes", {})
-        A = stored(bk, a) if which in ("a", "both") else bk.upload(a)
-        B = stored(bk, b) if which in ("b", "both") else bk.upload(b)
-        C = bk.upload(np.full((m, n), np.nan, np.float32))
-        bk.gemm(1.0, A, B, 0.0, C, trans_a, trans_b)
-        assert rel_err(bk.download(C), want) < F32, path
+        with bk.pinned(gemm=path):
+            A = stored(bk, a) if which in ("a", "both") else bk.upload(a)
+            B = stored(bk, b) if which in ("b", "both") else bk.upload(b)
+            C = bk.upload(np.full((m, n), np.nan, np.float32))
+            bk.gemm(1.0, A, B, 0.0, C, trans_a, trans_b)
+            assert rel_err(bk.download(C), want) < F32, path
 
 
 VW4 = {"DB": 0, "MICRO": 0, "MIN_GROUPS": 1, "PAD": 4, "SUBGROUP": 0, "SWIZZLE": 1,
@@ -155,12 +155,10 @@ def test_gemm_reads_16_bit_specials_exactly(device_name, half, monkeypatch):
     eye = np.eye(x.shape[1], dtype=np.float32)
     want = round_to(x, half)
     for path in gemm_paths(bk):
-        if bk.kind != "cpu":
-            monkeypatch.setattr(bk, "gemm_path", path)
-            monkeypatch.setattr(bk, "_routes", {})
-        c = bk.zeros(x.shape)
-        bk.gemm(1.0, stored(bk, x), bk.upload(eye), 0.0, c)
-        assert np.array_equal(bk.download(c), want), path
+        with bk.pinned(gemm=path):
+            c = bk.zeros(x.shape)
+            bk.gemm(1.0, stored(bk, x), bk.upload(eye), 0.0, c)
+            assert np.array_equal(bk.download(c), want), path
 
 
 @pytest.mark.parametrize("kind", [k for k in ACTIVATIONS if k != "softmax"])
@@ -202,14 +200,12 @@ def test_the_delta_of_a_16_bit_layer(device_name, rng, half, kind, rows, cols, m
     ref.activation_bias_grad(kind, z_ref, da, 0.5, 0.25, gb_ref, np.ones(cols, np.float32))
     for way in ([None] if bk.kind == "cpu" else ["whole", "split", "routed"]):
         Z, GB = stored(bk, from_storage(z, half)), bk.upload(gb)
-        if way == "routed":                 # timed here: each trial restores z and gb
-            monkeypatch.setattr(bk, "gemm_path", "auto")
-            monkeypatch.setattr(bk, "_routes", {})
-        elif way is not None:
-            monkeypatch.setattr(bk, "_routes",
-                                {("activation_bias_grad_stored", rows, cols): way})
-        bk.activation_bias_grad(kind, Z, bk.upload(da), 0.5, 0.25, GB,
-                                bk.upload(np.ones(cols, np.float32)))
+        # routed: timed here, each trial restoring z and gb
+        pin = ({} if way is None else {"gemm": "auto"} if way == "routed" else
+               {"routes": {("activation_bias_grad_stored", rows, cols): way}})
+        with bk.pinned(**pin):
+            bk.activation_bias_grad(kind, Z, bk.upload(da), 0.5, 0.25, GB,
+                                    bk.upload(np.ones(cols, np.float32)))
         got, want = values(bk, Z), from_storage(z_ref, half)
         # f'(z) from the device's math library: a few float32 ulps of 1 apart where it
         # crosses 0 (gelu's at -0.75), which no relative bound holds
@@ -254,24 +250,24 @@ def test_convolutions_read_and_store_16_bits(device_name, rng, half, case, stora
     b = rng.standard_normal(F).astype(np.float32)
     dz = rng.standard_normal((F, Ho, Wo, N)).astype(np.float32)
     half_in, half_out = storage in ("16-bit", "images"), storage in ("16-bit", "outputs")
-    labels = (None if bk.kind == "cpu"          # (the reference has one path)
-              else force_conv_path(bk, path.split("-")[0], monkeypatch))
-    got, want = {}, {}
-    for where, out in ((bk, got), (ref, want)):
-        up = lambda host, half16: stored(where, host) if half16 else where.upload(host)
-        X, DZ, Wt = up(x, half_in), up(dz, True), where.upload(w)
-        ws = where.empty((C * k * k * Ho * Wo * N,))
-        Z = where.upload(np.full(dz.shape, np.nan, np.float32))
-        A, S = (up(np.full(dz.shape, np.nan, np.float32), half_out) for _ in range(2))
-        where.conv("tanh", Wt, X, where.upload(b), Z, A, k, st, pad, ws,
-                   stored=S if half_out else None)
-        out["a"] = values(where, A) if half_out else where.download(A)
-        out["z"] = values(where, S) if half_out else where.download(Z)
-        GW = where.upload(np.ones(w.shape, np.float32))
-        where.conv_weight_grad(-0.5, DZ, X, 0.25, GW, k, st, pad, ws)
-        DX = where.upload(np.full(x.shape, np.nan, np.float32))
-        where.conv_input_grad(DX, Wt, DZ, k, st, pad, ws)
-        out["gw"], out["dx"] = where.download(GW), where.download(DX)
+    with (contextlib.nullcontext() if bk.kind == "cpu"      # (the reference has one path)
+          else pinned_conv(bk, path.split("-")[0], monkeypatch)) as labels:
+        got, want = {}, {}
+        for where, out in ((bk, got), (ref, want)):
+            up = lambda host, half16: stored(where, host) if half16 else where.upload(host)
+            X, DZ, Wt = up(x, half_in), up(dz, True), where.upload(w)
+            ws = where.empty((C * k * k * Ho * Wo * N,))
+            Z = where.upload(np.full(dz.shape, np.nan, np.float32))
+            A, S = (up(np.full(dz.shape, np.nan, np.float32), half_out) for _ in range(2))
+            where.conv("tanh", Wt, X, where.upload(b), Z, A, k, st, pad, ws,
+                       stored=S if half_out else None)
+            out["a"] = values(where, A) if half_out else where.download(A)
+            out["z"] = values(where, S) if half_out else where.download(Z)
+            GW = where.upload(np.ones(w.shape, np.float32))
+            where.conv_weight_grad(-0.5, DZ, X, 0.25, GW, k, st, pad, ws)
+            DX = where.upload(np.full(x.shape, np.nan, np.float32))
+            where.conv_input_grad(DX, Wt, DZ, k, st, pad, ws)
+            out["gw"], out["dx"] = where.download(GW), where.download(DX)
     for name in ("z", "a"):
         assert rel_err(got[name], want[name]) < 2 * UNIT_ROUNDOFF[half], name
     for name in ("gw", "dx"):
@@ -302,18 +298,18 @@ def test_a_chunks_16_bit_copies_stay_in_their_array(device_name, rng, half, monk
         if label == f"{half} operands":
             copies.append(args)                     # (y, x, n)
         return run(kernel, global_size, *args, label=label, **kw)
-    labels = force_conv_path(bk, "im2col", monkeypatch)
     monkeypatch.setattr(bk, "_run", spy)
     ref = pn.device("cpu", precision=half)
     out = {}
-    for where in (bk, ref):
-        ws = where.empty((C * k * k * -(-positions // 3),))      # three chunks
-        DZ, X, Wt = where.upload(dz), where.upload(x), where.upload(w)
-        GW = where.upload(np.zeros(w.shape, np.float32))
-        where.conv_weight_grad(1.0, DZ, X, 0.0, GW, k, 1, 0, ws)
-        DX = where.upload(np.full(x.shape, np.nan, np.float32))
-        where.conv_input_grad(DX, Wt, DZ, k, 1, 0, ws)
-        out[where] = where.download(GW), where.download(DX)
+    with pinned_conv(bk, "im2col", monkeypatch) as labels:
+        for where in (bk, ref):
+            ws = where.empty((C * k * k * -(-positions // 3),))      # three chunks
+            DZ, X, Wt = where.upload(dz), where.upload(x), where.upload(w)
+            GW = where.upload(np.zeros(w.shape, np.float32))
+            where.conv_weight_grad(1.0, DZ, X, 0.0, GW, k, 1, 0, ws)
+            DX = where.upload(np.full(x.shape, np.nan, np.float32))
+            where.conv_input_grad(DX, Wt, DZ, k, 1, 0, ws)
+            out[where] = where.download(GW), where.download(DX)
     assert labels.count("im2col") == 3 and copies
     for y, src, n in copies:
         owner = src if src.base is None else src.base

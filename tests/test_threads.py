@@ -77,22 +77,22 @@ def together(*work):
 @pytest.mark.parametrize("device", ["opencl", "cuda"])
 @pytest.mark.parametrize("gemm", ["own", "vendor"])
 @pytest.mark.parametrize("batch", [32, 128])
-def test_two_threads_on_one_device_match_sequential(device, gemm, batch, monkeypatch):
+def test_two_threads_on_one_device_match_sequential(device, gemm, batch):
     bk = gpu_backend(device, gemm)
-    monkeypatch.setattr(bk, "gemm_path", gemm)
     old_interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-5)        # switch threads often: interleave launches finely
     try:
-        for pair in (JOBS[:2], JOBS[1:]):            # CNN + CNN, then CNN + MLP
-            expected = [train(job, batch, device) for job in pair]
-            for trial in range(TRIALS):
-                got = together(*(lambda job=job: train(job, batch, device) for job in pair))
-                for job, want, have in zip(pair, expected, got):
-                    for k, (w, h) in enumerate(zip(want, have)):
-                        assert np.array_equal(w, h), (
-                            f"trial {trial}, {job[0]!r}, {device}, batch {batch}, gemm {gemm}: output "
-                            f"{k} differs from the sequential run in {np.sum(w != h)} of "
-                            f"{w.size} values")
+        with bk.pinned(gemm=gemm):
+            for pair in (JOBS[:2], JOBS[1:]):            # CNN + CNN, then CNN + MLP
+                expected = [train(job, batch, device) for job in pair]
+                for trial in range(TRIALS):
+                    got = together(*(lambda job=job: train(job, batch, device) for job in pair))
+                    for job, want, have in zip(pair, expected, got):
+                        for k, (w, h) in enumerate(zip(want, have)):
+                            assert np.array_equal(w, h), (
+                                f"trial {trial}, {job[0]!r}, {device}, batch {batch}, gemm {gemm}: output "
+                                f"{k} differs from the sequential run in {np.sum(w != h)} of "
+                                f"{w.size} values")
     finally:
         sys.setswitchinterval(old_interval)
 
