@@ -345,8 +345,7 @@ def gemm_paths(bk):
 @pytest.mark.parametrize("m,n,k", GEMM_SHAPES)
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False),
                                              (True, True)])
-def test_gemm_in_lower_precisions(device_name, rng, lower, m, n, k, trans_a, trans_b,
-                                  monkeypatch):
+def test_gemm_in_lower_precisions(device_name, rng, lower, m, n, k, trans_a, trans_b):
     bk = precision_backend(device_name, lower)
     a = rng.standard_normal((k, m) if trans_a else (m, k)).astype(np.float32)
     b = rng.standard_normal((n, k) if trans_b else (k, n)).astype(np.float32)
@@ -372,8 +371,7 @@ def test_gemm_in_lower_precisions(device_name, rng, lower, m, n, k, trans_a, tra
 @pytest.mark.parametrize("m,n,k,offsets", [(37, 41, 53, (3, 5001, 2999)),
                                             (36, 44, 52, (4, 5004, 3000)),    # 16-byte copies
                                             (36, 44, 56, (5, 5003, 3000))])   # wgmma.cu
-def test_gemm_in_lower_precisions_on_views(device_name, rng, lower, m, n, k, offsets,
-                                          monkeypatch):
+def test_gemm_in_lower_precisions_on_views(device_name, rng, lower, m, n, k, offsets):
     """Operands at offsets inside one buffer, c between them: nothing else written."""
     bk = precision_backend(device_name, lower)
     host = rng.standard_normal(10000).astype(np.float32)
@@ -418,7 +416,7 @@ def test_hopper_computes_16_bit_products_on_our_tensor_core_gemm(device_name, rn
 
 
 @pytest.mark.parametrize("trans_a", [False, True])
-def test_every_path_rounds_ties_to_even(device_name, rng, lower, trans_a, monkeypatch):
+def test_every_path_rounds_ties_to_even(device_name, rng, lower, trans_a):
     """a times the identity is a rounded to the precision, exactly: values half a unit and a
     little more or less above its grid (ties go to the even neighbour), on every path; in
     fp16 half's subnormals too (a multiple of 2^-24, from 2^-14 down)."""
@@ -440,7 +438,7 @@ def test_every_path_rounds_ties_to_even(device_name, rng, lower, trans_a, monkey
 
 
 @pytest.mark.parametrize("kind", ["relu", "sigmoid", "softmax"])
-def test_dense_in_lower_precisions(device_name, rng, lower, kind, monkeypatch):
+def test_dense_in_lower_precisions(device_name, rng, lower, kind):
     bk, ref_bk = precision_backend(device_name, lower), pn.device("cpu", precision=lower)
     m, n, k = 70, 300, 1100
     w, x = (rng.standard_normal(s).astype(np.float32) / math.sqrt(k) for s in ((m, k), (k, n)))
@@ -456,7 +454,7 @@ def test_dense_in_lower_precisions(device_name, rng, lower, kind, monkeypatch):
 
 
 @pytest.mark.parametrize("path", ["implicit", "direct", "im2col"])
-def test_convolution_in_lower_precisions(device_name, rng, lower, path, monkeypatch):
+def test_convolution_in_lower_precisions(device_name, rng, lower, path):
     """A convolution's three products on each of its paths, against the reference's."""
     bk, ref_bk = precision_backend(device_name, lower), pn.device("cpu", precision=lower)
     C, H, W, N, F, k = 3, 11, 9, 6, 10, 3

@@ -94,8 +94,7 @@ def gemm_paths(bk):
 @pytest.mark.parametrize("trans_a,trans_b", [(False, False), (False, True), (True, False),
                                              (True, True)])
 @pytest.mark.parametrize("which", ["a", "b", "both"])
-def test_gemm_reads_16_bit_operands(device_name, rng, half, m, n, k, trans_a, trans_b, which,
-                                    monkeypatch):
+def test_gemm_reads_16_bit_operands(device_name, rng, half, m, n, k, trans_a, trans_b, which):
     """Every GEMM path with either operand, or both, in 16-bit storage: the product of the
     stored values, summed in float32."""
     bk = precision_backend(device_name, half)
@@ -145,7 +144,7 @@ def test_gemm_reads_16_bit_views(device_name, rng, half, m, n, k, offsets, trans
                           to_storage(host, half).view(np.uint16))
 
 
-def test_gemm_reads_16_bit_specials_exactly(device_name, half, monkeypatch):
+def test_gemm_reads_16_bit_specials_exactly(device_name, half):
     """Stored values times the identity come back as they are on every path: subnormals,
     the largest finite, ties rounded on the way in."""
     bk = precision_backend(device_name, half)
@@ -188,7 +187,7 @@ def test_bias_activation_refuses_mixed_storage(rng, half):
 
 @pytest.mark.parametrize("kind", ["linear", "relu", "tanh", "gelu"])
 @pytest.mark.parametrize("rows,cols", [(5, 7), (3, 5000), (40, 257)])
-def test_the_delta_of_a_16_bit_layer(device_name, rng, half, kind, rows, cols, monkeypatch):
+def test_the_delta_of_a_16_bit_layer(device_name, rng, half, kind, rows, cols):
     """activation_bias_grad on a 16-bit z (whole rows and in pieces, where routing may take
     either): the delta f'(z) . da stored in 16 bits, the bias gradient summed before it
     rounds."""

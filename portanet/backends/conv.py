@@ -82,33 +82,47 @@ def _conv_sizes(x, k, stride, pad):
 FORWARD, BACKWARD_DATA, BACKWARD_FILTER = "forward", "backward_data", "backward_filter"
 
 
-class Product:
-    """One call of a convolution product (FORWARD: conv; BACKWARD_DATA: conv_input_grad;
-    BACKWARD_FILTER: conv_weight_grad), as its strategies read it: its shape g (ConvShape),
-    the workspace (or None) and the operands, viewed as matrices where the product reads
-    them so."""
-    __slots__ = ("name", "g", "workspace", "x", "kind", "w", "b", "z", "a", "stored", "half",
-                 "alpha", "beta", "dz", "gw", "patches", "dx")
+class Forward:
+    """One call of conv, as its strategies read it: its shape g (ConvShape), the workspace
+    (or None) and the operands, z and a viewed as (F, positions); stored: z + b's 16-bit
+    copy (or None), half: whether the outputs are in 16-bit storage."""
+    name = FORWARD
+    __slots__ = ("g", "workspace", "x", "kind", "w", "b", "z", "a", "stored", "half")
 
-    def __init__(self, name, g, workspace, x=None, kind=None, w=None, b=None, z=None, a=None,
-                 stored=None, half=False, alpha=1.0, beta=0.0, dz=None, gw=None,
-                 patches=False, dx=None):
-        self.name, self.g, self.workspace, self.x = name, g, workspace, x
-        self.kind, self.w, self.b, self.z, self.a = kind, w, b, z, a
-        self.stored, self.half = stored, half
-        self.alpha, self.beta, self.dz, self.gw, self.patches = alpha, beta, dz, gw, patches
-        self.dx = dx
+    def __init__(self, g, workspace, x, kind, w, b, z, a, stored, half):
+        self.g, self.workspace, self.x, self.kind, self.w = g, workspace, x, kind, w
+        self.b, self.z, self.a, self.stored, self.half = b, z, a, stored, half
+
+
+class BackwardData:
+    """One call of conv_input_grad: dx <- the input gradient of w and dz (F, positions)."""
+    name = BACKWARD_DATA
+    __slots__ = ("g", "workspace", "w", "dz", "dx")
+
+    def __init__(self, g, workspace, w, dz, dx):
+        self.g, self.workspace, self.w, self.dz, self.dx = g, workspace, w, dz, dx
+
+
+class BackwardFilter:
+    """One call of conv_weight_grad: gw <- alpha dz . cols(x)^T + beta gw; patches: the
+    workspace holds x's whole patch matrix already."""
+    name = BACKWARD_FILTER
+    __slots__ = ("g", "workspace", "x", "alpha", "beta", "dz", "gw", "patches")
+
+    def __init__(self, g, workspace, x, alpha, beta, dz, gw, patches):
+        self.g, self.workspace, self.x, self.alpha, self.beta = g, workspace, x, alpha, beta
+        self.dz, self.gw, self.patches = dz, gw, patches
 
 
 class Strategy:
     """A way to compute convolution products, written once for every shape: `applies`
-    to a Product on a backend, needs `workspace(bk, g)` bytes of the conv workspace and
-    `run`s one by its method of the product's name (forward, backward_data,
-    backward_filter)."""
+    to a product's call (Forward, BackwardData, BackwardFilter) on a backend, needs
+    `workspace(bk, g)` bytes of the conv workspace and `run`s one by its method of the
+    product's name (forward, backward_data, backward_filter)."""
     name = None
 
     def applies(self, bk, p):
-        """Whether this strategy can run Product p on backend bk."""
+        """Whether this strategy can run the product's call p on backend bk."""
         return True
 
     def workspace(self, bk, g):
@@ -116,7 +130,7 @@ class Strategy:
         return 0
 
     def run(self, bk, p):
-        """Launch Product p's kernels on bk."""
+        """Launch the kernels of the product's call p on bk."""
         getattr(self, p.name)(bk, p)
 
 
@@ -151,15 +165,14 @@ class Im2col(Strategy):
     MIN_CHUNK of its columns."""
     name = "im2col"
 
-    def _columns(self, bk, g):
-        """The fewest patch-matrix columns a chunk may have."""
-        return min(MIN_CHUNK, g.positions) if bk.vendor_gemm else g.positions
-
     def applies(self, bk, p):
-        return p.workspace is not None and p.workspace.size >= p.g.rows * self._columns(bk, p.g)
+        ws, g = p.workspace, p.g
+        return ws is not None and ws.size >= g.rows * (
+            min(MIN_CHUNK, g.positions) if bk.vendor_gemm else g.positions)
 
     def workspace(self, bk, g):
-        return g.rows * self._columns(bk, g) * bk.dtype.itemsize
+        columns = min(MIN_CHUNK, g.positions) if bk.vendor_gemm else g.positions
+        return g.rows * columns * bk.dtype.itemsize
 
     def forward(self, bk, p):
         g = p.g
@@ -190,8 +203,8 @@ class Direct(Strategy):
     name = "direct"
 
     def applies(self, bk, p):
-        return (p.name == FORWARD and p.kind != "softmax" and bk._stored(p.x) == p.half
-                and p.g.rows <= DIRECT_ROWS)
+        return (p.name == FORWARD and p.kind != "softmax" and p.g.rows <= DIRECT_ROWS
+                and bk._stored(p.x) == p.half)
 
     def forward(self, bk, p):
         g = p.g
@@ -201,6 +214,7 @@ class Direct(Strategy):
 
 
 STRATEGIES = (Implicit(), Im2col(), Direct())   # in the order routing times them
+BY_NAME = {s.name: s for s in STRATEGIES}
 
 
 class ConvPaths:
@@ -228,9 +242,9 @@ class ConvPaths:
         if half:                        # the sums in z, float32; z + b in stored
             stored = self.view(stored, z.shape) if stored is not None else None
             check_stored(self, z, a, stored, "conv")
-        p = Product(FORWARD, g, workspace, x, kind, w, b, z, a, stored, half)
+        p = Forward(g, workspace, x, kind, w, b, z, a, stored, half)
         path = self._conv_path(("conv", kind, *g, *_storage_key(self, x, a)), p)
-        path.run(self, p)
+        path.forward(self, p)
         return path.name == "im2col" and _holds_all(g, workspace)
 
     def conv_weight_grad(self, alpha, dz, x, beta, gw, k, stride, pad, workspace=None,
@@ -238,16 +252,16 @@ class ConvPaths:
         g = check_conv("conv_weight_grad", x, k, stride, pad, gw=gw, dz=dz)
         dz = self.view(dz, (g.F, g.positions))
         patches = patches and _holds_all(g, workspace)
-        p = Product(BACKWARD_FILTER, g, workspace, x, alpha=alpha, beta=beta, dz=dz, gw=gw,
-                    patches=patches)
+        p = BackwardFilter(g, workspace, x, alpha, beta, dz, gw, patches)
         self._conv_path(("conv_weight_grad", patches, *g, *_storage_key(self, x, dz)), p,
-                        restore=[gw] if beta != 0 else []).run(self, p)
+                        restore=[gw] if beta != 0 else []).backward_filter(self, p)
 
     def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
         g = check_conv("conv_input_grad", dx, k, stride, pad, w=w, dz=dz)
         dz = self.view(dz, (g.F, g.positions))
-        p = Product(BACKWARD_DATA, g, workspace, w=w, dz=dz, dx=dx)
-        self._conv_path(("conv_input_grad", *g, *_storage_key(self, dz)), p).run(self, p)
+        p = BackwardData(g, workspace, w, dz, dx)
+        self._conv_path(("conv_input_grad", *g, *_storage_key(self, dz)), p).backward_data(
+            self, p)
 
     def _gemm_columns(self, alpha, a, b, beta, c, trans_a, trans_b, j0):
         """One chunk's product in a convolution's im2col path: the patch chunk is b (the
@@ -274,24 +288,25 @@ class ConvPaths:
                                      ldc=c.shape[1])
 
     def _conv_path(self, key, p, restore=()):
-        """The strategy that runs Product p: of those that apply to it, the one pinned
+        """The strategy that runs the product's call p: of those that apply to it, the one pinned
         (conv_path: PORTANET_CONV or `pinned`), im2col where the GEMM is pinned to the
         vendor's, one of ours where it is pinned to ours, else the route measured for key
         (`_fastest`, the arrays in `restore` put back after its trials)."""
-        ways = {s.name: s for s in STRATEGIES if s.applies(self, p)}
+        ways = [s.name for s in STRATEGIES if s.applies(self, p)]
         if self.conv_path in ways:
-            return ways[self.conv_path]
-        if self.gemm_path == "vendor" and "im2col" in ways:
-            return ways["im2col"]
-        if self.gemm_path != "auto" and len(ways) > 1:
-            ways.pop("im2col", None)
+            return BY_NAME[self.conv_path]
+        if "im2col" in ways and self.gemm_path != "auto":
+            if self.gemm_path == "vendor":
+                return BY_NAME["im2col"]
+            if len(ways) > 1:
+                ways.remove("im2col")
         if len(ways) == 1:
-            return next(iter(ways.values()))
+            return BY_NAME[ways[0]]
         key += (tuple(sorted(ways)),)       # im2col's room differs between networks
         name = self._routes.get(key) or self._fastest(
-            key, {name: functools.partial(s.run, self, p) for name, s in ways.items()},
+            key, {name: functools.partial(BY_NAME[name].run, self, p) for name in ways},
             restore)
-        return ways[name]
+        return BY_NAME[name]
 
     def _patch_chunks(self, g, workspace):
         """[(j0, cols)]: the patch matrix's columns in chunks the workspace holds, cols a
