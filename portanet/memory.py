@@ -42,6 +42,9 @@ class MemoryPlan:
         self.available = available
         self.max_alloc = max_alloc
         self.distributed = distributed      # the job's Group where the network trains in one
+        # [(path, repr, description)] of the network's layers in walk order, which the
+        # network gives (Sequential.memory_plan) to number and describe them in __str__
+        self.layers = None
 
     @property
     def total(self):
@@ -65,22 +68,135 @@ class MemoryPlan:
         return sorted(self.buffers, key=lambda b: -b.nbytes)[:n]
 
     def __str__(self):
-        lines = [f"memory plan on {self.device} ({self.precision}), batch {self.batch_size}:"]
+        """The plan as a table: a row per buffer, grouped by the layer that holds it (its
+        number, then its whole description, wrapped), the totals by kind, the total against
+        the device's room, and what each column means."""
+        head = (f"memory plan on {self.device} ({self.precision}), batch {self.batch_size}: "
+                f"every buffer portanet allocates to train on it")
         if self.distributed:
             g = self.distributed
-            lines[0] = lines[0][:-1] + f" (this rank's; rank {g.rank} of {g.size} over " \
-                f"{g.engine}, devices {', '.join(g.devices)}, each rank's gradients " \
-                f"averaged through host memory):"
-        for b in self.buffers:
-            shape = "x".join(map(str, b.shape))
-            lines.append(f"  {b.owner:36.36s} {b.name:18s} {b.kind:16s} {shape:>16s} "
-                         f"{type_text(b.dtype, self.precision):>5s} {size_text(b.nbytes):>10s}")
-        for kind, nbytes in self.by_kind().items():
-            lines.append(f"  {'':36s} {'':18s} {kind:16s} {'':16s} {'':5s} "
-                         f"{size_text(nbytes):>10s}")
-        lines.append(f"  total {size_text(self.total)} of {size_text(self.available)} available"
+            head += (f" (this rank's; rank {g.rank} of {g.size} over {g.engine}, devices "
+                     f"{', '.join(g.devices)}, each rank's gradients averaged through host "
+                     f"memory)")
+        lines = wrap(head, "")
+        lines.append(f"  {'layer':8s} {'buffer':14s} {'kind':16s} {'elements':>12s} "
+                     f"{'type':>5s} {'bytes':>10s}")
+        for label, description, buffers in self.groups():
+            if description:
+                lines += wrap(description, f"  {label:8s} ", " " * 11)
+            for b in buffers:
+                lines.append(f"  {label:8s} {b.name:14s} {b.kind:16s} "
+                             f"{elements(b.shape):>12d} {type_text(b.dtype, self.precision):>5s} "
+                             f"{size_text(b.nbytes):>10s}")
+        lines += wrap("by kind: " + ", ".join(f"{kind} {size_text(nbytes)}"
+                                              for kind, nbytes in self.by_kind().items()), "  ")
+        lines.append(f"  total {size_text(self.total)} of {room_text(self.device, self.available)}"
                      + ("" if self.fits else "  (does NOT fit)"))
+        for text in COLUMNS + (f"available: {room_meaning(self.device)}",):
+            lines += wrap(text, "  ", "      ")
         return "\n".join(lines)
+
+    def groups(self):
+        """[(label, description or None, [Buffer])]: the network's own buffers, then each
+        layer's (label its number, as Sequential.walk names it, where the network gave
+        `layers`; else numbered in the order they come), then the backend's and fit's."""
+        own = [b for b in self.buffers if b.owner in SHARED]
+        theirs = [b for b in self.buffers if b.owner not in SHARED]
+        out = []
+        if any(b.owner == "network" for b in own):
+            out.append(("network", None, [b for b in own if b.owner == "network"]))
+        out += _by_layer(theirs, self.layers)
+        for owner in SHARED[1:]:
+            if any(b.owner == owner for b in own):
+                out.append((owner, None, [b for b in own if b.owner == owner]))
+        return out
+
+
+# owners that are no layer: the network's own buffers, a backend's workspaces, fit's data
+SHARED = ("network", "backend", "fit")
+
+COLUMNS = (
+    "layer: the layer's number (2.1: layer 1 inside block 2, as in the names of a saved "
+    "file's tensors), its description on the line above its buffers; network: the "
+    "network's own buffers, which its layers share; backend: the device's workspaces "
+    "(copies of a product's inputs); fit: the training set kept on the device.",
+    "buffer: flat = all of the layer's parameters in one vector (weights, then biases); "
+    "v, m, buf, gavg: the optimizer's state, one value per parameter; running_mean, "
+    "running_var: BatchNorm's statistics; names starting with _ hold a batch's values "
+    "(_x the inputs, _y the targets, _z and _a a layer's sums and activations) or scratch "
+    "space (_workspace, _ones, _staging).",
+    "kind: parameters (kept and saved), optimizer state (kept while training), batch "
+    "(grows with the batch size), workspace (scratch reused by every step), dataset "
+    "(fit's data on the device).",
+    "elements, type (f32 float32, i32 int32, bf16 and fp16 16-bit storage) and bytes of "
+    "each buffer.",
+)
+
+WIDTH = 100             # the widest a plan's or a summary's line grows before it wraps
+
+
+def wrap(text, first, rest=None, width=WIDTH):
+    """text as lines of at most `width` characters, the first after `first`, the others
+    after `rest` (default: as much space as `first`); words (and a description's
+    arguments, after their commas) are never cut."""
+    import textwrap
+    rest = " " * len(first) if rest is None else rest
+    return textwrap.wrap(text, width, initial_indent=first, subsequent_indent=rest,
+                         break_long_words=False, break_on_hyphens=False) or [first.rstrip()]
+
+
+def _by_layer(buffers, layers):
+    """Buffers of layers grouped by layer: [(number, description, [Buffer])]. With the
+    network's `layers`, [(path, repr, description)] in walk order, a buffer goes to the
+    first layer of its owner's repr after the last it went to (each kind lists its layers
+    in walk order, each layer's buffers with distinct names), so that alike layers (a
+    ResNet's) keep their own; without, owners are numbered as they come."""
+    if not layers:
+        order = list(dict.fromkeys(b.owner for b in buffers))
+        return [(str(i), owner, [b for b in buffers if b.owner == owner])
+                for i, owner in enumerate(order)]
+    held = [[] for _ in layers]
+    where = {}                  # kind -> index of the layer its last buffer went to
+    for b in buffers:
+        start = where.get(b.kind, 0)
+        for i in range(start, len(layers)):
+            if layers[i][1] == b.owner and all(c.name != b.name or c.kind != b.kind
+                                               for c in held[i]):
+                break
+        else:
+            i = next((i for i, layer in enumerate(layers) if layer[1] == b.owner), None)
+            if i is None:               # a layer the list does not know: its own group
+                layers = layers + [(str(len(layers)), b.owner, b.owner)]
+                held.append([])
+                i = len(layers) - 1
+        held[i].append(b)
+        where[b.kind] = i
+    return [(path, description, mine) for (path, _, description), mine in zip(layers, held)
+            if mine]
+
+
+# what a plan's room on the device is: the same figure, said the same way, in a plan, a
+# summary and a refusal
+ROOM = {
+    "cpu": "the host memory that can be allocated without swapping (Linux's MemAvailable)",
+    "opencl": "the device's memory less what portanet has allocated on it (OpenCL cannot "
+              "say what other programs use)",
+    "cuda": "the device's free memory as the driver reports it (other programs' use "
+            "counted)",
+}
+
+
+def room_meaning(device):
+    """What the room of a plan on `device` ("cpu", "opencl:0:0", "cuda:1") is."""
+    kind = str(device).split(":")[0]
+    return ROOM.get(kind, "the device's free memory") + \
+        ", plus what this network already holds there"
+
+
+def room_text(device, available):
+    """'22.6 GiB available on cpu': a plan's room, as a plan, a summary and a refusal say
+    it."""
+    return f"{size_text(available)} available on {device}"
 
 
 def type_text(dtype, precision):
@@ -98,8 +214,9 @@ def refuse(plan, what, largest_batch=None):
     """The OutOfMemoryError for a plan that does not fit: the numbers, the biggest
     buffers, and what would fit."""
     biggest = ", ".join(f"{b.owner} {b.name} {size_text(b.nbytes)}" for b in plan.largest())
-    text = (f"{what} needs {size_text(plan.total)} on {plan.device} but "
-            f"{size_text(plan.available)} are available (largest buffers: {biggest})")
+    text = (f"{what} needs {size_text(plan.total)}, more than the "
+            f"{room_text(plan.device, plan.available)} ({room_meaning(plan.device)}; "
+            f"largest buffers: {biggest})")
     for b in plan.too_big():
         text += (f"; {b.owner} {b.name} ({size_text(b.nbytes)}) exceeds the device's largest "
                  f"single allocation of {size_text(plan.max_alloc)}")

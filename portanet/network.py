@@ -20,7 +20,8 @@ import numpy as np
 
 from . import backends, dlpack, inputs, layers as layer_module, losses, optim, saving, training
 from .errors import InputError, PortanetError, ShapeError, check_count
-from .memory import elements, refuse, size_text as _size
+from .memory import WIDTH, elements, refuse, room_meaning, room_text, size_text as _size
+from .memory import wrap
 from .plan import Plan, flat_size
 from .saving import checked_weights
 
@@ -181,7 +182,10 @@ class Sequential:
         if optimizer is None:
             state = self.plan.state
             optimizer = state.optimizer if state else training.DEFAULT_OPTIMIZER
-        return self.plan.memory(batch_size, optimizer)
+        plan = self.plan.memory(batch_size, optimizer)
+        plan.layers = [(path, repr(layer), _layer_text(self, path, layer))
+                       for path, layer in self.walk()]
+        return plan
 
     @property
     def optimizer_state(self):
@@ -350,29 +354,40 @@ class Sequential:
         saving.load_weights(self, path)
 
     def summary(self, optimizer=None):
-        """The layers, their output shapes and parameters, and the bytes they hold in
-        training with `optimizer` (default as memory_plan's)."""
-        lines = [f"Sequential on {self.backend.name} ({self.backend.dtype}, "
-                 f"{self.backend.precision}), "
-                 f"input {self.input_shape}, loss {self.loss.name}"]
+        """The network as a table, as Keras's model.summary(): a row per layer (its number,
+        its whole description, wrapped, its output shape and its parameters; the layers of a
+        block below it), then the parameters, the bytes they hold on the device in training
+        with `optimizer` (default as memory_plan's) against the device's room, and what
+        the optimizer keeps per parameter. repr(net) and print(net) give it too."""
+        bk = self.backend
+        lines = wrap(f"Sequential on {bk.name} ({bk.dtype}, {bk.precision}): input "
+                     f"{self.input_shape}, loss {self.loss.name}", "")
+        rule = "  " + "-" * (WIDTH - 2)
+        lines += [rule, f"  {'#':6s} {'layer':{_DESCRIBED}s} {'output shape':16s} "
+                        f"{'parameters':>12s}", rule]
         total = 0
-        for path, layer in self.walk():
-            n = sum(flat_size(l) for p, l in self.walk()                  # with its inner
+        walked = list(self.walk())
+        for path, layer in walked:
+            n = sum(flat_size(l) for p, l in walked                        # with its inner
                     if p == path or p.startswith(path + "."))
             total += n if "." not in path else 0
             indent = "  " * path.count(".")
-            text = repr(layer) if not layer.sublayers() else f"{type(layer).__name__}(...)"
-            lines.append(f"  {indent}{text:{48 - len(indent)}s} -> {str(layer.out_shape):16s} "
-                         f"{n:>10,d} parameters")
+            text = wrap(indent + _layer_text(self, path, layer), "", indent + "  ",
+                        _DESCRIBED)
+            lines.append(f"  {path:6s} {text[0]:{_DESCRIBED}s} {str(layer.out_shape):16s} "
+                         f"{n:>12,d}")
+            lines += [f"  {'':6s} {more}" for more in text[1:]]
+        lines.append(rule)
         if optimizer is None:
             state = self.plan.state
             optimizer = state.optimizer if state else training.DEFAULT_OPTIMIZER
         capacity = self.plan.capacity
         plan = self.memory_plan(capacity, optimizer)
         kinds = ", ".join(f"{kind} {_size(nbytes)}" for kind, nbytes in plan.by_kind().items())
-        lines.append(f"  {total:,d} parameters; {_size(plan.total)} on the device "
-                     f"({kinds}{'' if capacity else '; batch buffers come with the first batch'})")
-        itemsize, scaling = self.backend.dtype.itemsize, self.loss_scaling
+        lines += wrap(f"{total:,d} parameters; {_size(plan.total)} on the device ({kinds}"
+                      f"{'' if capacity else '; batch buffers come with the first batch'}) "
+                      f"of {room_text(plan.device, plan.available)}", "  ", "    ")
+        itemsize, scaling = bk.dtype.itemsize, self.loss_scaling
         per = optimizer.bytes_per_parameter(itemsize)
         if scaling is not None:
             per += itemsize
@@ -381,8 +396,21 @@ class Sequential:
             how = " and a gradient workspace as large as the largest layer"
         else:
             how = ""
-        lines.append(f"  training with {repr(optimizer)}: {per} bytes per parameter{how}")
+        lines += wrap(f"training with {repr(optimizer)}: {per} bytes per parameter{how}",
+                      "  ", "    ")
+        lines += wrap(f"available: {room_meaning(plan.device)}", "  ", "    ")
         return "\n".join(lines)
+
+    def __repr__(self):
+        """The summary; a short line where it cannot be made now: a network that free()
+        gave back, or one another thread is using (repr must neither raise nor wait)."""
+        short = f"<Sequential of {len(self.layers)} layers on {self.backend.name}"
+        if not self._lock.acquire(blocking=False):
+            return short + ": in use by another thread>"
+        try:
+            return short + ", freed>" if self._freed else self.summary()
+        finally:
+            self._lock.release()
 
     def get_weights(self):
         """{name: host array} of every parameter and saved buffer, named as in files
@@ -423,6 +451,21 @@ class Sequential:
 
 
 _guard(Sequential)
+
+_DESCRIBED = WIDTH - 2 - 6 - 1 - 1 - 16 - 1 - 12   # the summary's layer column
+
+
+def _layer_text(net, path, layer):
+    """A layer as a summary and a plan describe it: its repr; a block by the numbers of
+    the layers inside it (each described on its own row)."""
+    if not layer.sublayers():
+        return repr(layer)
+    inner = [p for p, _ in net.walk() if p.startswith(path + ".")]
+    body = [p for p in inner if p.count(".") == path.count(".") + 1
+            and not p.endswith(".proj")]
+    through = [p for p in inner if p == path + ".proj"]
+    return (f"{type(layer).__name__}(layers {body[0]} to {body[-1]}, added to its input"
+            + (f" through {through[0]})" if through else ")"))
 
 
 def _input_shape(shape):

@@ -123,7 +123,7 @@ class Progress:
 
     def __init__(self, bar=True, stream=None, write=None, leave=True):
         self.stream = stream or sys.stdout
-        self.write = write or (lambda line: print(line, file=self.stream, flush=True))
+        self.write = write or self._print      # no closure over self: no reference cycle
         self.tqdm = _tqdm() if bar else None
         self.leave = leave
         self.bar = None
@@ -169,9 +169,13 @@ class Progress:
             bar.close()
         self.write(epoch_line(epoch, self.epochs, logs))
 
+    def _print(self, line):
+        print(line, file=self.stream, flush=True)
+
     def close(self):
-        """End a bar left open by an epoch that did not finish (an error, a stop)."""
-        bar, self.bar = self.bar, None
+        """End a bar left open by an epoch that did not finish (an error, a stop), and let
+        go of the network (read holds its plan)."""
+        bar, self.bar, self._read = self.bar, None, None
         if bar is not None:
             bar.close()
 
