@@ -241,7 +241,7 @@ def _torch_device(bk):
     try:
         import torch
     except ImportError:
-        return None, "PyTorch is not installed"
+        return None, "PyTorch is not installed (pip install torch, for this column alone)"
     if bk.kind == "cpu":
         return "cpu", None
     if bk.kind == "cuda":

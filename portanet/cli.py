@@ -2,6 +2,8 @@
 import json
 import logging
 import os
+import re
+import shlex
 import sys
 import time
 
@@ -213,11 +215,12 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
             f"training diverged in epoch {e.epoch + 1}: the loss is {e.loss} at learning "
             f"rate {progress.number(e.lr)}; give a lower --lr (e.g. --lr "
             f"{progress.number(e.lr / 10)}), or a --schedule with warmup such as "
-            f"'warmup(2, cosine({epochs}))'"
+            f"'warmup(2, cosine(30))'"
             + (f"; in fp16 a product's inputs from {precisions.HALF_OVERFLOW:g} up are inf: "
                f"--precision bf16 keeps float32's range" if "in fp16" in str(e) else "")) from e
     except PortanetError as e:
-        raise click.ClickException(str(e)) from e
+        raise click.ClickException(re.sub(r"use batch_size <= (\d+)",
+                                          r"give --batch-size \1 or less", str(e))) from e
 
 
 def check_outputs(*outputs):
@@ -229,7 +232,13 @@ def check_outputs(*outputs):
     given = [(option, path, what) for option, path, what in outputs if path]
     seen = {}
     for option, path, what in given:
-        target = os.path.realpath(files.check_destination(path, what))
+        try:
+            target = os.path.realpath(files.check_destination(path, what))
+        except PortanetError as e:      # said in the shell's terms, not Python's
+            folder = os.path.dirname(os.path.abspath(path))
+            raise type(e)(f"{option}: " + str(e).replace(
+                "create it first (os.makedirs)",
+                f"create it first (mkdir -p {shlex.quote(folder)})")) from e
         if target in seen:
             raise PortanetError(f"{seen[target]} and {option} name the same file, {path}: "
                                 f"one would overwrite the other; give each its own")
@@ -329,7 +338,8 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
 @main.command()
 @click.argument("workload", default="lenet-step")
 @click.option("--device", default=None, help="an opencl or cuda device string "
-              "(default: $PORTANET_DEVICE)")
+              "(default: $PORTANET_DEVICE, else the first OpenCL or CUDA device that is not "
+              "a simulator)")
 @click.option("--batch-size", type=click.IntRange(1), default=64, show_default=True)
 @click.option("--precision", default=None,
               help="fp32, tf32, bf16 or fp16 (default: $PORTANET_PRECISION, else fp32)")
@@ -342,7 +352,10 @@ def profile(workload, device, batch_size, precision, json_path):
     from . import bench as bench_module, profiler
     try:
         check_outputs(("--json", json_path, "the profile"))
-        bk = backends.device_for(device, "float32", precision)
+        bk = backends.device_for(_profiled_device(device), "float32", precision)
+        if bk.name == "cpu":
+            raise PortanetError(f"cpu cannot be profiled: the NumPy reference has no device "
+                                f"queue to time; {_profilable()}")
         net, step = bench_module.training_step(workload, bk, batch_size,
                                                np.random.default_rng(0), eager=True)
         report = profiler.profile(bk, step, warmup_seconds=0.5)
@@ -356,6 +369,39 @@ def profile(workload, device, batch_size, precision, json_path):
     click.echo(profiler.table(report))
     if json_path:
         bench_module.write_json(report, json_path)
+
+
+def _profiled_device(device):
+    """The device profile runs on: --device, else $PORTANET_DEVICE, else the first OpenCL
+    or CUDA device that is not a simulator (said on stderr); a PortanetError listing what
+    can be profiled where there is none."""
+    from . import config
+    if device or config.device_variable():
+        return device
+    for spec, _ in backends.list_devices()[0]:
+        if spec == "cpu":
+            continue
+        try:
+            if backends.device(spec).simulator:
+                continue
+        except PortanetError:
+            continue
+        click.echo(f"profiling {spec}, the first device here that can be profiled "
+                   f"(--device picks another; `portanet devices` lists them)", err=True)
+        return spec
+    raise PortanetError(f"no device to profile by default: {_profilable()}")
+
+
+def _profilable():
+    """What to pass to profile a device here: '--device S' for each OpenCL and CUDA device
+    listed, or how to install a backend."""
+    found, missing = backends.list_devices()
+    specs = [spec for spec, _ in found if spec != "cpu"]
+    if specs:
+        return ("profile an OpenCL or CUDA device: " + ", ".join(f"--device {s}" for s in specs)
+                + " (`portanet devices` says what each is; simulators are slow)")
+    return ("there is no OpenCL or CUDA device here; pip install 'portanet[opencl]' (with "
+            "a driver, or 'portanet[pocl]' for the CPU) or 'portanet[cuda]'")
 
 
 @main.command()
@@ -443,7 +489,27 @@ def export(model_file, out, opset):
         path = onnx_export.to_onnx(net, out, opset)
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
-    click.echo(f"wrote {path}: {net._describe()}, opset {opset or onnx_export.OPSET}")
+    click.echo(export_report(net, model_file, path, opset or onnx_export.OPSET))
+
+
+def export_report(net, source, path, opset):
+    """A few lines on what export wrote: the file, its opset and size; the network's
+    layers by kind, its parameters, its input and output (`print(net)` in Python, or
+    `portanet train --plan`, lists every layer)."""
+    from .memory import size_text, wrap
+    from .plan import flat_size
+    kinds = {}
+    for layer in net.layers:
+        kinds[type(layer).__name__] = kinds.get(type(layer).__name__, 0) + 1
+    layers = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+    parameters = sum(flat_size(layer) for _, layer in net.walk())
+    last = getattr(net.layers[-1], "activation", None)
+    return "\n".join([
+        f"wrote {path} (ONNX opset {opset}, {size_text(os.path.getsize(path))}) from {source}",
+        *wrap(f"{len(net.layers)} layers: {layers}", "  "),
+        f"  {parameters:,d} parameters; input (N, {', '.join(map(str, net.input_shape))}) "
+        f"{net.backend.dtype}, output (N, {net.n_out})" + (f" after {last}" if last else "")
+        + "; N: any batch"])
 
 
 def build_model(model, dataset, input_shape, device, seed, precision=None):
