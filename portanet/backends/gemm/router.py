@@ -104,18 +104,20 @@ class GemmRouting:
         check_pin("GEMM", gemm, self.gemm_paths)
         check_pin("convolution", conv, self.conv_paths)
         fresh = dict(routes or {})
-        saved = (self.gemm_path, self.conv_path, self._routes, self._route_tilings,
-                 self._route_file)
-        if gemm is not None:
-            self.gemm_path = gemm
-        if conv is not None:
-            self.conv_path = conv
-        self._routes, self._route_tilings, self._route_file = fresh, {}, None
+        with self._lock:                # not in the middle of another thread's operation
+            saved = (self.gemm_path, self.conv_path, self._routes, self._route_tilings,
+                     self._route_file)
+            if gemm is not None:
+                self.gemm_path = gemm
+            if conv is not None:
+                self.conv_path = conv
+            self._routes, self._route_tilings, self._route_file = fresh, {}, None
         try:
             yield self
         finally:
-            (self.gemm_path, self.conv_path, self._routes, self._route_tilings,
-             self._route_file) = saved
+            with self._lock:
+                (self.gemm_path, self.conv_path, self._routes, self._route_tilings,
+                 self._route_file) = saved
 
     def _route(self, a, b, beta, c, trans_a, trans_b, m, n, k):
         """The faster path for this shape, measured now on the real operands (`_fastest`)
