@@ -167,9 +167,11 @@ def gemm_scale(alpha, a, b, beta, c):
     return np.linalg.norm(abs(alpha) * np.abs(a) @ np.abs(b) + abs(beta) * np.abs(c))
 
 
-# -- the time of each part: the summary ends with the tests and seconds of each device ----
+# -- the time of each part: the summary ends with the tests and seconds of each device,
+# then the causes of the skips, most common first ------------------------------------------
 
-_parts = {}                     # device (or "-": tests without one) -> [seconds, outcomes]
+NO_DEVICE = "(no device)"       # the row of the tests that take no device parameter
+_parts = {}                     # device (or NO_DEVICE) -> [seconds, outcomes]
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -177,14 +179,28 @@ def pytest_runtest_makereport(item, call):
     report = (yield).get_result()
     params = getattr(item, "callspec", None)
     params = params.params if params else {}
-    report.device = params.get("backend") or params.get("device_name") or "-"
+    report.device = params.get("backend") or params.get("device_name") or NO_DEVICE
 
 
 def pytest_runtest_logreport(report):
-    part = _parts.setdefault(getattr(report, "device", "-"), [0.0, {}])
+    part = _parts.setdefault(getattr(report, "device", NO_DEVICE), [0.0, {}])
     part[0] += report.duration
     if report.when == "call" or report.outcome != "passed":
         part[1][report.outcome] = part[1].get(report.outcome, 0) + 1
+
+
+SKIP_CAUSES = 10                # the most common causes listed; the rest counted in one line
+
+
+def skip_cause(reason):
+    """(cause, detail) of a skip's reason: the cause before the first ': ' or '; ', its
+    numbers as N ("opencl:pocl unavailable here"), the detail the first sentence after it,
+    without the device it names again ("no NVIDIA GPU/driver found on this machine")."""
+    import re
+    reason = reason.removeprefix("Skipped: ")
+    cause, detail = (re.split(r": |; ", reason, maxsplit=1) + [""])[:2]
+    detail = re.sub(r"^device '[^']*' is not available: ", "", detail)
+    return re.sub(r"\d+(\.\d+)?", "N", cause), detail.split(". ")[0]
 
 
 def pytest_terminal_summary(terminalreporter):
@@ -194,3 +210,19 @@ def pytest_terminal_summary(terminalreporter):
     for device, (seconds, outcomes) in sorted(_parts.items(), key=lambda p: -p[1][0]):
         counts = ", ".join(f"{n} {what}" for what, n in sorted(outcomes.items()))
         terminalreporter.write_line(f"{device:24s} {seconds:7.1f} s   {counts}")
+    causes, details = {}, {}
+    for report in terminalreporter.stats.get("skipped", []):
+        if isinstance(report.longrepr, tuple):          # (path, line, reason)
+            cause, detail = skip_cause(str(report.longrepr[2]))
+            causes[cause] = causes.get(cause, 0) + 1
+            details.setdefault(cause, detail)
+    if not causes:
+        return
+    terminalreporter.section("skipped, by cause (most first; -rs lists each test)")
+    ranked = sorted(causes.items(), key=lambda c: (-c[1], c[0]))
+    for cause, n in ranked[:SKIP_CAUSES]:
+        line = f"{n:6d}  {cause}" + (f": {details[cause]}" if details[cause] else "")
+        terminalreporter.write_line(line if len(line) <= 110 else line[:107] + "...")
+    rest = ranked[SKIP_CAUSES:]
+    if rest:
+        terminalreporter.write_line(f"{sum(n for _, n in rest):6d}  {len(rest)} other causes")
