@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from portanet.backends.base import conv_out
-from portanet.backends import gpu
 from portanet.backends.gemm import router as gemm_router
 from portanet.backends.arrays import ACT
 from portanet.backends.gemm.router import FINISH_PARTS
 from portanet.backends.numpy import NumpyBackend, activate, activate_grad
+from portanet.backends.ops import blas as blas_ops, loss as loss_ops
 from portanet.errors import InputError, ShapeError
 from portanet.optim import Adam
 from conftest import F32, F64_GRAD, gemm_scale, get_backend, rel_err, simulated
@@ -582,7 +582,7 @@ def test_bias_softmax_xent_grad(bk, rng, rows, cols, monkeypatch):
     labels = rng.integers(0, rows, cols).astype(np.int32)
     l0, h0 = rng.random(cols), rng.integers(0, 5, cols).astype(float)   # sums so far
     key = ("bias_softmax_xent_grad", rows, cols)
-    monkeypatch.setattr(gpu, "FUSED_LOSS_SAMPLES", 8)   # several samples a work-item too
+    monkeypatch.setattr(loss_ops, "FUSED_LOSS_SAMPLES", 8)   # several samples a work-item too
     results = []
     for way in ["reference"] if bk.kind == "cpu" else ["fused", "apart", "calls"]:
         (Z, B, GB, ONES), _, _ = packed(bk, z, b, gb, np.ones(cols))
@@ -616,7 +616,7 @@ def test_bias_softmax_xent_grad_routes(backend, rng, monkeypatch):
     the outputs as they were between trials, and either way gives the bias gradient."""
     if backend.kind == "cpu":
         pytest.skip("the reference backend has one way")
-    from portanet.backends.gpu import FUSED_LOSS_SAMPLES
+    from portanet.backends.ops.loss import FUSED_LOSS_SAMPLES
     # the fused launch is tried where a work-item takes at most FUSED_LOSS_SAMPLES samples
     rows, cols = 10, min(64, FUSED_LOSS_SAMPLES * backend.gemv_threads - 3)
     z, b, gb = (rng.standard_normal(n) for n in ((rows, cols), rows, rows))
@@ -666,7 +666,7 @@ def test_gather_batch(bk, rng, rows, m, real_targets):
 def test_transpose(bk, rng, rows, cols, monkeypatch):
     """out <- x^T through tiles, exactly, at odd offsets between NaN; with the row tiles
     shared by two groups (as a matrix of more than 65535 tiles' rows shares them)."""
-    monkeypatch.setattr(gpu, "MAX_GROUPS_1", 2)
+    monkeypatch.setattr(blas_ops, "MAX_GROUPS_1", 2)
     x = real(bk, rng.standard_normal((rows, cols)))
     (X, OUT), big, _ = packed(bk, x, np.full((cols, rows), np.nan))
     bk.transpose(X, OUT)
@@ -768,7 +768,6 @@ def test_write_samples(bk, rng, m, shape, room, lane, monkeypatch):
         pytest.skip("no staging here: the host lays batches out" if not bk.stages_samples
                     else "the lane's turns are seen with room for the batch and for 3")
     from portanet.backends import gpu
-    from portanet.backends.gemm import router as gemm_router
     monkeypatch.setattr(gpu, "LANE_BYTES", {"plain": 2**62, "lane": 0,
                                             "mixed": 2 * n * bk.dtype.itemsize}[lane])
     base = poisoned(bk, (n * m + 5,))
@@ -820,7 +819,6 @@ def test_the_copy_lane_waits_for_what_the_device_was_given(backend, rng, monkeyp
         pytest.skip("no copy lane here: the host lays batches out" if not
                     backend.stages_samples else "the simulator runs each queue in turn")
     from portanet.backends import gpu
-    from portanet.backends.gemm import router as gemm_router
     monkeypatch.setattr(gpu, "LANE_BYTES", 0)
     n = (1 << 24) if backend.is_gpu else (1 << 16)      # fills the device takes a while over
     dst, x = backend.empty((1, 3)), rng.standard_normal((3, 1))
