@@ -180,7 +180,7 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
         # a bar on stderr where a person watches it, cleared when an epoch ends; one line
         # per epoch on stdout (progress.py); other ranks say nothing
         shown = progress.Progress(bar=progress.watched(sys.stderr), stream=sys.stderr,
-                                  write=click.echo, leave=False) \
+                                  write=click.echo) \
             if distributed.leader() else 0
         history = net.fit(x, y, epochs=epochs, batch_size=batch_size, optimizer=opt,
                           schedule=lr_schedule, seed=seed, validation_split=validation_split,

@@ -4,8 +4,8 @@ log, or nothing.
 
     verbose="auto"  a bar if the output is a terminal or a notebook, else a line per epoch
     verbose=0       nothing
-    verbose=1       a bar per epoch: batches done, rate, time left, the running loss and
-                    accuracy; when the epoch ends, its figures
+    verbose=1       a bar while an epoch runs: batches done, rate, time left, the running
+                    loss and accuracy; when the epoch ends, its line in the bar's place
     verbose=2       one line per epoch: loss, accuracy, validation, learning rate, seconds
 
 The bar is tqdm's (the extra `progress`: pip install 'portanet[progress]'); where tqdm is
@@ -23,6 +23,7 @@ log = logging.getLogger("portanet")
 # seconds between two reads of the running loss: a read waits for the device's queue, so
 # it is not made after every batch
 READ_EVERY = 1.0
+DRAW_EVERY = 0.2        # seconds between two draws of the bar (tqdm's mininterval)
 
 
 def watched(stream):
@@ -89,7 +90,7 @@ def for_fit(verbose, stream=None):
     return Progress(bar=bar, stream=stream)
 
 
-def metrics_text(logs, sep="  "):
+def metrics_text(logs):
     """An epoch's figures as a person reads them: 'loss 0.4123  accuracy 0.8512  val_loss
     ...  lr 0.02  3.21 s' (with what loss scaling did, where it scales)."""
     parts = [f"loss {logs['loss']:.4f}", f"accuracy {logs['accuracy']:.4f}"]
@@ -101,7 +102,7 @@ def metrics_text(logs, sep="  "):
     if "loss_scale" in logs:
         parts.append(f"loss scale {logs['loss_scale']:g} ({logs['skipped_steps']} steps "
                      f"skipped)")
-    return sep.join(parts)
+    return "  ".join(parts)
 
 
 def epoch_line(epoch, epochs, logs):
@@ -114,18 +115,16 @@ class Progress:
     each batch (a bar only: the one-line form ignores batches), `end` with the epoch's
     logs; `close` when fit ends, however it ends.
 
-    bar: a tqdm bar per epoch on `stream`, whose postfix shows the running loss and
-    accuracy (read at most every READ_EVERY seconds); leave=True keeps each epoch's bar,
-    ended with the epoch's figures, as its record (fit's), leave=False clears it and
-    writes the epoch's line instead (the command line's, whose lines go to stdout while
-    its bar is on stderr). Without a bar, one line per epoch through `write` (default:
-    print to stream)."""
+    bar: a tqdm bar on `stream` while an epoch runs, whose postfix shows the running loss
+    and accuracy (read at most every READ_EVERY seconds); when the epoch ends the bar is
+    cleared and the epoch's line written in its place, so that what stays is a line per
+    epoch, never cut to the terminal's width. Lines go through `write` (default: print to
+    stream; the command line's go to stdout while its bar is on stderr)."""
 
-    def __init__(self, bar=True, stream=None, write=None, leave=True):
+    def __init__(self, bar=True, stream=None, write=None):
         self.stream = stream or sys.stdout
         self.write = write or self._print      # no closure over self: no reference cycle
         self.tqdm = _tqdm() if bar else None
-        self.leave = leave
         self.bar = None
         self.epochs = self.batches = 0
         self._read = None
@@ -144,8 +143,8 @@ class Progress:
         if self.tqdm is None:
             return
         self.bar = self.tqdm(total=self.batches, desc=f"epoch {epoch + 1}/{self.epochs}",
-                             unit="batch", file=self.stream, leave=self.leave,
-                             dynamic_ncols=True, mininterval=0.2)
+                             unit="batch", file=self.stream, leave=False,
+                             dynamic_ncols=True, mininterval=DRAW_EVERY)
         self._next_read = time.monotonic() + READ_EVERY
 
     def batch(self, samples):
@@ -162,11 +161,7 @@ class Progress:
     def end(self, epoch, logs):
         bar, self.bar = self.bar, None
         if bar is not None:
-            if self.leave:
-                bar.set_postfix_str(metrics_text(logs, ", "), refresh=False)
-                bar.close()
-                return
-            bar.close()
+            bar.close()                 # cleared: the epoch's line takes its place
         self.write(epoch_line(epoch, self.epochs, logs))
 
     def _print(self, line):

@@ -48,12 +48,15 @@ def test_a_terminal_gets_a_bar_with_rate_and_running_loss(monkeypatch):
     tty = Tty()
     monkeypatch.setattr(sys, "stdout", tty)
     monkeypatch.setattr(progress, "READ_EVERY", 0.0)       # the running loss every batch
+    monkeypatch.setattr(progress, "DRAW_EVERY", 0.0)       # drawn every batch
     small().fit(*data(), epochs=2, batch_size=16)
     text = tty.getvalue()
     assert "\r" in text and "epoch 1/2" in text and "epoch 2/2" in text
-    assert "6/6" in text and "batch/s" in text
-    assert "loss " in text and "accuracy " in text
-    assert "lr 0.01" in text              # each epoch's bar ends with its figures
+    assert "/6 [" in text and "batch/s" in text
+    assert "batch/s, loss " in text and ", accuracy " in text   # the running figures
+    lines = [line.rpartition("\r")[2] for line in text.splitlines()]
+    assert [line.split()[:2] for line in lines if line.startswith("epoch") and "|" not in line] \
+        == [["epoch", "1/2"], ["epoch", "2/2"]]     # each bar's place taken by its line
 
 
 def test_verbose_2_on_a_terminal_is_the_lines(monkeypatch):
@@ -88,7 +91,7 @@ def test_progress_and_on_epoch_hooks_run_whatever_verbose_says():
 def test_the_command_lines_bar_is_cleared_for_each_epochs_line():
     pytest.importorskip("tqdm")
     tty, lines = Tty(), []
-    shown = progress.Progress(bar=True, stream=tty, write=lines.append, leave=False)
+    shown = progress.Progress(bar=True, stream=tty, write=lines.append)
     shown.begin(2, 4, lambda samples: (0.5, 0.75))
     shown.start(0)
     for i in range(4):
