@@ -178,7 +178,7 @@ def _by_layer(buffers, layers):
 # what a plan's room on the device is: the same figure, said the same way, in a plan, a
 # summary and a refusal
 ROOM = {
-    "cpu": "the host memory that can be allocated without swapping (Linux's MemAvailable)",
+    "cpu": "the host memory that can be allocated without swapping, Linux's MemAvailable",
     "opencl": "the device's memory less what portanet has allocated on it (OpenCL cannot "
               "say what other programs use)",
     "cuda": "the device's free memory as the driver reports it (other programs' use "
@@ -213,12 +213,13 @@ def type_text(dtype, precision):
 def refuse(plan, what, largest_batch=None):
     """The OutOfMemoryError for a plan that does not fit: the numbers, the biggest
     buffers, and what would fit."""
-    biggest = ", ".join(f"{b.owner} {b.name} {size_text(b.nbytes)}" for b in plan.largest())
+    biggest = ", ".join(f"{_short(b.owner)} {b.name} {size_text(b.nbytes)}"
+                        for b in plan.largest())
     text = (f"{what} needs {size_text(plan.total)}, more than the "
             f"{room_text(plan.device, plan.available)} ({room_meaning(plan.device)}; "
             f"largest buffers: {biggest})")
     for b in plan.too_big():
-        text += (f"; {b.owner} {b.name} ({size_text(b.nbytes)}) exceeds the device's largest "
+        text += (f"; {_short(b.owner)} {b.name} ({size_text(b.nbytes)}) exceeds the device's largest "
                  f"single allocation of {size_text(plan.max_alloc)}")
     if largest_batch:
         text += f". The largest batch that fits is {largest_batch}: use batch_size <= {largest_batch}"
@@ -227,6 +228,12 @@ def refuse(plan, what, largest_batch=None):
     else:
         text += ": use a smaller network or a bigger device"
     return OutOfMemoryError(text)
+
+
+def _short(owner, most=80):
+    """A buffer's owner in one line of a message: a block's description of its whole
+    inside (thousands of characters for a ResNet's) as its kind, Residual(...)."""
+    return owner if len(owner) <= most else owner.split("(")[0] + "(...)"
 
 
 def largest_batch(fits, limit):
