@@ -14,14 +14,15 @@ from .ops.norm import NormReference
 from .ops.optim import UpdateReference
 from .ops.pool import PoolReference
 from .ops.reference import quiet
+from .pinning import OnePath
 
 EMULATED = ("tf32", "bf16", "fp16")     # the precisions below float32 it emulates
 
 
-class NumpyBackend(BlasReference, ActivationReference, LossReference, PoolReference,
+class NumpyBackend(OnePath, BlasReference, ActivationReference, LossReference, PoolReference,
                    NormReference, UpdateReference, Backend):
     """The op families' NumPy references over host memory (backends/ops), and the
-    products and convolutions."""
+    products and convolutions, each computed one way (OnePath: nothing to pin or route)."""
 
     kind = "cpu"
 
