@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import portanet
-from portanet.backends import gpu, sources
+from portanet.backends import arrays, gpu, sources
 
 SHARED = sorted(p.stem for p in sources.folder("cl").glob("*.cl"))
 CUDA_FAMILIES = sorted(SHARED + list(sources.CUDA_ONLY))    # what CUDA builds
@@ -138,11 +138,11 @@ def test_cuda_kernels_compile(family, real, tmp_path):
 
 
 def test_the_host_sizes_launches_as_the_kernels_step():
-    """gpu.py sizes bias_activation's and momentum_updates' launches by the elements a
+    """The ops size bias_activation's and momentum_updates' launches by the elements a
     work-item of elementwise.cl takes; a kernel written for another count would leave
     elements out."""
     for lang in ("cl", "cu"):
-        assert f"#define STEPS {gpu.STEPS}\n" in sources.load("elementwise", lang)[1]
+        assert f"#define STEPS {arrays.STEPS}\n" in sources.load("elementwise", lang)[1]
 
 
 def test_installed_package_carries_its_kernels():
