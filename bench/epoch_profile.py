@@ -29,13 +29,13 @@ def main():
     make = pn.lenet if args.model == "lenet" else pn.mlp
     net = make(device=args.device, seed=0)
     kept = {"data_on_device": args.on_device}
-    net.fit(x[:args.batch * 20], y[:args.batch * 20], epochs=1, batch_size=args.batch, **kept)
+    net.fit(x[:args.batch * 20], y[:args.batch * 20], epochs=1, batch_size=args.batch, verbose=0, **kept)
     bk = net.backend
     batches = -(-len(x) // args.batch)
     for _ in range(2):
         bk.synchronize()
         start = time.perf_counter()
-        net.fit(x, y, epochs=1, batch_size=args.batch, **kept)
+        net.fit(x, y, epochs=1, batch_size=args.batch, verbose=0, **kept)
         bk.synchronize()
         took = time.perf_counter() - start
         print(f"{args.model} epoch of {len(x)} on {bk.name}, set "
@@ -43,7 +43,7 @@ def main():
               f"{took / batches * 1e6:.1f} us a batch")
     profile = cProfile.Profile()
     profile.enable()
-    net.fit(x, y, epochs=1, batch_size=args.batch, **kept)
+    net.fit(x, y, epochs=1, batch_size=args.batch, verbose=0, **kept)
     bk.synchronize()
     profile.disable()
     stats = pstats.Stats(profile)

@@ -155,7 +155,7 @@ def _read(path):
     try:
         import torch
     except ImportError as e:
-        raise InputError(f"{path} is a PyTorch pickle, which only torch reads: install "
+        raise InputError(f"{path} is a PyTorch pickle, which only torch reads: pip install "
                          f"torch, or save the state dict with "
                          f"safetensors.torch.save_file and give that file") from e
     try:

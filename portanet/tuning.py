@@ -572,7 +572,8 @@ def summary(result):
     lines.append(f"  (default {params_text(result['default'])})")
     if result["vendor_k"] is None:
         lines.append("  vendor_k: - (" + ("its measurement failed" if vendor else
-                                          "no vendor GEMM here") + ")")
+                                          "no vendor GEMM here: on OpenCL, pip install 'portanet[clblast]' "
+                                          "with Debian's libclblast-dev") + ")")
     else:
         errs = ", ".join(f"{k}: {e:.1e}" for k, e in result["vendor_errors"].items())
         lines.append(f"  vendor_k: {result['vendor_k']} (errors by K, bound "

@@ -1,5 +1,6 @@
 """The command line speaks its own language: flags and shell commands in its messages,
 a short report from export, and a device that profile can time."""
+import re
 import types
 
 import pytest
@@ -77,3 +78,14 @@ def test_profile_on_cpu_lists_the_devices_to_pass(monkeypatch):
     result = run("profile", "--device", "cpu")
     assert result.exit_code == 1
     assert "cpu cannot be profiled" in result.output and "--device opencl:1:0" in result.output
+
+
+@pytest.mark.parametrize("word, extra", [("intel", "portanet[intel-cpu]"),
+                                         ("pocl", "portanet[pocl]"),
+                                         ("oclgrind", "portanet[oclgrind]")])
+def test_a_missing_platform_names_what_installs_it(monkeypatch, word, extra):
+    pytest.importorskip("pyopencl")
+    from portanet.backends import opencl_devices
+    monkeypatch.setattr(opencl_devices, "_platforms", lambda: [])
+    with pytest.raises(DeviceError, match=re.escape(f"opencl:{word} comes with pip install '{extra}'")):
+        opencl_devices.platform_number(word)

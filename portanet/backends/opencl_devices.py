@@ -96,7 +96,7 @@ def _devices():
     platforms = _platforms()
     if not platforms:
         raise DeviceError("pyopencl found no OpenCL platform: install a driver (pip install "
-                          "pocl-binary-distribution for the CPU, or your GPU vendor's), and "
+                          "'portanet[pocl]' for the CPU, or your GPU vendor's), and "
                           "if it lives outside the default places point OCL_ICD_VENDORS at "
                           "its .icd folder")
     found = []
@@ -138,7 +138,16 @@ def platform_number(word):
         return words.index(word)
     raise DeviceError(f"no OpenCL platform is called {word!r} here; the platforms are "
                       + (", ".join(f"opencl:{w} (opencl:{p})" for p, w in enumerate(words))
-                         or "none"))
+                         or "none")
+                      + (f"; opencl:{word} comes with {PLATFORM_INSTALLS[word]}"
+                         if word in PLATFORM_INSTALLS else ""))
+
+
+# what installs each OpenCL platform portanet names, for the message of a missing one
+PLATFORM_INSTALLS = {"pocl": "pip install 'portanet[pocl]'",
+                     "intel": "pip install 'portanet[intel-cpu]'",
+                     "oclgrind": "pip install 'portanet[oclgrind]'",
+                     "nvidia": "NVIDIA's driver", "amd": "AMD's driver (ROCm)"}
 
 
 def default_device(platform=None):
