@@ -28,10 +28,10 @@ def portanet_epochs(spec, x, y, xt, yt, epochs, on_device="auto"):
     up, and recording the step); kernels are built and products routed before."""
     net = pn.lenet(device=spec, seed=0)
     net.fit(x[:BATCH * 20], y[:BATCH * 20], epochs=2, batch_size=BATCH,   # warm-up: builds
-            data_on_device=on_device)
+            data_on_device=on_device, verbose=0)
     net = pn.lenet(device=spec, seed=0)
     history = net.fit(x, y, epochs=epochs, batch_size=BATCH, optimizer=pn.SGD(LR, MOMENTUM),
-                      data_on_device=on_device)
+                      data_on_device=on_device, verbose=0)
     return {"epoch_seconds": history["seconds"], "test_accuracy": net.evaluate(xt, yt)[1]}
 
 

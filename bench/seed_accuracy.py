@@ -44,7 +44,7 @@ def run(device, model, precision, seed, epochs, data):
                                   seed=seed, precision=precision)
     try:
         history = net.fit(x, y, epochs=epochs, batch_size=BATCH,
-                          optimizer=pn.SGD(LR, MOMENTUM), seed=seed)
+                          optimizer=pn.SGD(LR, MOMENTUM), seed=seed, verbose=0)
         accuracy = net.evaluate(xt, yt)[1]
     finally:
         net.free()
