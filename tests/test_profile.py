@@ -69,4 +69,5 @@ def test_recording_changes_nothing(device):
 
 def test_profile_needs_a_device_backend():
     result = CliRunner().invoke(main, ["profile", "mlp-small", "--device", "cpu"])
-    assert result.exit_code != 0 and "profiles need a device backend" in result.output
+    assert result.exit_code != 0 and "cpu cannot be profiled" in result.output
+    assert "--device" in result.output          # says which devices can
