@@ -247,3 +247,18 @@ def test_a_second_process_trains_as_the_first(device_name, monkeypatch, tmp_path
         f"timed {runs[0][0]}, then {runs[1][0]}; scopes in the file: {len(kept)}"
     assert np.array_equal(runs[0][1], runs[1][1])
 
+
+
+def test_a_step_recorded_before_a_pin_is_recorded_again_under_it(backend, rng):
+    """A recorded step replays the paths it was recorded with: `pinned` (on entry and on
+    exit) makes the network record its step again, so that the block's steps take the
+    block's paths (here: routing afresh, which a replay would skip)."""
+    if backend.kind == "cpu":
+        pytest.skip("the NumPy reference records no steps")
+    net = pn.mlp(input_shape=(12,), hidden=(16,), classes=3, device=backend.name, seed=0)
+    x, y = rng.standard_normal((64, 12)).astype(np.float32), rng.integers(0, 3, 64)
+    net.fit(x, y, epochs=2, batch_size=16, verbose=0)        # recorded, then replayed
+    with backend.pinned(gemm="auto"):
+        net.fit(x, y, epochs=1, batch_size=16, verbose=0)
+        assert backend.routes                                 # its products were routed
+    net.free()

@@ -100,7 +100,8 @@ class GemmRouting:
         routes are what they were; what the block measured is forgotten (but kept in
         PORTANET_ROUTES' file). A path this backend lacks is a PortanetError naming
         those it has (gemm_paths, conv_paths). The pin is the backend's, for
-        every thread that uses it."""
+        every thread that uses it. Steps a network recorded before (or inside) the block
+        are recorded again after the change of paths."""
         check_pin("GEMM", gemm, self.gemm_paths)
         check_pin("convolution", conv, self.conv_paths)
         fresh = dict(routes or {})
@@ -112,12 +113,14 @@ class GemmRouting:
             if conv is not None:
                 self.conv_path = conv
             self._routes, self._route_tilings, self._route_file = fresh, {}, None
+            self.generation += 1        # steps recorded with other paths: record them again
         try:
             yield self
         finally:
             with self._lock:
                 (self.gemm_path, self.conv_path, self._routes, self._route_tilings,
                  self._route_file) = saved
+                self.generation += 1
 
     def _route(self, a, b, beta, c, trans_a, trans_b, m, n, k):
         """The faster path for this shape, measured now on the real operands (`_fastest`)
