@@ -62,6 +62,7 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "copy_bytes", "bias_
                      "avgpool_grad", "dropout"),
             "norm": ("batchnorm_train", "batchnorm_infer", "batchnorm_grad")}
 FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
+STORED = ["-DSTORED_HALF=1"]    # a family's build for 16-bit storage (copies.h's STORED_HALF)
 
 
 class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, ActivationKernels,
@@ -145,13 +146,37 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         path = config.gemm_path()
         return "own" if path == "vendor" and not self.vendor_gemm else path
 
-    def build_all(self):
-        """Build every kernel family (`portanet devices --check` does, to see that each
-        compiles here); seconds taken."""
+    def build_all(self, done=None):
+        """Build every kernel this backend may launch whose build does not follow a
+        product's shape (`builds`), several at once (the runtime's build_many), each once;
+        done(build) as each is ready (a progress bar). `portanet devices --check` and
+        `portanet warmup` call it. Seconds taken."""
         start = time.perf_counter()
+        self._announce()
+        self.runtime.build_many(self.builds(), done)
         for name in FAMILY_OF:
             self._named(name)
+            if self.storage_dtype is not None:
+                self._named(name, stored=True)
         return time.perf_counter() - start
+
+    def builds(self):
+        """(family, options, arch) of each build `build_all` makes: every family of FAMILIES
+        with the options `_named` gives it, again in its 16-bit storage build where this
+        precision stores 16 bits, and the backend's own (`_own_builds`). Not the GEMM's,
+        whose builds follow the products' shapes and tilings (`portanet warmup --model`
+        makes those a network needs)."""
+        out = []
+        for family in FAMILIES:
+            out.append((family, self._options(family, ()), None))
+            if self.storage_dtype is not None:
+                out.append((family, self._options(family, STORED), None))
+        return out + list(self._own_builds())
+
+    def _own_builds(self):
+        """Builds of the backend's own kernels this precision launches, as `builds` gives
+        them (CUDA's tensor-core GEMMs)."""
+        return ()
 
     def _named(self, name, stored=False):
         """The kernel `name` of FAMILIES, built on first use; with stored, its build for
@@ -160,29 +185,41 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         kernel = self._kernels.get(key)
         if kernel is None:
             kernel = self._kernels[key] = self._build(
-                FAMILY_OF[name], name, ["-DSTORED_HALF=1"] if stored else [])
+                FAMILY_OF[name], name, STORED if stored else [])
         return kernel
+
+    def _options(self, family, options):
+        """A family's build options: `options` and, for the row groups' families, their
+        local memory and tree's size."""
+        if family in ("blas", "norm", "loss"):
+            return [*options, f"-DGROUP_THREADS={self.gemv_threads}"]
+        return list(options)
+
+    def _announce(self):
+        """Say, once per device, that this version's kernels are being built there for the
+        first time: a first build can take a minute, and nothing else would explain the
+        wait."""
+        if self._announced:
+            return
+        self._announced = True
+        marker = config.cache_dir() / "built" / self._sources_id()
+        if not marker.exists():
+            log.info("building kernels for %s (%s): first use, cached in %s", self.name,
+                     self.info()["name"], self.cache_dir)
+            try:
+                marker.parent.mkdir(parents=True, exist_ok=True)
+                marker.touch()
+            except OSError:
+                pass                    # a read-only cache: the note comes each time
 
     def _build(self, family, name, options=()):
         """Build through the backend's _kernel (whose driver caches binaries on disk under
-        self.cache_dir, keyed by source, options, device and driver), saying so once per
-        device the first time this version's kernels are built there: a first build can
-        take a minute, and nothing else would explain the wait."""
-        if not self._announced:
-            self._announced = True
-            marker = config.cache_dir() / "built" / self._sources_id()
-            if not marker.exists():
-                log.info("building kernels for %s (%s): first use, cached in %s", self.name,
-                         self.info()["name"], self.cache_dir)
-                try:
-                    marker.parent.mkdir(parents=True, exist_ok=True)
-                    marker.touch()
-                except OSError:
-                    pass                    # a read-only cache: the note comes each time
-        if family in ("blas", "norm", "loss"):  # row groups: their local memory and tree
-            options = [*options, f"-DGROUP_THREADS={self.gemv_threads}"]
+        self.cache_dir, keyed by source, options, device and driver), announced the first
+        time on this device (`_announce`)."""
+        self._announce()
+        options = self._options(family, options)
         start = time.perf_counter()
-        kernel = self._kernel(family, name, list(options))
+        kernel = self._kernel(family, name, options)
         log.debug("%s: built %s %s in %.2f s", self.name, name, " ".join(options),
                   time.perf_counter() - start)
         return kernel

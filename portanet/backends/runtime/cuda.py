@@ -19,10 +19,11 @@ from .. import sources
 from ..arrays import DeviceArray
 from ..staging import BEHIND, CopyLane
 from . import Recorded, Runtime, default_local
+from .builds import in_threads
 
 try:
     import pycuda.driver as drv
-    from pycuda.compiler import SourceModule
+    from pycuda.compiler import SourceModule, compile as nvcc_compile
 except ImportError:
     drv = None
 
@@ -111,6 +112,32 @@ class CudaRuntime(Runtime):
                 raise KernelBuildError(f"{path} failed to compile for {arch} with "
                                        f"{self.options + list(extra)}:\n{e}") from e
         return self._modules[key]
+
+    def build_many(self, builds, done=None, threads=None):
+        """Build the families `builds` ((family, options, arch) each, arch None for the
+        GPU's own) several at once: nvcc runs in `threads` threads into pycuda's disk cache
+        (a subprocess each, the GIL let go), with the very arguments `_module` gives
+        SourceModule, which then loads each from there in this thread (the context current:
+        run it holding the backend's lock); done(build) once each is loaded. A failed build
+        raises its KernelBuildError here once the others have finished."""
+        builds = [b for b in builds
+                  if (b[0], tuple(b[1]), b[2] or self.arch) not in self._modules]
+
+        def compile_one(build):
+            family, extra, arch = build
+            path, text = sources.load(family, "cu")
+            try:
+                nvcc_compile(text, options=self.options + list(extra), arch=arch or self.arch,
+                             no_extern_c=True)
+            except drv.CompileError as e:
+                raise KernelBuildError(f"{path} failed to compile for {arch or self.arch} "
+                                       f"with {self.options + list(extra)}:\n{e}") from e
+
+        def load(build):
+            self._module(*build)
+            if done is not None:
+                done(build)
+        in_threads(builds, compile_one, load, threads)
 
     # -- launches ------------------------------------------------------------------------
 

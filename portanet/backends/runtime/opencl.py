@@ -8,6 +8,7 @@ import ctypes
 import functools
 import gc
 import logging
+import threading
 import warnings
 
 import numpy as np
@@ -18,6 +19,7 @@ from .. import sources
 from ..arrays import DeviceArray
 from ..staging import BEHIND, CopyLane
 from . import Recorded, Runtime, default_local
+from .builds import in_threads as _in_threads
 
 log = logging.getLogger("portanet")
 
@@ -143,6 +145,20 @@ def _status_name(status):
 
 
 
+@contextlib.contextmanager
+def _compiler_chatter(name, what="kernels"):
+    """Compiler warnings raised inside (pyopencl's CompilerWarning: a driver's remarks on a
+    build that succeeded) go to the debug log; any other warning is shown as usual."""
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always", cl.CompilerWarning)
+        yield
+    for w in said:
+        if issubclass(w.category, cl.CompilerWarning):
+            log.debug("%s, building %s: %s", name, what, w.message)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+
+
 class OpenCLRuntime(Runtime):
     """`Runtime` on an OpenCL device: its context (`ctx`), its in-order queue (`queue`, a
     profiling one while `profiling`), the programs built there, the kernels bound to their
@@ -160,6 +176,8 @@ class OpenCLRuntime(Runtime):
         self.queue = cl.CommandQueue(self.ctx)
         self.options = []                       # the backend's build options
         self._programs = {}
+        self._building, self._building_lock = {}, threading.Lock()  # per-key build locks
+        self._batch = False                     # build_many's threads are building
         self._bound, self._wrappers = {}, {}    # see launch and OpenCLBackend._wrapper
         self._checked = set()                   # (kernel, group) held to the limits
         self._recording = None                  # a list while capture() records
@@ -201,26 +219,50 @@ class OpenCLRuntime(Runtime):
     def program(self, family, extra=()):
         """Build once per context and options; pyopencl caches binaries on disk keyed by
         source, options, device and driver (PoCL keeps what it compiles per work-group size
-        in its own cache)."""
+        in its own cache). Safe from several threads: one build per key, the others wait
+        for it."""
         key = (family, tuple(extra))
-        if key not in self._programs:
-            path, text = sources.load(family, "cl")
-            try:
-                # drivers chatter on success (Intel's: "Compilation started", vectorisation
-                # remarks), which pyopencl turns into warnings: kept for the debug log
-                with warnings.catch_warnings(record=True) as said:
-                    warnings.simplefilter("always", cl.CompilerWarning)
-                    self._programs[key] = cl.Program(self.ctx, text).build(
-                        options=self.options + list(extra), cache_dir=str(self.cache_dir))
-                for w in said:
-                    if issubclass(w.category, cl.CompilerWarning):
-                        log.debug("%s, building %s: %s", self.name, path.name, w.message)
+        program = self._programs.get(key)
+        if program is None:
+            with self._building_lock:
+                building = self._building.setdefault(key, threading.Lock())
+            with building:
+                program = self._programs.get(key)
+                if program is None:
+                    # drivers chatter on success (Intel's: "Compilation started",
+                    # vectorisation remarks), which pyopencl turns into warnings: kept for
+                    # the debug log (warnings' filters are the process's: a batch of
+                    # threaded builds catches them once, in `build_many`'s thread)
+                    if self._batch:
+                        program = self._build_program(family, extra)
                     else:
-                        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
-            except cl.RuntimeError as e:
-                raise KernelBuildError(f"{path} failed to build for {self.device.name} with "
-                                       f"options {self.options + list(extra)}:\n{e}") from e
-        return self._programs[key]
+                        with _compiler_chatter(self.name, f"{family}.cl"):
+                            program = self._build_program(family, extra)
+                    self._programs[key] = program
+        return program
+
+    def _build_program(self, family, extra):
+        path, text = sources.load(family, "cl")
+        try:
+            return cl.Program(self.ctx, text).build(
+                options=self.options + list(extra), cache_dir=str(self.cache_dir))
+        except cl.RuntimeError as e:
+            raise KernelBuildError(f"{path} failed to build for {self.device.name} with "
+                                   f"options {self.options + list(extra)}:\n{e}") from e
+
+    def build_many(self, builds, done=None, threads=None):
+        """Build the programs `builds` ((family, options, arch) each; arch unused here),
+        several at once in `threads` threads (pyopencl releases the GIL while the driver
+        compiles; some drivers compile one program at a time all the same), each once;
+        done(build) is called in this thread as each is ready. A failed build raises its
+        KernelBuildError here once the others have finished."""
+        with _compiler_chatter(self.name):
+            self._batch = True
+            try:
+                _in_threads([b for b in builds if (b[0], tuple(b[1])) not in self._programs],
+                            lambda b: self.program(b[0], b[1]), done, threads)
+            finally:
+                self._batch = False
 
     def launch(self, kernel, global_size, local_size, args):
         """Enqueue with arguments bound once per call site: setting them is what costs
