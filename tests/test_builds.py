@@ -1,0 +1,89 @@
+"""Kernel builds (KernelBackend.build_all, the runtimes' build_many): every family and its
+16-bit storage build built once, several at once, the kernels then computing what NumPy
+does; a program asked for from several threads built once; a failed build naming its file."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from portanet.backends import gpu
+from portanet.errors import KernelBuildError
+
+from conftest import _OPENCL, _SIMULATORS, get_backend
+
+DEVICES = [d for d in _OPENCL + _SIMULATORS if d != "opencl"]
+
+
+def fresh(spec, precision=None, monkeypatch=None):
+    """A new backend on the device `spec` (none of its kernels built in this process), its
+    builds counted in `built` (family, options) and a build's name in the test's log."""
+    from portanet.backends import opencl
+    p, d = map(int, get_backend(spec).name.split(":")[1:])
+    bk = opencl.OpenCLBackend(p, d, np.float32, precision)
+    bk.built = []
+    build = bk.runtime._build_program
+
+    def counted(family, extra):
+        bk.built.append((family, tuple(extra)))
+        return build(family, extra)
+    bk.runtime._build_program = counted
+    return bk
+
+
+@pytest.mark.parametrize("spec", DEVICES)
+def test_build_all_builds_each_family_once_and_they_work(spec):
+    bk = fresh(spec)
+    seen = []
+    assert bk.build_all(seen.append) > 0
+    wanted = {(f, tuple(bk._options(f, ()))) for f in gpu.FAMILIES}
+    assert sorted(bk.built) == sorted(wanted)           # each once
+    assert {(f, tuple(o)) for f, o, _ in seen} == wanted
+    assert set(gpu.FAMILY_OF) <= set(bk._kernels)
+    bk.build_all()
+    assert len(bk.built) == len(wanted)                 # nothing again
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    y = np.ones((3, 4), np.float32)
+    dx, dy = bk.upload(x), bk.upload(y)
+    bk.axpy(2.0, dx, dy)
+    assert np.array_equal(bk.download(dy), 2 * x + 1)
+    assert bk.built == bk.built[:len(wanted)]           # the op built nothing more
+
+
+@pytest.mark.parametrize("spec", DEVICES)
+def test_16_bit_storage_builds_come_too(spec):
+    bk = fresh(spec, "fp16")
+    if bk.storage_dtype is None:
+        pytest.skip(f"{spec} keeps fp16 in float32")
+    bk.build_all()
+    stored = {(f, tuple(bk._options(f, gpu.STORED))) for f in gpu.FAMILIES}
+    assert stored <= set(bk.built)
+    assert all(((name, "stored") in bk._kernels) for name in gpu.FAMILY_OF)
+
+
+@pytest.mark.parametrize("spec", DEVICES[:1])
+def test_a_program_asked_for_from_several_threads_is_built_once(spec):
+    bk = fresh(spec)
+    slow = bk.runtime._build_program
+
+    def slower(family, extra):
+        time.sleep(0.2)                 # the others ask while it builds
+        return slow(family, extra)
+    bk.runtime._build_program = slower
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(bk.runtime.program("conv")))
+               for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert bk.built == [("conv", ())] and len(got) == 4 and all(p is got[0] for p in got)
+
+
+@pytest.mark.parametrize("spec", DEVICES[:1])
+def test_a_failed_build_names_its_file_and_the_others_are_kept(spec):
+    bk = fresh(spec)
+    with pytest.raises(KernelBuildError, match=r"blas\.cl failed to build"):
+        bk.runtime.build_many([("elementwise", [], None), ("blas", ["-DGROUP_THREADS=x+"], None),
+                               ("conv", [], None)])
+    assert ("elementwise", ()) in bk.runtime._programs and ("conv", ()) in bk.runtime._programs
