@@ -84,6 +84,43 @@ def _check_devices(specs):
 
 
 @main.command()
+@click.option("--device", "specs", multiple=True,
+              help="a device string to build for; repeat for several (default: every device "
+                   "`portanet devices` lists)")
+@click.option("--precision", "precision_names", multiple=True,
+              help="fp32, tf32, bf16 or fp16; repeat for several (default: every precision "
+                   "the device computes)")
+@click.option("--model", "model_names", multiple=True,
+              help="also train this model (mlp, lenet, resnet or a description) one step at "
+                   "each --batch-size on random images: the builds its shapes need; repeat "
+                   "for several")
+@click.option("--batch-size", "batch_sizes", type=click.IntRange(1), multiple=True,
+              default=(64,), show_default=True,
+              help="with --model: a batch size to build for; repeat for several (a "
+                   "training's last, smaller batch has shapes of its own)")
+def warmup(specs, precision_names, model_names, batch_sizes):
+    """Build now what each device would build on first use (kernel families, their 16-bit
+    builds, with --model a model's shapes), into the drivers' caches: for a container image
+    or each node of a cluster, so that a first training there compiles nothing."""
+    from .warmup import warmup as build
+    named = bool(specs)
+    specs = specs or [spec for spec, _ in backends.list_devices()[0]]
+    try:
+        for spec in specs:
+            if backends.device(spec).kind == "cpu":
+                build(spec, say=lambda line: click.echo(line, err=True))
+                continue
+            for name in precision_names or backends.device(spec).precisions:
+                if not named and name not in backends.device(spec).precisions:
+                    click.echo(f"{spec}: does not compute in {name}; skipped", err=True)
+                    continue
+                build(spec, name, model_names, batch_sizes,
+                      say=lambda line: click.echo(line, err=True))
+    except PortanetError as e:
+        raise click.ClickException(str(e)) from e
+
+
+@main.command()
 @click.option("--model", default="mlp", show_default=True,
               help="mlp, lenet, resnet, or a description such as "
                    "'conv(8, 3, relu) maxpool(2) flatten dense(10, softmax)'")

@@ -120,8 +120,10 @@ class CudaRuntime(Runtime):
         SourceModule, which then loads each from there in this thread (the context current:
         run it holding the backend's lock); done(build) once each is loaded. A failed build
         raises its KernelBuildError here once the others have finished."""
-        builds = [b for b in builds
-                  if (b[0], tuple(b[1]), b[2] or self.arch) not in self._modules]
+        builds = list(builds)
+        made = [b for b in builds if (b[0], tuple(b[1]), b[2] or self.arch) in self._modules]
+        for build in made if done is not None else ():
+            done(build)
 
         def compile_one(build):
             family, extra, arch = build
@@ -137,7 +139,7 @@ class CudaRuntime(Runtime):
             self._module(*build)
             if done is not None:
                 done(build)
-        in_threads(builds, compile_one, load, threads)
+        in_threads([b for b in builds if b not in made], compile_one, load, threads)
 
     # -- launches ------------------------------------------------------------------------
 

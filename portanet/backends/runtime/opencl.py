@@ -256,10 +256,14 @@ class OpenCLRuntime(Runtime):
         compiles; some drivers compile one program at a time all the same), each once;
         done(build) is called in this thread as each is ready. A failed build raises its
         KernelBuildError here once the others have finished."""
+        builds = list(builds)
+        made = [b for b in builds if (b[0], tuple(b[1])) in self._programs]
+        for build in made if done is not None else ():
+            done(build)
         with _compiler_chatter(self.name):
             self._batch = True
             try:
-                _in_threads([b for b in builds if (b[0], tuple(b[1])) not in self._programs],
+                _in_threads([b for b in builds if b not in made],
                             lambda b: self.program(b[0], b[1]), done, threads)
             finally:
                 self._batch = False

@@ -52,15 +52,32 @@ class Function:
         launches.append((self.name, grid, block))
 
 
+COMPILED = []       # (first kernel, options, arch) of each compile(): nvcc's runs, counted
+
+
+def compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=False, arch=None,
+            code=None, cache_dir=None, include_dirs=()):
+    """pycuda.compiler.compile: the source checked as SourceModule checks it, counted; the
+    "binary" is the source."""
+    names = _names(source, no_extern_c, arch)
+    COMPILED.append((min(names), list(options or ()), arch))
+    return source.encode()
+
+
+def _names(source, no_extern_c, arch):
+    if not no_extern_c:
+        raise driver.CompileError("portanet's sources declare extern \"C\" themselves")
+    if not (arch or "").startswith("sm_"):
+        raise driver.CompileError(f"no architecture: {arch!r}")
+    names = set(KERNEL.findall(source))
+    if not names:
+        raise driver.CompileError("no kernels in the source")
+    return names
+
+
 class SourceModule:
     def __init__(self, source, options=None, arch=None, no_extern_c=False):
-        if not no_extern_c:
-            raise driver.CompileError("portanet's sources declare extern \"C\" themselves")
-        if not (arch or "").startswith("sm_"):
-            raise driver.CompileError(f"no architecture: {arch!r}")
-        self.names = set(KERNEL.findall(source))
-        if not self.names:
-            raise driver.CompileError("no kernels in the source")
+        self.names = _names(source, no_extern_c, arch)
 
     def get_function(self, name):
         if name not in self.names:
