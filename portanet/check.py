@@ -22,6 +22,7 @@ on runs about 30 thousand multiply-adds a second: the whole check takes it about
 minutes of a core.
 """
 import dataclasses
+import logging
 import statistics
 import time
 
@@ -32,6 +33,8 @@ from .backends import opencl
 from .errors import DeviceError, KernelBuildError, PortanetError
 from .optim import SGD
 from .precision import round_to
+
+say = logging.getLogger("portanet")     # what a check is doing, before each silent phase
 
 # gemm: m x n x k, no side a multiple of a tile (8, 16, 32, 64, 128) or of a vector width,
 # several tiles along m and n of every tiling but the largest; k = 257 is over 16 slabs of
@@ -125,8 +128,10 @@ def check_device(spec, description="", seed=0):
         result.description = known.get(bk.name, bk.info()["name"])
     if bk.simulator and bk.simulator_settings != opencl.simulator_settings():
         result.failures.append(f"simulator: {_unchecked(bk.simulator_settings)}")
+    where = result.device
     try:
         if hasattr(bk, "build_all"):
+            say.info("%s: building its kernels", where)
             bk.build_all()
             result.build_s = time.perf_counter() - start   # with the context: what a user waits
     except Exception as e:      # noqa: BLE001 - a failing device is reported, not raised
@@ -134,6 +139,8 @@ def check_device(spec, description="", seed=0):
         return result
     rng = np.random.default_rng(seed)
     report = opencl.SimulatorReport(log)
+    say.info("%s: a GEMM, a LeNet training step and each precision against the NumPy "
+             "reference", where)
     for name, check in (("gemm", _gemm), ("step", _step), ("precisions", _precisions)):
         try:
             check(bk, rng, seed, result)

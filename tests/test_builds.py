@@ -1,6 +1,9 @@
 """Kernel builds (KernelBackend.build_all, the runtimes' build_many): every family and its
 16-bit storage build built once, several at once, the kernels then computing what NumPy
 does; a program asked for from several threads built once; a failed build naming its file."""
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -87,3 +90,29 @@ def test_a_failed_build_names_its_file_and_the_others_are_kept(spec):
         bk.runtime.build_many([("elementwise", [], None), ("blas", ["-DGROUP_THREADS=x+"], None),
                                ("conv", [], None)])
     assert ("elementwise", ()) in bk.runtime._programs and ("conv", ()) in bk.runtime._programs
+
+
+@pytest.mark.parametrize("spec", DEVICES[:1])
+def test_a_first_build_says_so_on_stderr_where_logging_is_not_set_up(tmp_path, spec):
+    get_backend(spec)
+    script = ("import numpy as np, portanet as pn, sys\n"
+              "net = pn.lenet(input_shape=(1, 28, 28), device=sys.argv[1])\n"
+              "net.predict(np.zeros((2, 1, 28, 28), np.float32))\n")
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), HOME=str(tmp_path))
+    job = subprocess.run([sys.executable, "-c", script, spec], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert job.returncode == 0, job.stderr[-2000:]
+    assert "building kernels for opencl:" in job.stderr and "first use" in job.stderr
+
+
+@pytest.mark.parametrize("spec", DEVICES[:1])
+def test_the_device_check_says_what_it_is_doing(spec):
+    from click.testing import CliRunner
+    from portanet.cli import main
+    get_backend(spec)
+    r = CliRunner().invoke(main, ["devices", "--check", "--device", spec])
+    assert r.exit_code == 0, r.output
+    said = r.output.splitlines()
+    assert said.index(f"{spec}: building its kernels") < said.index(
+        f"{spec}: a GEMM, a LeNet training step and each precision against the NumPy "
+        f"reference") < len(said) - 1

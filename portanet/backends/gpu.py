@@ -8,12 +8,13 @@ each backend supplies its runtime and its vendor GEMM."""
 import hashlib
 import logging
 import math
+import sys
 import time
 import weakref
 
 import numpy as np
 
-from .. import config
+from .. import config, progress
 from ..errors import ShapeError
 from ..precision import PRECISIONS, to_storage
 from . import sources
@@ -198,14 +199,20 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
     def _announce(self):
         """Say, once per device, that this version's kernels are being built there for the
         first time: a first build can take a minute, and nothing else would explain the
-        wait."""
+        wait. Through the "portanet" logger where logging has a handler (the command line's
+        prints on stderr), else straight on stderr."""
         if self._announced:
             return
         self._announced = True
         marker = config.cache_dir() / "built" / self._sources_id()
         if not marker.exists():
-            log.info("building kernels for %s (%s): first use, cached in %s", self.name,
-                     self.info()["name"], self.cache_dir)
+            note = (f"building kernels for {self.name} ({self.info()['name']}): first use, "
+                    f"cached in {self.cache_dir}")
+            if log.hasHandlers():
+                log.info(note)
+            else:       # logging left as it came (a script, a notebook): said on stderr
+                bar = progress._tqdm()      # above a bar being drawn, where there is one
+                (bar.write if bar else print)(note, file=sys.stderr)
             try:
                 marker.parent.mkdir(parents=True, exist_ok=True)
                 marker.touch()
