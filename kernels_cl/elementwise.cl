@@ -104,7 +104,7 @@ KERNEL void copy(GLOBAL STORED* y, const int y_off, const GLOBAL STORED* x, cons
 
 /* y <- x byte for byte, whatever they hold (offsets and n in bytes): on the Oclgrind
    simulator, a host write into part of a buffer from the scratch buffer it was written to
-   whole (opencl.py's _write_part says why) */
+   whole (runtime/opencl.py's _write_part says why) */
 KERNEL void copy_bytes(GLOBAL unsigned char* y, const int y_off,
                        const GLOBAL unsigned char* x, const int x_off, const int n) {
     const int i = GLOBAL_ID(0);
@@ -130,7 +130,7 @@ KERNEL void half_operands(GLOBAL unsigned short* y, const int y_off, const GLOBA
 /* A work-item of bias_activation and momentum_updates takes STEPS elements, a part of the
    array apart, and issues their loads before any store: one element a work-item kept too
    few loads in flight to fill an H100's memory bandwidth (they ran at 1.8-2.1 TB/s of about
-   3). The host sizes their launches with the same number (gpu.py's STEPS). */
+   3). The host sizes their launches with the same number (arrays.py's STEPS). */
 #define STEPS 4
 
 /* z <- z + b 1^T; a <- f(z), and where shadow is set h <- a's 16-bit copy (STORE_HALF).
@@ -211,7 +211,7 @@ KERNEL void activation_grad(GLOBAL real* z, const int z_off, const GLOBAL real* 
 /* The optimizers' updates of a layer's flat parameter vector w (n): its first n_decay
    elements are weights, which weight decay applies to, the rest (biases) are not decayed.
    g, the gradient, is only read. Each is torch.optim's step, in the order of operations of
-   the reference (numpy.py). A decay of 0 is no term at all, as in PyTorch (0 w would make
+   the reference (ops/optim.py). A decay of 0 is no term at all, as in PyTorch (0 w would make
    an infinite weight's gradient NaN). Complements of averaging rates (1 - beta) come
    formed in double by the host, as PyTorch forms them: 1 - 0.999 in float32 is 1.3e-5
    off. */

@@ -83,6 +83,9 @@ def test_pinned_paths_route_afresh_and_are_put_back(backend, rng):
                 pass
     assert set(backend.gemm_paths) >= {"auto", "own"}
     assert ("vendor" in backend.gemm_paths) == bool(backend.vendor_gemm)
+    # the vendor's GEMM on a transposed copy of a: where its inputs are the arrays themselves
+    assert ("vendor_t" in backend.gemm_paths) == bool(backend.vendor_gemm
+                                                      and backend.half_operands is None)
 
 
 def test_routes_are_kept_and_read_back(backend, rng, monkeypatch, tmp_path):

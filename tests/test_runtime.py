@@ -161,7 +161,6 @@ def test_only_runtimes_and_vendor_backends_import_a_driver():
     ops = [BACKENDS / name for name in ("gpu.py", "conv.py", "shadows.py")]
     assert all(path.exists() for path in ops)
     ops += sorted((BACKENDS / "gemm").glob("*.py")) + sorted((BACKENDS / "ops").glob("*.py"))
-    ops += [BACKENDS / "updates.py"] if (BACKENDS / "updates.py").exists() else []
     assert len(ops) > 10, ops
     for path in ops:
         drivers = {m for m in _imports(path) if m.split(".")[0] in DRIVERS}

@@ -166,9 +166,8 @@ class Im2col(Strategy):
     name = "im2col"
 
     def applies(self, bk, p):
-        ws, g = p.workspace, p.g
-        return ws is not None and ws.size >= g.rows * (
-            min(MIN_CHUNK, g.positions) if bk.vendor_gemm else g.positions)
+        ws = p.workspace
+        return ws is not None and ws.size * bk.dtype.itemsize >= self.workspace(bk, p.g)
 
     def workspace(self, bk, g):
         columns = min(MIN_CHUNK, g.positions) if bk.vendor_gemm else g.positions

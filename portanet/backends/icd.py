@@ -29,7 +29,7 @@ _lock = threading.Lock()
 
 def prepare():
     """Make the pip-installed runtimes visible; idempotent. Must run before the process's
-    first clGetPlatformIDs (opencl.py calls it before listing platforms)."""
+    first clGetPlatformIDs (opencl_devices.py calls it before listing platforms)."""
     global _done
     with _lock:
         if _done:

@@ -85,9 +85,12 @@ class GemmRouting:
     @property
     def gemm_paths(self):
         """The GEMM paths `pinned` takes here: "auto" (routed), "own" (our kernel; the
-        tensor-core one where the backend has it), with a vendor GEMM "vendor" and
-        "vendor_t" (on a transposed copy of a), with a tensor-core GEMM "tensor"."""
-        return (("auto", "own") + (("vendor", "vendor_t") if self.vendor_gemm else ())
+        tensor-core one where the backend has it), with a vendor GEMM "vendor" and, where
+        its inputs are the arrays themselves (not 16-bit copies), "vendor_t" (on a
+        transposed copy of a: routing's `_transposes` alike), with a tensor-core GEMM
+        "tensor"."""
+        vendor = ("vendor",) + (("vendor_t",) if self.half_operands is None else ())
+        return (("auto", "own") + (vendor if self.vendor_gemm else ())
                 + (("tensor",) if self.tensor_gemm else ()))
 
     @contextlib.contextmanager

@@ -1,7 +1,7 @@
 """Routes kept in a file (PORTANET_ROUTES): what auto routing measured on a device, read
 back by later processes instead of measured again.
 
-Routing times each shape's paths when a process first meets it (gemm_router.GemmRouting._fastest),
+Routing times each shape's paths when a process first meets it (router.GemmRouting._fastest),
 and timings differ between processes: a path a few percent faster in one process can lose
 in the next. Paths sum in different orders, so the same seed then trains to a different
 accuracy (up to 0.5 pp on NVIDIA's OpenCL after 4 epochs of LeNet). With PORTANET_ROUTES
@@ -13,7 +13,7 @@ kernel source (`_sources_id`), of the backends' own code, the backend's dtype, p
 GEMM and convolution paths, tilings, compute units and limits, and the vendor library (its
 presence and version). A change in any of them starts an empty scope; the old one stays in
 the file unused. Each route is kept with the names of the paths there were to choose from
-(gemm_router._file_key), so a shape routed among other paths (no CLBlast, a conv workspace without
+(router._file_key), so a shape routed among other paths (no CLBlast, a conv workspace without
 room for im2col) is another entry.
 
 The file is JSON, {"format": FORMAT, "scopes": {scope: {repr(key): path}}}, rewritten
