@@ -403,7 +403,8 @@ class Sequential:
 
     def __repr__(self):
         """The summary; a short line where it cannot be made now: a network that free()
-        gave back, or one another thread is using (repr must neither raise nor wait)."""
+        gave back, or one another thread is using (repr must neither raise nor wait for a
+        call on the network; it reads the device's free memory, one driver call)."""
         short = f"<Sequential of {len(self.layers)} layers on {self.backend.name}"
         if not self._lock.acquire(blocking=False):
             return short + ": in use by another thread>"
