@@ -1,11 +1,13 @@
 """Kernel builds (KernelBackend.build_all, the runtimes' build_many): every family and its
 16-bit storage build built once, several at once, the kernels then computing what NumPy
 does; a program asked for from several threads built once; a failed build naming its file."""
+import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -116,3 +118,26 @@ def test_the_device_check_says_what_it_is_doing(spec):
     assert said.index(f"{spec}: building its kernels") < said.index(
         f"{spec}: a GEMM, a LeNet training step and each precision against the NumPy "
         f"reference") < len(said) - 1
+
+
+def test_cuda_builds_every_family_at_its_first_kernel(tmp_path):
+    """Over the stand-in for pycuda (tests/cuda_standin/): nvcc's builds run side by side,
+    so the first kernel asked for brings every family, each compiled once."""
+    script = ("import json, numpy as np, portanet as pn\n"
+              "from pycuda import compiler\n"
+              "bk = pn.device('cuda')\n"
+              "x = bk.upload(np.arange(12, dtype=np.float32))\n"
+              "y = bk.upload(np.ones(12, np.float32))\n"
+              "bk.axpy(2.0, x, y)\n"
+              "print(json.dumps(compiler.COMPILED))\n")
+    standin = Path(__file__).resolve().parent / "cuda_standin"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), HOME=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(standin)] + [
+                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env.pop("PORTANET_PRECISION", None)
+    job = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    compiled = json.loads(job.stdout.strip().splitlines()[-1])
+    assert len(compiled) == len(gpu.FAMILIES)           # every family, each once
+    assert len({name for name, _, _ in compiled}) == len(gpu.FAMILIES)

@@ -14,22 +14,26 @@ def in_threads(items, work, done=None, threads=None):
     others have finished."""
     items = list(items)
     threads = min(threads or MAX_THREADS, os.cpu_count() or 1, len(items))
+    error = None
     if threads <= 1:
         for item in items:
-            work(item)
-            if done is not None:
-                done(item)
-        return
-    error = None
-    with ThreadPoolExecutor(threads, thread_name_prefix="portanet-build") as pool:
-        futures = {pool.submit(work, item): item for item in items}
-        for future in as_completed(futures):
             try:
-                future.result()
-            except Exception as e:      # (the first is raised; the rest finish)
+                work(item)
+            except Exception as e:      # (the first is raised; the rest are built)
                 error = error or e
                 continue
             if done is not None:
-                done(futures[future])
+                done(item)
+    else:
+        with ThreadPoolExecutor(threads, thread_name_prefix="portanet-build") as pool:
+            futures = {pool.submit(work, item): item for item in items}
+            for future in as_completed(futures):
+                try:
+                    future.result()
+                except Exception as e:  # (the first is raised; the rest finish)
+                    error = error or e
+                    continue
+                if done is not None:
+                    done(futures[future])
     if error is not None:
         raise error

@@ -58,6 +58,8 @@ class CudaRuntime(Runtime):
     that holds `lock`), one stream (`stream`), the modules built there, the prepared
     functions and a copy lane (made by the first `send`)."""
 
+    parallel_builds = True      # nvcc runs as processes: builds side by side take the cores
+
     def __init__(self, backend, device):
         """The device's primary context (one context per process, shared with other
         libraries such as PyTorch) for `backend`, made current in each thread by `lock`,

@@ -164,6 +164,11 @@ class OpenCLRuntime(Runtime):
     profiling one while `profiling`), the programs built there, the kernels bound to their
     arguments, a copy lane (made by the first `send`) and the state of a capture."""
 
+    # builds are not made ahead side by side (KernelBackend._build_ahead): Intel's CPU
+    # runtime compiled 5 families in 1.37 s one after another and in 1.37-1.63 s from 2-5
+    # threads (it compiles one program at a time in a process); GPU drivers: not measured
+    parallel_builds = False
+
     def __init__(self, backend, platform, device, limits, simulator):
         """A context and queue on `device` (a pyopencl Device of `platform`) for `backend`,
         its launches held to `limits` (opencl_devices.Limits); simulator: Oclgrind, whose
@@ -252,10 +257,14 @@ class OpenCLRuntime(Runtime):
 
     def build_many(self, builds, done=None, threads=None):
         """Build the programs `builds` ((family, options, arch) each; arch unused here),
-        several at once in `threads` threads (pyopencl releases the GIL while the driver
-        compiles; some drivers compile one program at a time all the same), each once;
-        done(build) is called in this thread as each is ready. A failed build raises its
-        KernelBuildError here once the others have finished."""
+        each once; done(build) is called in this thread as each is ready. On a GPU several
+        at once in `threads` threads (pyopencl lets the GIL go while the driver compiles);
+        one after another on a CPU runtime, where threads gained nothing (Intel's compiles
+        one program at a time in a process), and on the simulator, which is not safe from
+        several threads (Oclgrind crashed building two programs at once). A failed build
+        raises its KernelBuildError here once the others have finished."""
+        if not self.backend.is_gpu or self.simulator:
+            threads = 1
         builds = list(builds)
         made = [b for b in builds if (b[0], tuple(b[1])) in self._programs]
         for build in made if done is not None else ():

@@ -52,15 +52,19 @@ class Function:
         launches.append((self.name, grid, block))
 
 
-COMPILED = []       # (first kernel, options, arch) of each compile(): nvcc's runs, counted
+COMPILED = []       # (first kernel, options, arch) of each compile nvcc would run
+_CACHE = set()      # what pycuda's disk cache holds: a second compile of it runs nothing
 
 
 def compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=False, arch=None,
             code=None, cache_dir=None, include_dirs=()):
-    """pycuda.compiler.compile: the source checked as SourceModule checks it, counted; the
-    "binary" is the source."""
+    """pycuda.compiler.compile: the source checked, its compile counted once per source,
+    options and architecture (pycuda's cache); the "binary" is the source."""
     names = _names(source, no_extern_c, arch)
-    COMPILED.append((min(names), list(options or ()), arch))
+    key = (source, tuple(options or ()), arch)
+    if key not in _CACHE:
+        _CACHE.add(key)
+        COMPILED.append((min(names), list(options or ()), arch))
     return source.encode()
 
 
@@ -77,6 +81,7 @@ def _names(source, no_extern_c, arch):
 
 class SourceModule:
     def __init__(self, source, options=None, arch=None, no_extern_c=False):
+        compile(source, options=options, no_extern_c=no_extern_c, arch=arch)
         self.names = _names(source, no_extern_c, arch)
 
     def get_function(self, name):
