@@ -123,7 +123,8 @@ COLUMNS = (
     "buffer: flat = all of the layer's parameters in one vector (weights, then biases); "
     "v, m, buf, gavg: the optimizer's state, one value per parameter; running_mean, "
     "running_var: BatchNorm's statistics; names starting with _ hold a batch's values "
-    "(_x the inputs, _y the targets, _z and _a a layer's sums and activations) or scratch "
+    "(_x the inputs, _y the targets, _z and _a a layer's sums and activations: one "
+    "buffer, _z, where the layer is linear) or scratch "
     "space (_workspace, _ones, _staging).",
     "kind: parameters (kept and saved), optimizer state (kept while training), batch "
     "(grows with the batch size), workspace (scratch reused by every step), dataset "

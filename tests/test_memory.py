@@ -236,3 +236,28 @@ def test_a_host_copy_split_over_threads_is_the_copy(n, monkeypatch):
         dst = np.full(n, np.nan, np.float32)
         staging.copy_split(dst, src)
         assert np.array_equal(dst, src)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_linear_layer_keeps_one_buffer_for_its_sums_and_activations(device_name, precision):
+    """a = z where the activation is linear (and its backward reads neither): the plan
+    holds _z alone, a is a view of it, and the step trains as with two buffers (the
+    reference's gradients, held by the other tests, are unchanged)."""
+    try:
+        net = pn.Sequential([pn.Conv2D(4, 3, padding=1), pn.Dense(6, "linear"),
+                             pn.Dense(3, "softmax")], input_shape=(2, 9, 9),
+                            device=device_name, precision=precision)
+    except pn.PortanetError as e:
+        pytest.skip(str(e))
+    names = [(b.owner, b.name) for b in net.memory_plan(16).buffers]
+    for layer in net.layers[:2]:
+        assert (repr(layer), "_z") in names and (repr(layer), "_a") not in names
+    assert (repr(net.layers[2]), "_a") in names
+    x, y = data(16)
+    net.train_batch(x, y)
+    conv = net.layers[0]
+    if isinstance(conv.a, np.ndarray):                      # the reference's arrays
+        assert np.shares_memory(conv.a, conv.z) and conv.a.ctypes.data == conv.z.ctypes.data
+    else:
+        assert conv.a.buf is conv.z.buf and conv.a.offset == conv.z.offset
+    net.free()

@@ -51,8 +51,17 @@ class Dense(Layer):
         return elements(in_shape)
 
     def batch_buffers(self, m):
+        """z and a; one buffer where the layer is linear (a = z, and its backward reads
+        neither: f' is 1), which the sum and the activation then both write."""
         dtype = _output_dtype(self)
+        if self.activation == "linear":
+            return {"_z": (self.n_out * m, dtype)}
         return {"_z": (self.n_out * m, dtype), "_a": (self.n_out * m, dtype)}
+
+    @property
+    def _out(self):
+        """The buffer a lives in: its own, or z's where the layer is linear."""
+        return self._z if self.activation == "linear" else self._a
 
     def shared_sizes(self, m):
         return m, 0
@@ -64,7 +73,7 @@ class Dense(Layer):
     def bind(self, a_prev, m, shared):
         super().bind(self.backend.view(a_prev, (self.n_in, m)), m, shared)
         self.z = self.backend.view(self._z, (self.units, m))
-        self.a = self.backend.view(self._a, (self.units, m))
+        self.a = self.backend.view(self._out, (self.units, m))
         self.ones = self.backend.view(shared.ones, (m,))
         # where dL/da arrives, dL/da_prev goes (Residual's projection: apart), and the
         # product's sum goes (beside 16-bit z and a: float32, where dL/da will arrive)
@@ -182,7 +191,7 @@ class Conv2D(Dense):
         Layer.bind(self, self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
         positions = self.out_shape[1] * self.out_shape[2] * m
         self.z = self.backend.view(self._z, (self.units, positions))
-        self.a = self.backend.view(self._a, (self.units, positions))
+        self.a = self.backend.view(self._out, (self.units, positions))
         self.ones = self.backend.view(shared.ones, (positions,))
         self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
         self.zf = self.da if self.half_out else self.z
