@@ -113,3 +113,6 @@ print(json.dumps(compiler.COMPILED))
     for precision in ("fp32", "tf32", "bf16", "fp16"):
         assert f"cuda:0 {precision}: built" in job.stderr and "ready in" in job.stderr
     assert "-DSTORED_HALF=1" in job.stderr
+    # and the tensor-core families: mma.cu's in tf32, wgmma.cu's for Hopper in bf16, fp16
+    assert sum("-DTRANS_A=1" in " ".join(o) for n, o, a in compiled) == 4
+    assert {a for n, o, a in compiled} >= {"sm_90", "sm_90a"}

@@ -205,6 +205,19 @@ class CudaBackend(KernelBackend):
         return self.precision == "tf32" or (self.precision in HALF_TYPES
                                             and self.cc == (9, 0))
 
+    def _own_builds(self):
+        """The tensor-core builds this precision launches (`builds`, for build_all and
+        warmup): mma.cu's in each transpose and vector width in tf32, wgmma.cu's (its GEMM
+        and its operand copies, from float32 or 16-bit storage) in bf16 and fp16 on Hopper;
+        the options as `_gemm_tensor` and `_kmajor16` give them."""
+        if not self.tensor_gemm:
+            return ()
+        if self.precision == "tf32":
+            return [("mma", [f"-DTRANS_A={a}", f"-DTRANS_B={b}", f"-DVEC={v}",
+                             f"-DMIN_BLOCKS={MMA_BLOCKS}"], None)
+                    for a in (0, 1) for b in (0, 1) for v in (0, 1)]
+        return [("wgmma", [], "sm_90a"), ("wgmma", ["-DSOURCE_HALF=1"], "sm_90a")]
+
     def _tensor_takes(self, k):
         """gemm_wgmma reads its 16-bit copies through the tensor memory accelerator, whose
         rows lie at whole 16 bytes: K a multiple of 8."""
