@@ -240,19 +240,20 @@ def test_a_host_copy_split_over_threads_is_the_copy(n, monkeypatch):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_linear_layer_keeps_one_buffer_for_its_sums_and_activations(device_name, precision):
-    """a = z where the activation is linear (and its backward reads neither): the plan
+    """a = z where the activation is linear (Dense, Conv2D and BatchNorm, whose backwards
+    read neither): the plan
     holds _z alone, a is a view of it, and the step trains as with two buffers (the
     reference's gradients, held by the other tests, are unchanged)."""
     try:
-        net = pn.Sequential([pn.Conv2D(4, 3, padding=1), pn.Dense(6, "linear"),
+        net = pn.Sequential([pn.Conv2D(4, 3, padding=1), pn.BatchNorm(), pn.Dense(6, "linear"),
                              pn.Dense(3, "softmax")], input_shape=(2, 9, 9),
                             device=device_name, precision=precision)
     except pn.PortanetError as e:
         pytest.skip(str(e))
     names = [(b.owner, b.name) for b in net.memory_plan(16).buffers]
-    for layer in net.layers[:2]:
+    for layer in net.layers[:3]:
         assert (repr(layer), "_z") in names and (repr(layer), "_a") not in names
-    assert (repr(net.layers[2]), "_a") in names
+    assert (repr(net.layers[3]), "_a") in names
     x, y = data(16)
     net.train_batch(x, y)
     conv = net.layers[0]

@@ -59,9 +59,14 @@ class BatchNorm(Layer):
         return {"gamma": np.ones(self.rows), "running_var": np.ones(self.rows)}
 
     def batch_buffers(self, m):
+        """z, a (one buffer where the activation is linear: a = z, and the backward reads
+        its input and the delta, not z), the batch's mean and 1/std."""
         n, dtype = elements(self.in_shape) * m, _output_dtype(self)
-        return {"_z": (n, dtype), "_a": (n, dtype), "_mean": (self.rows, None),
-                "_inv_std": (self.rows, None)}
+        out = {"_z": (n, dtype), "_a": (n, dtype), "_mean": (self.rows, None),
+               "_inv_std": (self.rows, None)}
+        if self.activation == "linear":
+            del out["_a"]
+        return out
 
     def grad_size(self, m):
         return elements(self.in_shape) * m if self.half_out else 0
@@ -71,7 +76,7 @@ class BatchNorm(Layer):
         bk = self.backend
         super().bind(bk.view(a_prev, (self.rows, cols)), m, shared)
         self.z = bk.view(self._z, (self.rows, cols))
-        self.a = bk.view(self._a, (self.rows, cols))
+        self.a = bk.view(self._z if self.activation == "linear" else self._a, (self.rows, cols))
         self.mean, self.inv_std = self._mean, self._inv_std
         # where dL/da arrives (a), and where the delta goes (z), then dL/dx (over x); in 16
         # bits, where its input reads 16 bits too (half_grad), the products buffers
