@@ -64,11 +64,13 @@ def build_text(build):
 
 
 def _step(model, bk, batch_size):
-    from .cli import build_model
+    from . import models
     rng = np.random.default_rng(0)
     x = rng.random((batch_size, 1, 28, 28), dtype=np.float32)
     y = rng.integers(0, 10, batch_size)
-    net = build_model(model, "fashion-mnist", x.shape[1:], bk.name, 0, bk.precision)
+    where = dict(input_shape=x.shape[1:], device=bk.name, seed=0, precision=bk.precision)
+    net = (models.MODELS[model](classes=10, **where) if model in models.MODELS
+           else models.from_description(model, **where))
     try:
         net.fit(x, y, epochs=1, batch_size=batch_size, verbose=0)
         net.evaluate(x, y)

@@ -18,6 +18,7 @@ class Runtime:
     name = None                 # the backend's device string, for messages
     lock = None                 # the backend's lock (CUDA: it makes the context current)
     options = ()                # build options every kernel gets (REAL, OPERAND_BITS, ...)
+    parallel_builds = False     # whether builds side by side take less time than in turn
 
     def empty(self, shape, dtype=None, label="buffer"):
         """allocate: an uninitialised DeviceArray of `shape` owning a new buffer, counted by
@@ -50,6 +51,13 @@ class Runtime:
         or kernels_cu/, sources.load) built with `options` besides the runtime's own; each
         family and options built once per runtime (the driver caches binaries on disk,
         under `cache_dir`); a KernelBuildError naming the file and the compiler's log."""
+        raise NotImplementedError
+
+    def build_many(self, builds, done=None, threads=None):
+        """compile ahead: the families `builds` ((family, options, arch or None) each),
+        several at once where the driver allows (`builds.in_threads`), each once, as
+        `kernel` would build them; done(build) as each is ready; the first failure's
+        KernelBuildError once the others are done."""
         raise NotImplementedError
 
     def launch(self, kernel, global_size, local_size, args):
