@@ -13,79 +13,29 @@ MAX_MODULE_LINES = 800      # past this a module holds more than one responsibil
 MAX_CLASS_LINES = 500       # past this a class is several waiting to be named
 
 
+def _script():
+    """bench/structure.py, which prints these figures for any checkout: its import graph
+    and cycle finder are the ones held here."""
+    import importlib.util
+    path = Path(__file__).resolve().parents[1] / "bench" / "structure.py"
+    spec = importlib.util.spec_from_file_location("portanet_structure", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+STRUCTURE = _script()
+cycles = STRUCTURE.cycles
+
+
 def modules():
-    found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = ("portanet", *path.relative_to(PACKAGE).with_suffix("").parts)
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        found[name] = path
-    return found
+    """portanet's modules by dotted name -> path, in the checkout."""
+    return STRUCTURE.modules(Path(__file__).resolve().parents[1])
 
 
 def imports(name, path, found):
-    """The portanet modules `name` imports, anywhere in its text; a package's own
-    submodules importing the package are not an edge up."""
-    is_package = path.name == "__init__.py"
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            base = name.split(".")
-            if node.level:
-                base = base[:len(base) - node.level + (1 if is_package else 0)]
-                prefix = ".".join(base + ([node.module] if node.module else []))
-            else:
-                prefix = node.module or ""
-            targets = [f"{prefix}.{a.name}" if f"{prefix}.{a.name}" in found else prefix
-                       for a in node.names]
-        else:
-            continue
-        for target in targets:
-            if target in found and target != name and not (
-                    name.startswith(target + ".") and found[target].name == "__init__.py"):
-                out.add(target)
-    return out
-
-
-def cycles(edges):
-    """The strongly connected components of more than one module (Tarjan's, iterative)."""
-    index, low, on, stack, found, counter = {}, {}, set(), [], [], [0]
-    for root in edges:
-        if root in index:
-            continue
-        work = [(root, iter(sorted(edges[root])))]
-        index[root] = low[root] = counter[0]
-        counter[0] += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, children = work[-1]
-            for w in children:
-                if w not in index:
-                    index[w] = low[w] = counter[0]
-                    counter[0] += 1
-                    stack.append(w)
-                    on.add(w)
-                    work.append((w, iter(sorted(edges[w]))))
-                    break
-                if w in on:
-                    low[v] = min(low[v], index[w])
-            else:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    component = []
-                    while True:
-                        w = stack.pop()
-                        on.discard(w)
-                        component.append(w)
-                        if w == v:
-                            break
-                    if len(component) > 1:
-                        found.append(sorted(component))
-    return found
+    """The portanet modules `name` imports, anywhere in its text (bench/structure.py)."""
+    return STRUCTURE.imports(name, ast.parse(path.read_text()), found)
 
 
 def test_every_import_points_down():
