@@ -44,6 +44,24 @@ def test_every_import_points_down():
     assert cycles(edges) == []
 
 
+LEAVES = {f"portanet.{name}" for name in ("config", "errors", "precision", "files", "rng",
+                                          "progress")}
+
+
+def test_the_backends_import_only_the_leaves():
+    """backends/ is the bottom of the picture (docs/README.md): above the leaves alone,
+    which import only each other."""
+    found = modules()
+    for name, path in found.items():
+        if name.startswith("portanet.backends") or name in LEAVES:
+            above = {m for m in imports(name, path, found)
+                     if not m.startswith("portanet.backends") and m not in LEAVES}
+            assert not above, f"{name} imports {sorted(above)}"
+            if name in LEAVES:
+                assert not any(m.startswith("portanet.backends")
+                               for m in imports(name, path, found)), name
+
+
 def test_the_cycle_finder_finds_a_cycle():
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
