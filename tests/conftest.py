@@ -7,6 +7,7 @@ The kernel-level modules (KERNEL_MODULES) run on more: on PoCL under each limits
 of backends.opencl.PROFILES (opencl:pocl[mobile]: the parameters an AMD, Intel or mobile
 GPU would get, held to its limits), and on the Oclgrind simulator with its checks on,
 where any error it reports fails the test (oclgrind_log)."""
+import functools
 import os
 import tempfile
 import zlib
@@ -140,11 +141,16 @@ def rng(request):
     return np.random.default_rng(rng_seed(request.node.nodeid))
 
 
-@pytest.fixture(scope="session")
+@functools.cache
+def _fashion():
+    return portanet.load_dataset("fashion-mnist")       # read once per test process
+
+
+@pytest.fixture(scope="module")
 def fashion():
     """Fashion-MNIST, ((x, y), (x_test, y_test)), or the test skips where it is missing."""
     try:
-        return portanet.load_dataset("fashion-mnist")
+        return _fashion()
     except portanet.DataError as e:
         pytest.skip(f"Fashion-MNIST is not installed here: {e}")
 
