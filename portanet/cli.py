@@ -325,7 +325,8 @@ def make_optimizer(name, lr, momentum, nesterov, weight_decay):
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default=None,
               help="write every figure and the environment to this file")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
-              help="draw time per workload per device to this PNG (needs matplotlib)")
+              help="draw time per workload per device to this PNG (needs matplotlib: "
+                   "pip install 'portanet[plot]')")
 @click.option("--no-torch", is_flag=True, help="skip the PyTorch peer column")
 @click.option("--precision", "precisions", multiple=True,
               help="fp32, tf32, bf16 or fp16; repeat for several (default: "
