@@ -70,11 +70,20 @@ class Dense(Layer):
         w, x, dz = self.units * self.n_in, self.n_in * m, self.units * m
         return [(w, x, dz), (dz, x, w), (w, dz, x)]     # z = w x, dw = dz x^T, dx = w^T dz
 
+    def columns(self, m):
+        """Columns of z and a for a batch of m: a column a sample (Conv2D: a position)."""
+        return m
+
+    def input_view(self, m):
+        """The shape this layer reads its input in: (n_in, m) (Conv2D: images)."""
+        return (self.n_in, m)
+
     def bind(self, a_prev, m, shared):
-        super().bind(self.backend.view(a_prev, (self.n_in, m)), m, shared)
-        self.z = self.backend.view(self._z, (self.units, m))
-        self.a = self.backend.view(self._out, (self.units, m))
-        self.ones = self.backend.view(shared.ones, (m,))
+        super().bind(self.backend.view(a_prev, self.input_view(m)), m, shared)
+        columns = self.columns(m)
+        self.z = self.backend.view(self._z, (self.units, columns))
+        self.a = self.backend.view(self._out, (self.units, columns))
+        self.ones = self.backend.view(shared.ones, (columns,))
         # where dL/da arrives, dL/da_prev goes (Residual's projection: apart), and the
         # product's sum goes (beside 16-bit z and a: float32, where dL/da will arrive)
         self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
@@ -171,7 +180,7 @@ class Conv2D(Dense):
     def shared_sizes(self, m):
         """Output positions (the bias gradient's ones), and the patch-matrix workspace:
         the whole matrix, n_in x positions, or CONV_WORKSPACE_BYTES of it."""
-        positions = self.out_shape[1] * self.out_shape[2] * m
+        positions = self.columns(m)
         cap = CONV_WORKSPACE_BYTES // self.backend.dtype.itemsize
         return positions, min(self.n_in * positions, cap)
 
@@ -187,14 +196,12 @@ class Conv2D(Dense):
         w, cols, dz = self.units * self.n_in, self.n_in * chunk, self.units * positions
         return [(w, cols, self.units * chunk), (dz, cols, w), (w, dz, cols)]
 
-    def bind(self, a_prev, m, shared):
-        Layer.bind(self, self.backend.view(a_prev, (*self.in_shape, m)), m, shared)
-        positions = self.out_shape[1] * self.out_shape[2] * m
-        self.z = self.backend.view(self._z, (self.units, positions))
-        self.a = self.backend.view(self._out, (self.units, positions))
-        self.ones = self.backend.view(shared.ones, (positions,))
-        self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
-        self.zf = self.da if self.half_out else self.z
+    def columns(self, m):
+        """Output positions of the whole batch: z and a are (filters, Ho.Wo.N)."""
+        return self.out_shape[1] * self.out_shape[2] * m
+
+    def input_view(self, m):
+        return (*self.in_shape, m)
 
     def forward(self, training=True):
         # (16-bit z and a: the sums in float32 where dL/da will arrive, z + b stored in z)
