@@ -15,25 +15,34 @@ def in_threads(items, work, done=None, threads=None):
     items = list(items)
     threads = min(threads or MAX_THREADS, os.cpu_count() or 1, len(items))
     error = None
+    for item, failed in _finished(items, work, threads):
+        if failed is None:
+            if done is not None:
+                done(item)
+        else:                           # (the first is raised; the rest are built)
+            error = error or failed
+    if error is not None:
+        raise error
+
+
+def _finished(items, work, threads):
+    """(item, None or the Exception work(item) raised) as each finishes: in this thread
+    where threads <= 1, else in a pool of them."""
     if threads <= 1:
         for item in items:
             try:
                 work(item)
-            except Exception as e:      # (the first is raised; the rest are built)
-                error = error or e
+            except Exception as e:
+                yield item, e
                 continue
-            if done is not None:
-                done(item)
-    else:
-        with ThreadPoolExecutor(threads, thread_name_prefix="portanet-build") as pool:
-            futures = {pool.submit(work, item): item for item in items}
-            for future in as_completed(futures):
-                try:
-                    future.result()
-                except Exception as e:  # (the first is raised; the rest finish)
-                    error = error or e
-                    continue
-                if done is not None:
-                    done(futures[future])
-    if error is not None:
-        raise error
+            yield item, None
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="portanet-build") as pool:
+        futures = {pool.submit(work, item): item for item in items}
+        for future in as_completed(futures):
+            try:
+                future.result()
+            except Exception as e:
+                yield futures[future], e
+                continue
+            yield futures[future], None
