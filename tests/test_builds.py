@@ -122,9 +122,10 @@ def test_the_device_check_says_what_it_is_doing(spec):
         f"reference") < len(said) - 1
 
 
-def test_cuda_builds_every_family_at_its_first_kernel(tmp_path):
-    """Over the stand-in for pycuda (tests/cuda_standin/): nvcc's builds run side by side,
-    so the first kernel asked for brings every family, each compiled once."""
+def test_cuda_builds_only_the_family_of_its_first_kernel(tmp_path):
+    """Over the stand-in for pycuda (tests/cuda_standin/): a first kernel builds its own
+    family and no other (building every family ahead, side by side, made a first LeNet
+    epoch on an H100 slower: 54.7 s against 47.7 s)."""
     script = ("import json, numpy as np, portanet as pn\n"
               "from pycuda import compiler\n"
               "bk = pn.device('cuda')\n"
@@ -141,5 +142,5 @@ def test_cuda_builds_every_family_at_its_first_kernel(tmp_path):
                          text=True, timeout=300)
     assert job.returncode == 0, job.stderr[-3000:]
     compiled = json.loads(job.stdout.strip().splitlines()[-1])
-    assert len(compiled) == len(gpu.FAMILIES)           # every family, each once
-    assert len({name for name, _, _ in compiled}) == len(gpu.FAMILIES)
+    assert len(compiled) == 1                   # named by its first kernel (the stand-in's)
+    assert compiled[0][0] in gpu.FAMILIES[gpu.FAMILY_OF["axpy"]]

@@ -23,14 +23,15 @@ TRAIN = """
 import numpy as np, portanet as pn, sys
 bk = pn.device(sys.argv[1])
 cache = bk.cache_dir
-before = set(cache.iterdir()) if cache.exists() else set()
+files = lambda: {f for f in cache.rglob('*') if f.is_file()}    # rglob: none if absent
+before = files()
 net = pn.lenet(input_shape=(1, 28, 28), device=sys.argv[1], seed=0)
 x = np.random.default_rng(0).random((64, 1, 28, 28), dtype=np.float32)
 y = np.arange(64) % 10
 net.fit(x, y, epochs=1, batch_size=32, verbose=0)
 net.evaluate(x, y)
 net.predict(x)
-print(len(set(cache.iterdir()) - before))
+print(len(files() - before))
 """
 
 

@@ -15,7 +15,7 @@ import weakref
 import numpy as np
 
 from .. import config, progress
-from ..errors import KernelBuildError, ShapeError
+from ..errors import ShapeError
 from ..precision import PRECISIONS, to_storage
 from . import sources
 from .arrays import MAX_GROUPS_1, DeviceArray
@@ -122,7 +122,6 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         self._route_file = None             # PORTANET_ROUTES' routes of this backend (_kept_route)
         self._kernels = {}
         self._announced = False
-        self._ahead = False                 # whether _build_ahead has run
         self._shadows = weakref.WeakKeyDictionary()     # keep_operands: array -> 16-bit copy
         self._keeping, self._fresh = set(), set()
         self.conv_path = config.conv_path()
@@ -186,26 +185,9 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         key = (name, "stored") if stored else name
         kernel = self._kernels.get(key)
         if kernel is None:
-            if not self._ahead:
-                self._build_ahead()
             kernel = self._kernels[key] = self._build(
                 FAMILY_OF[name], name, STORED if stored else [])
         return kernel
-
-    def _build_ahead(self):
-        """Where the runtime's builds run side by side (`parallel_builds`: nvcc's
-        processes), the first kernel asked for brings every build of `builds` at once: a
-        first step then waits for the slowest family, not for each it uses in turn. A build
-        that fails here is left to its first use, which raises its error as before."""
-        self._ahead = True
-        if not getattr(self.runtime, "parallel_builds", False):
-            return
-        self._announce()
-        try:
-            self.runtime.build_many(self.builds())
-        except KernelBuildError as e:
-            log.debug("%s: a build ahead failed (raised where it is used): %s", self.name,
-                      str(e).splitlines()[0])
 
     def _options(self, family, options):
         """A family's build options: `options` and, for the row groups' families, their

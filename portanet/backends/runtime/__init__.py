@@ -18,7 +18,6 @@ class Runtime:
     name = None                 # the backend's device string, for messages
     lock = None                 # the backend's lock (CUDA: it makes the context current)
     options = ()                # build options every kernel gets (REAL, OPERAND_BITS, ...)
-    parallel_builds = False     # whether builds side by side take less time than in turn
 
     def empty(self, shape, dtype=None, label="buffer"):
         """allocate: an uninitialised DeviceArray of `shape` owning a new buffer, counted by

@@ -58,8 +58,6 @@ class CudaRuntime(Runtime):
     that holds `lock`), one stream (`stream`), the modules built there, the prepared
     functions and a copy lane (made by the first `send`)."""
 
-    parallel_builds = True      # nvcc runs as processes: builds side by side take the cores
-
     def __init__(self, backend, device):
         """The device's primary context (one context per process, shared with other
         libraries such as PyTorch) for `backend`, made current in each thread by `lock`,
@@ -80,6 +78,10 @@ class CudaRuntime(Runtime):
         self.options = []               # the backend's build options
         self._modules, self._functions = {}, {}
         self._prepared = {}
+        try:        # pycuda makes only its default cache folder, not PYCUDA_CACHE_DIR's
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            pass    # the first build says why it cannot write there
 
     @property
     def cache_dir(self):

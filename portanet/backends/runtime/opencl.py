@@ -8,8 +8,10 @@ import ctypes
 import functools
 import gc
 import logging
+import os
 import threading
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -164,11 +166,6 @@ class OpenCLRuntime(Runtime):
     profiling one while `profiling`), the programs built there, the kernels bound to their
     arguments, a copy lane (made by the first `send`) and the state of a capture."""
 
-    # builds are not made ahead side by side (KernelBackend._build_ahead): Intel's CPU
-    # runtime compiled 5 families in 1.37 s one after another and in 1.37-1.63 s from 2-5
-    # threads (it compiles one program at a time in a process); GPU drivers: not measured
-    parallel_builds = False
-
     def __init__(self, backend, platform, device, limits, simulator):
         """A context and queue on `device` (a pyopencl Device of `platform`) for `backend`,
         its launches held to `limits` (opencl_devices.Limits); simulator: Oclgrind, whose
@@ -193,7 +190,22 @@ class OpenCLRuntime(Runtime):
 
     @property
     def cache_dir(self):
-        """Where this runtime's compiled kernels are kept."""
+        """Where this device's compiled programs are kept: the driver's own cache where it
+        keeps one, which pyopencl then leaves the caching to (NVIDIA's: $CUDA_CACHE_PATH,
+        else ~/.nv/ComputeCache; PoCL's: $POCL_CACHE_DIR, else its folder in the user's
+        cache), else the folder pyopencl writes the binaries to under portanet's cache."""
+        from pyopencl.characterize import nv_compute_capability
+        if nv_compute_capability(self.device) is not None:
+            return Path(os.environ.get("CUDA_CACHE_PATH") or Path.home() / ".nv" / "ComputeCache")
+        if self.device.platform.name == "Portable Computing Language":
+            return Path(os.environ.get("POCL_CACHE_DIR")
+                        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+                        / "pocl" / "kcache")
+        return self._binaries
+
+    @property
+    def _binaries(self):
+        """The folder pyopencl keeps binaries in (where the driver keeps none itself)."""
         return config.cache_dir() / f"kernels-{self.backend.kind}"
 
     # -- programs ------------------------------------------------------------------------
@@ -207,7 +219,7 @@ class OpenCLRuntime(Runtime):
             with warnings.catch_warnings():     # drivers chatter on success (see program)
                 warnings.simplefilter("ignore", cl.CompilerWarning)
                 cl.Program(self.ctx, "__kernel void portanet_probe(void) {}").build(
-                    options=self.options, cache_dir=str(self.cache_dir))
+                    options=self.options, cache_dir=str(self._binaries))
         except cl.Error as e:
             lines = [l.strip() for l in str(e).splitlines() if "error" in l.lower()]
             said = (lines[-1] if lines else " ".join(str(e).split()))[:300]
@@ -250,7 +262,7 @@ class OpenCLRuntime(Runtime):
         path, text = sources.load(family, "cl")
         try:
             return cl.Program(self.ctx, text).build(
-                options=self.options + list(extra), cache_dir=str(self.cache_dir))
+                options=self.options + list(extra), cache_dir=str(self._binaries))
         except cl.RuntimeError as e:
             raise KernelBuildError(f"{path} failed to build for {self.device.name} with "
                                    f"options {self.options + list(extra)}:\n{e}") from e
