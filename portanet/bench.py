@@ -256,9 +256,27 @@ def torch_case(workload, case, device, graph=False, precision="fp32"):
     asks: TF32 allowed (tf32) or not, under autocast to bfloat16 or float16 (bf16, fp16;
     fp16's loss scaled by a GradScaler): eager, or with graph=True the whole training step
     captured once in a CUDA graph and replayed (the strongest peer of a small step, whose
-    eager time is mostly Python and launches)."""
+    eager time is mostly Python and launches). On CUDA the figures hold `peak_bytes` too:
+    torch.cuda.max_memory_allocated() over the warm-up and timed calls, less what was
+    allocated before the case made its model and batch (as portanet's peak counts its
+    own, the batch included)."""
     import contextlib
     import torch
+    cuda = device.startswith("cuda")
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
+    figures = _torch_figures(torch, workload, case, device, graph, precision)
+    if cuda:
+        torch.cuda.synchronize(device)
+        figures["peak_bytes"] = torch.cuda.max_memory_allocated(device) - base
+    return figures
+
+
+def _torch_figures(torch, workload, case, device, graph, precision):
+    """torch_case's timing (see there)."""
+    import contextlib
     torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
     torch.backends.cudnn.allow_tf32 = precision == "tf32"
     half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
@@ -548,7 +566,8 @@ def table(report):
     """The report as a text table."""
     head = (f"{'device':12s} {'prec':4s} {'workload':12s} {'case':22s} {'gemm':9s} "
             f"{'median ms':>10s} {'min':>9s} {'max':>9s} {'throughput':>18s} {'%best':>6s} "
-            f"{'peak MiB':>9s} {'torch ms':>9s} {'ratio':>6s} {'graph ms':>9s} {'ratio':>6s}")
+            f"{'peak MiB':>9s} {'torch MiB':>9s} {'torch ms':>9s} {'ratio':>6s} {'graph ms':>9s} "
+            f"{'ratio':>6s}")
     lines = [head, "-" * len(head)]
     for r in report["results"]:
         if r["status"] != "ok":
@@ -556,7 +575,8 @@ def table(report):
                          f"{r['case']:22s} FAILED: "
                          f"{(r['error'] or '').splitlines()[0]}")
             continue
-        peers = ""
+        torch_peak = (r.get("torch") or {}).get("peak_bytes")
+        peers = f" {torch_peak / 2**20:9.1f}" if torch_peak is not None else f" {'n/a':>9s}"
         for key in ("torch", "torch_graph"):
             peer = r.get(key) or {}
             peers += f" {peer['median_s'] * 1e3:9.3f}" if peer.get("status") == "ok" else \
@@ -575,7 +595,8 @@ def table(report):
         lines.append(f"torch column for {device}: {reason}")
     lines.append("%best: GFLOP/s as a share of the fastest GEMM measured on the same device in "
                  "this run, in the row's precision (not the hardware's peak); peak MiB: "
-                 "device memory at the case's peak")
+                 "device memory at the case's peak; torch MiB: PyTorch's eager peak "
+                 "(max_memory_allocated, CUDA only)")
     return "\n".join(lines)
 
 

@@ -111,3 +111,31 @@ def test_resnet_step_runs_and_matches_torchs_network():
     trained = {name: x for name, x in net.get_weights().items() if "running" not in name}
     assert sum(int(np.prod(s)) for s in shapes) == sum(x.size for x in trained.values())
     assert len(shapes) == len(trained)
+
+
+def test_the_table_shows_pytorchs_peak_beside_ours():
+    """A row whose PyTorch peer measured its peak shows it in MiB beside portanet's; one
+    without says n/a."""
+    row = bench._row("resnet-step", "batch 128", "cuda",
+                     timing={"median_s": 4e-3, "min_s": 4e-3, "max_s": 4e-3, "repeats": 10,
+                             "inner": 3, "throughput": 32000.0, "throughput_unit": "images/s"},
+                     peak_bytes=392 * 2**20, precision="fp32")
+    row["torch"] = {"status": "ok", "median_s": 5e-3, "peak_bytes": 270 * 2**20}
+    row["ratio_to_torch"] = 0.8
+    other = dict(row, torch={"status": "unavailable", "reason": "not asked for"},
+                 ratio_to_torch=None)
+    lines = bench.table({"results": [row, other]}).splitlines()
+    assert "torch MiB" in lines[0]
+    assert "392.0     270.0" in lines[2]
+    assert "392.0       n/a" in lines[3]
+
+
+def test_pytorchs_peak_on_cuda():
+    """Where PyTorch and a CUDA GPU are present: its LeNet step's eager peak, beyond what
+    was allocated before, is counted (the model, its gradients and momentum, the batch and
+    the activations: more than the 0.9 MiB of LeNet's parameters, far less than a GiB)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch sees no CUDA GPU here")
+    figures = bench.torch_case("lenet-step", "batch 64", "cuda")
+    assert 2**20 < figures["peak_bytes"] < 2**30
