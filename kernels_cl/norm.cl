@@ -114,6 +114,26 @@ KERNEL void batchnorm_infer(GLOBAL STORED* z, const int z_off, GLOBAL STORED* a,
     }
 }
 
+/* delta <- f'(z) . da, z = gamma inv_std (x - mean) + beta made again from the input and
+   the batch's statistics (BatchNorm keeps its output, not z): one work-item per element,
+   dimension 0 along the row. x may be 16-bit (STORED), da and delta are real; delta may be
+   da. */
+KERNEL void batchnorm_delta(GLOBAL real* delta, const int delta_off, const GLOBAL real* da,
+                            const int da_off, const GLOBAL STORED* x, const int x_off,
+                            const GLOBAL real* gamma, const int gamma_off,
+                            const GLOBAL real* beta, const int beta_off,
+                            const GLOBAL real* mean, const int mean_off,
+                            const GLOBAL real* inv_std, const int inv_std_off, const int kind,
+                            const int rows, const int n) {
+    const int j = GLOBAL_ID(0), r = GLOBAL_ID(1);
+    if (r < rows && j < n) {
+        const int i = r * n + j;
+        const real zk = gamma[gamma_off + r] * inv_std[inv_std_off + r]
+                        * (FROM_STORED(x[x_off + i]) - mean[mean_off + r]) + beta[beta_off + r];
+        delta[delta_off + i] = activate_grad(kind, zk) * da[da_off + i];
+    }
+}
+
 /* Per row, with xhat = (x - mean) inv_std:
      dbeta <- alpha sum(dz) + beta dbeta;  dgamma <- alpha sum(dz xhat) + beta dgamma
      (beta = 0: the old values are not read) and, where has_dx,

@@ -11,7 +11,7 @@ import pytest
 
 from portanet.backends import gpu, sources
 from portanet.backends.base import ACTIVATIONS
-from portanet.backends.numpy import NumpyBackend, activate
+from portanet.backends.numpy import NumpyBackend, activate, activate_grad
 from portanet.errors import InputError, ShapeError
 from conftest import F32, F64_GRAD, get_backend, rel_err, simulated
 
@@ -236,6 +236,57 @@ def test_batchnorm_activations(bk, rng, kind):
         want, got = run(REF, kind, *args), run(bk, kind, *args)
         assert rel_err(got["a"], want["a"]) < TOL[bk.dtype], run.__name__
         assert rel_err(want["a"], activate(kind, want["z"])) == 0
+
+
+def delta(bk, kind, da, x, gamma, beta, mean, inv_std, in_place):
+    """batchnorm_delta on bk, into a poisoned array or over da; the delta as a host array."""
+    DA = bk.upload(da)
+    D = DA if in_place else poisoned(bk, x.shape)
+    bk.batchnorm_delta(kind, D, DA, bk.upload(x), *map(bk.upload, (gamma, beta, mean, inv_std)))
+    return bk.download(D)
+
+
+@pytest.mark.parametrize("kind", NORM_ACTIVATIONS)
+def test_reference_delta_is_the_derivative_at_the_forwards_z(rng, kind):
+    """The reference makes z again operation for operation as batchnorm_train did: f'(z) da
+    with the z the forward wrote, to the last bit."""
+    x, gamma, beta, rm, rv = inputs(rng, REF, (3, 2, 3, 7))
+    out = train(REF, kind, x, gamma, beta, rm, rv)
+    da = rng.standard_normal(x.shape)
+    got = delta(REF, kind, da, x, gamma, beta, out["mean"], out["inv_std"], False)
+    assert np.array_equal(got, activate_grad(kind, out["z"]) * da)
+
+
+@pytest.mark.parametrize("kind", NORM_ACTIVATIONS)
+@pytest.mark.parametrize("shape", [(1, 1), (3, 5), (17, 333), (3, 2, 3, 37)])
+def test_batchnorm_delta(bk, rng, kind, shape):
+    """Against the reference, into a new array and over da, on the statistics of the
+    forward pass."""
+    simulated(bk, int(np.prod(shape)))
+    x, gamma, beta, rm, rv = inputs(rng, bk, shape)
+    out = train(REF, "linear", x, gamma, beta, rm, rv)
+    mean, inv_std = rounded(bk, out["mean"], out["inv_std"])
+    da, = rounded(bk, rng.standard_normal(shape))
+    want = delta(REF, kind, da, x, gamma, beta, mean, inv_std, False)
+    for in_place in (False, True):
+        got = delta(bk, kind, da, x, gamma, beta, mean, inv_std, in_place)
+        assert rel_err(got, want, np.linalg.norm(da) + 1e-30) < TOL[bk.dtype], in_place
+
+
+def test_batchnorm_output_over_z(bk, rng):
+    """z and a one array, as a BatchNorm binds them: it holds a = f(z) after the forward."""
+    x, gamma, beta, rm, rv = inputs(rng, bk, (3, 41))
+    want = train(REF, "relu", x, gamma, beta, rm, rv)
+    X, A = bk.upload(x), poisoned(bk, x.shape)
+    M, S = poisoned(bk, (3,)), poisoned(bk, (3,))
+    bk.batchnorm_train("relu", A, A, M, S, X, bk.upload(gamma), bk.upload(beta),
+                       bk.upload(rm), bk.upload(rv), EPS, MOMENTUM)
+    assert rel_err(bk.download(A), want["a"]) < TOL[bk.dtype]
+    A = poisoned(bk, x.shape)
+    bk.batchnorm_infer("relu", A, A, X, bk.upload(gamma), bk.upload(beta), bk.upload(rm),
+                       bk.upload(rv), EPS)
+    assert rel_err(bk.download(A), infer(REF, "relu", x, gamma, beta, rm, rv)["a"]) \
+        < TOL[bk.dtype]
 
 
 def test_batchnorm_in_place(bk, rng):

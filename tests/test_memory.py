@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import portanet as pn
+from conftest import rel_err
 from portanet.memory import elements
 
 
@@ -239,11 +240,68 @@ def test_a_host_copy_split_over_threads_is_the_copy(n, monkeypatch):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("activation", ["relu", "tanh", "linear"])
+def test_a_batchnorm_keeps_its_output_alone(device_name, precision, activation):
+    """BatchNorm's plan holds a (its output), its mean and 1/std, no z; a training step
+    with it gives the gradients of one that keeps z (the reference's BatchNorm with z kept
+    apart, as it was: activation_grad from z), on the same weights and batch."""
+    from portanet.layers import blocks
+
+    def make():
+        return pn.Sequential([pn.Conv2D(4, 3, padding=1), pn.BatchNorm(activation),
+                              pn.Flatten(), pn.Dense(3, "softmax")], input_shape=(2, 7, 7),
+                             device=device_name, precision=precision, seed=3)
+    try:
+        net = make()
+    except pn.PortanetError as e:
+        pytest.skip(str(e))
+    bn = net.layers[1]
+    names = {b.name for b in net.memory_plan(16).buffers if b.owner == repr(bn)}
+    assert {"_a", "_mean", "_inv_std"} <= names and "_z" not in names
+    x, y = data(16, (2, 7, 7), 3)
+    net.train_batch(x, y)
+    after = net.get_weights()
+
+    class KeepsZ(blocks.BatchNorm):           # z apart, its delta by activation_grad
+        def batch_buffers(self, m):
+            out = super().batch_buffers(m)
+            return dict(out, _z=out["_a"])
+
+        def bind(self, a_prev, m, shared):
+            super().bind(a_prev, m, shared)
+            self.z = self.backend.view(self._z, self.a.shape)
+            self.da, self.delta = self.half_views(shared, self.a, self.z)
+
+        def backward(self, train, first, delta_in_z=False):
+            bk = self.backend
+            if self.half_out:
+                if self.activation != "linear" or self.half_slot != self.grad_slot:
+                    bk.activation_grad(self.activation, self.z, self.da, self.delta)
+            else:
+                bk.activation_grad(self.activation, self.z, self.a)
+            g, alpha, beta = train.gradient(self)
+            dx = self.delta if self.half_out else self.a_prev
+            bk.batchnorm_grad(None if first else dx, g["gamma"], g["beta"], self.delta,
+                              self.a_prev, self.gamma, self.mean, self.inv_std, alpha, beta)
+            train.update(self)
+
+    other = make()
+    other.layers[1].__class__ = KeepsZ
+    other.train_batch(x, y)
+    theirs = other.get_weights()
+    assert after.keys() == theirs.keys()
+    for name, w in after.items():
+        assert rel_err(w, theirs[name], np.linalg.norm(theirs[name]) + 1) < 1e-5, name
+    net.free()
+    other.free()
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_a_linear_layer_keeps_one_buffer_for_its_sums_and_activations(device_name, precision):
-    """a = z where the activation is linear (Dense, Conv2D and BatchNorm, whose backwards
-    read neither): the plan
-    holds _z alone, a is a view of it, and the step trains as with two buffers (the
-    reference's gradients, held by the other tests, are unchanged)."""
+    """a = z where the activation is linear (Dense and Conv2D, whose backwards read
+    neither): the plan holds _z alone, a is a view of it, and the step trains as with two
+    buffers (the reference's gradients, held by the other tests, are unchanged). BatchNorm
+    keeps its output alone, whatever its activation."""
     try:
         net = pn.Sequential([pn.Conv2D(4, 3, padding=1), pn.BatchNorm(), pn.Dense(6, "linear"),
                              pn.Dense(3, "softmax")], input_shape=(2, 9, 9),
@@ -251,8 +309,9 @@ def test_a_linear_layer_keeps_one_buffer_for_its_sums_and_activations(device_nam
     except pn.PortanetError as e:
         pytest.skip(str(e))
     names = [(b.owner, b.name) for b in net.memory_plan(16).buffers]
-    for layer in net.layers[:3]:
+    for layer in net.layers[0], net.layers[2]:
         assert (repr(layer), "_z") in names and (repr(layer), "_a") not in names
+    assert (repr(net.layers[1]), "_a") in names and (repr(net.layers[1]), "_z") not in names
     assert (repr(net.layers[3]), "_a") in names
     x, y = data(16)
     net.train_batch(x, y)

@@ -435,6 +435,28 @@ def test_batchnorm_reads_and_stores_16_bits(device_name, rng, half, kind, rows, 
 
 
 @pytest.mark.parametrize("kind", ["linear", "relu", "tanh", "gelu"])
+def test_batchnorm_delta_reads_16_bits(device_name, rng, half, kind):
+    """batchnorm_delta from a 16-bit x (z made again in float32 from its values) and a
+    float32 dL/da into a float32 delta, apart and over dL/da."""
+    bk, ref = precision_backend(device_name, half), pn.device("cpu", precision=half)
+    rows, n = 5, 301
+    x = (3 * rng.standard_normal((rows, n)) + 1).astype(np.float32)
+    gamma, beta, mean = (rng.standard_normal(rows).astype(np.float32) for _ in range(3))
+    inv_std = (0.5 + rng.random(rows)).astype(np.float32)
+    da = rng.standard_normal((rows, n)).astype(np.float32)
+    out = {}
+    for where in (bk, ref):
+        X, DA = stored(where, x), where.upload(da)
+        params = [where.upload(v) for v in (gamma, beta, mean, inv_std)]
+        D = where.zeros((rows, n))
+        where.batchnorm_delta(kind, D, DA, X, *params)
+        where.batchnorm_delta(kind, DA, DA, X, *params)
+        out[where] = where.download(D), where.download(DA)
+    for got, want in zip(out[bk], out[ref]):
+        assert rel_err(got, want, np.linalg.norm(da)) < F32
+
+
+@pytest.mark.parametrize("kind", ["linear", "relu", "tanh", "gelu"])
 def test_a_residual_sum_in_16_bits(device_name, rng, half, kind):
     """add_activation on 16-bit z, x and a: z + x and f(z + x) from the float32 sum, each
     rounded as it is stored; activation_grad from a 16-bit z into a float32 delta, over da
@@ -579,8 +601,9 @@ def test_batchnorm_or_a_block_first_reads_the_batch_as_it_came():
 
 def test_the_plan_counts_16_bit_storage():
     """A wide MLP's batch buffers in bf16 take under three quarters of fp32's: the batch and
-    the hidden z and a in 2 bytes, and the float32 products buffer (the largest hidden
-    layer's sums, which grows with the batch as they do) in 4."""
+    the hidden layers' one buffer each (relu: a over z) in 2 bytes, the output's z and a in
+    4, and the float32 products buffer (the largest hidden layer's sums, which grows with
+    the batch as they do) in 4."""
     m, plans, texts = 256, {}, {}
     for name in ("fp32", "bf16"):
         net = pn.mlp((1000,), 10, hidden=(500, 100), device="cpu", precision=name)
@@ -594,15 +617,15 @@ def test_the_plan_counts_16_bit_storage():
     assert bf16["network", "_products"].nbytes == 500 * m * 4
     assert ("network", "_products") not in fp32
     hidden = [key for key in bf16 if key[1] in ("_z", "_a")]
-    assert sum(bf16[k].nbytes for k in hidden) == (2 * (500 + 100) + 2 * 10 * 2) * m * 2
+    assert sum(bf16[k].nbytes for k in hidden) == (500 + 100 + 2 * 10 * 2) * m * 2
     batch = lambda plan: sum(b.nbytes for b in plan.values() if b.kind == "batch")
     assert bf16["network", "_products"].kind == "batch"
     assert batch(bf16) < 0.75 * batch(fp32)
 
 
 def test_a_cnns_plan_counts_16_bit_activations():
-    """LeNet in bf16: the batch, both convolutions' z and a and the pool's output in 2 bytes
-    (half fp32's), the pool's indices as they were, and the two float32 products buffers,
+    """LeNet in bf16: the batch, both convolutions' one buffer each (relu: a over z) and
+    the pool's output in 2 bytes (half fp32's), the pool's indices as they were, and the two float32 products buffers,
     each as large as the largest dL/da it takes: the pool's output (buffer 0, where the
     Dense writes dL/da_prev) and conv2's (buffer 1, where the pool writes dL/dx, and conv2
     dL/da_prev for conv1)."""
@@ -614,7 +637,9 @@ def test_a_cnns_plan_counts_16_bit_activations():
     halved = [key for key in fp32 if key[1] in ("_x", "_z", "_a")
               and not key[0].startswith("Dense")]
     assert len(halved) == 1 + 2 * 2 + 1
-    for key in halved:
+    assert [key[0] for key in halved if key not in bf16] == \
+        [key[0] for key in halved if key[1] == "_a" and key[0].startswith("Conv2D")]
+    for key in (key for key in halved if key in bf16):
         assert bf16[key].dtype == np.uint16 and 2 * bf16[key].nbytes == fp32[key].nbytes, key
     kept = [key for key in fp32 if key[1] == "_idx"
             or key[0].startswith("Dense") and key[1] in ("_z", "_a")]
@@ -741,3 +766,44 @@ def test_a_16_bit_network_trains_as_the_reference_does(device_name, rng, half, a
             < 1e-2, name
     assert np.all(np.abs(got - fp32) < 20 * UNIT_ROUNDOFF[half] * fp32)
     assert not np.array_equal(got, fp32)
+
+
+def test_sign_only_activations_keep_one_buffer_in_16_bits(device_name, half, monkeypatch):
+    """In 16-bit storage a relu layer's z and a are one buffer (f' from the sign a keeps),
+    so is a relu Residual block's output and its sum, but not the block's last inner layer,
+    over whose output the sum is made; a step trains as with two buffers each, to the bit
+    on the reference."""
+    from portanet.layers import Dense, Residual
+
+    def make():
+        return pn.Sequential([
+            pn.Conv2D(4, 1, activation="relu"),         # (each layer's repr its own)
+            pn.Residual([pn.Conv2D(5, 3, activation="relu", padding=1),
+                         pn.Conv2D(4, 3, activation="relu", padding=1)], activation="relu"),
+            pn.Flatten(), pn.Dense(8, "relu"), pn.Dense(3, "softmax")],
+            input_shape=(1, 6, 6), device=device_name, precision=half, seed=5, loss_scale=None)
+    precision_backend(device_name, half)       # a skip where the device lacks it
+    net = make()
+    names = {}
+    for b in net.memory_plan(8).buffers:
+        names.setdefault(b.owner, set()).add(b.name)
+    conv, block, _, dense, out = net.layers
+    assert "_a" not in names[repr(conv)] and "_a" not in names[repr(dense)]
+    assert "_a" not in names.get(repr(block), ()) and "_a" not in names[repr(block.layers[0])]
+    assert {"_z", "_a"} <= names[repr(block.layers[1])] and {"_z", "_a"} <= names[repr(out)]
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 1, 6, 6)).astype(np.float32), np.arange(8) % 3
+    net.train_batch(x, y)
+    ours = net.get_weights()
+    linear_only = property(lambda self: self.activation == "linear")
+    monkeypatch.setattr(Dense, "one_buffer", linear_only)
+    monkeypatch.setattr(Residual, "one_buffer", linear_only)
+    twin = make()
+    assert "_a" in {b.name for b in twin.memory_plan(8).buffers if b.owner == repr(conv)}
+    twin.train_batch(x, y)
+    theirs = twin.get_weights()
+    for name, w in ours.items():
+        if device_name == "cpu":
+            assert np.array_equal(w, theirs[name]), name
+        else:
+            assert rel_err(w, theirs[name], np.linalg.norm(theirs[name]) + 1) < 1e-6, name

@@ -24,6 +24,7 @@ class Layer:
     capturable = True           # its step launches the same work every time (see train_step)
     keeps_input = False         # its products read a_prev, kept (keep_operands) until read
     output_kept = False         # the next layer keeps our output so (set by its network)
+    output_summed = False       # a Residual block makes its sum over our output (set by it)
     half_storage = False        # its z and a may be 16-bit, and it reads a 16-bit a_prev
     #                             (Dense, Conv2D, BatchNorm, Residual blocks of these:
     #                             docs/storage16.md)

@@ -7,7 +7,7 @@ from ..backends.base import ACTIVATIONS, conv_out
 from ..errors import InputError, ShapeError
 from ..memory import elements
 from .base import MAX_NESTING, Layer, _output_dtype, nesting_error, walk
-from .dense import Conv2D, Dense, Flatten
+from .dense import SIGN_ONLY, Conv2D, Dense, Flatten
 
 class BatchNorm(Layer):
     """Batch normalization (Ioffe and Szegedy), then an activation: per feature after a
@@ -16,8 +16,12 @@ class BatchNorm(Layer):
     (momentum as PyTorch's: new = (1 - momentum) old + momentum batch; the variance's
     unbiased); inference normalizes with the running ones. Both are saved with the network.
     Inputs viewed (rows, n): (features, batch) or (channels, H.W.batch), as stored. In
-    16-bit storage its input, z and a are 16-bit; its delta, float32, goes into the products
-    buffer grad_slot, where dL/dx then replaces it."""
+    16-bit storage its input and output are 16-bit; its delta, float32, goes into the
+    products buffer grad_slot, where dL/dx then replaces it.
+
+    It keeps its output alone, not z = gamma xhat + beta: the backward makes z again from
+    its input and the batch's statistics where the activation's derivative needs it
+    (batchnorm_delta), and writes the delta where dL/da arrived."""
     trainable = True
     half_storage = True
     half_alike = True
@@ -59,14 +63,9 @@ class BatchNorm(Layer):
         return {"gamma": np.ones(self.rows), "running_var": np.ones(self.rows)}
 
     def batch_buffers(self, m):
-        """z, a (one buffer where the activation is linear: a = z, and the backward reads
-        its input and the delta, not z), the batch's mean and 1/std."""
+        """The output a (z is not kept: see the class), the batch's mean and 1/std."""
         n, dtype = elements(self.in_shape) * m, _output_dtype(self)
-        out = {"_z": (n, dtype), "_a": (n, dtype), "_mean": (self.rows, None),
-               "_inv_std": (self.rows, None)}
-        if self.activation == "linear":
-            del out["_a"]
-        return out
+        return {"_a": (n, dtype), "_mean": (self.rows, None), "_inv_std": (self.rows, None)}
 
     def grad_size(self, m):
         return elements(self.in_shape) * m if self.half_out else 0
@@ -75,8 +74,7 @@ class BatchNorm(Layer):
         cols = elements(self.in_shape) // self.rows * m
         bk = self.backend
         super().bind(bk.view(a_prev, (self.rows, cols)), m, shared)
-        self.z = bk.view(self._z, (self.rows, cols))
-        self.a = bk.view(self._z if self.activation == "linear" else self._a, (self.rows, cols))
+        self.a = self.z = bk.view(self._a, (self.rows, cols))   # z: written, never kept
         self.mean, self.inv_std = self._mean, self._inv_std
         # where dL/da arrives (a), and where the delta goes (z), then dL/dx (over x); in 16
         # bits, where its input reads 16 bits too (half_grad), the products buffers
@@ -95,13 +93,13 @@ class BatchNorm(Layer):
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
-        # in 16 bits the delta goes out of z's place, into grad_slot: where that is dL/da's
-        # buffer, linear's delta is dL/da as it lies
-        if self.half_out:
-            if self.activation != "linear" or self.half_slot != self.grad_slot:
-                bk.activation_grad(self.activation, self.z, self.da, self.delta)
-        elif not delta_in_z:
-            bk.activation_grad(self.activation, self.z, self.a)
+        # the delta f'(z) dL/da, z made again from the input (batchnorm_delta), in dL/da's
+        # place; in 16 bits into grad_slot, where that is dL/da's buffer linear's delta is
+        # dL/da as it lies
+        if self.half_out and (self.activation != "linear" or self.half_slot != self.grad_slot) \
+                or not self.half_out and not delta_in_z and self.activation != "linear":
+            bk.batchnorm_delta(self.activation, self.delta, self.da, self.a_prev, self.gamma,
+                               self.beta, self.mean, self.inv_std)
         g, alpha, beta = train.gradient(self)
         # dgamma, dbeta and (in place of the input, or of the 16-bit layers' delta) dx in
         # one pass over the batch
@@ -183,6 +181,7 @@ class Residual(Layer):
         shape = self.in_shape
         for layer in self.layers:
             shape = layer.configure(backend, shape)
+        self.layers[-1].output_summed = True
         self.out_shape = shape
         self.projection = None
         if shape != self.in_shape:
@@ -206,8 +205,15 @@ class Residual(Layer):
         return [(str(i), l) for i, l in enumerate(self.layers)] + \
             ([("proj", self.projection)] if self.projection else [])
 
+    @property
+    def one_buffer(self):
+        """Whether the block's output a is written over its sum z (in the last inner
+        layer's output), as Dense's `one_buffer` says: linear, or in 16 bits SIGN_ONLY."""
+        return self.activation == "linear" or self.half_out and self.activation in SIGN_ONLY
+
     def batch_buffers(self, m):
-        out = {"_a": (elements(self.out_shape) * m, _output_dtype(self))}
+        out = {} if self.one_buffer else {"_a": (elements(self.out_shape) * m,
+                                                 _output_dtype(self))}
         if self.projection:
             out["_dx"] = (elements(self.in_shape) * m, None)
         return out
@@ -224,7 +230,7 @@ class Residual(Layer):
             layer.bind(a, m, shared)
             a = layer.a
         self.z = bk.view(a, (*self.out_shape, m))            # the sum, in place
-        self.a = bk.view(self._a, (*self.out_shape, m))
+        self.a = self.z if self.one_buffer else bk.view(self._a, (*self.out_shape, m))
         # where dL/da arrives, and the sum's gradient stays (real: in place in z), and where
         # dL/dx goes (real: in place of x)
         self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)

@@ -11,6 +11,9 @@ from ..memory import elements
 from ..rng import key_array, mix32
 from .base import DELTA_AND_BIAS, Layer, _count, _output_dtype
 
+# activations whose derivative follows from the sign of z alone, which a = f(z) keeps
+SIGN_ONLY = ("relu", "leaky_relu")
+
 class Dense(Layer):
     """Fully connected: z = w a_prev + b, a = f(z). Inputs of any per-sample shape are
     taken flattened, (prod(in_shape), batch), which is a free view."""
@@ -51,17 +54,27 @@ class Dense(Layer):
         return elements(in_shape)
 
     def batch_buffers(self, m):
-        """z and a; one buffer where the layer is linear (a = z, and its backward reads
-        neither: f' is 1), which the sum and the activation then both write."""
+        """z and a, or one buffer that z and then a are written to (`one_buffer`)."""
         dtype = _output_dtype(self)
-        if self.activation == "linear":
+        if self.one_buffer:
             return {"_z": (self.n_out * m, dtype)}
         return {"_z": (self.n_out * m, dtype), "_a": (self.n_out * m, dtype)}
 
     @property
+    def one_buffer(self):
+        """Whether z and a share a buffer: where the layer is linear (a = z, and its
+        backward reads neither: f' is 1), and in 16-bit storage where f' follows from z's
+        sign alone, which a = f(z) keeps (SIGN_ONLY): there dL/da arrives in a products
+        buffer, not over a, and the backward's f'(z) read from a is f'(z) to the bit (each
+        stored rounded: a 16-bit z rounds to 0 where f(z) does); not where a Residual
+        block makes its sum over our output (`output_summed`), where z must stay."""
+        return self.activation == "linear" or (self.half_out and self.activation in SIGN_ONLY
+                                               and not self.output_summed)
+
+    @property
     def _out(self):
-        """The buffer a lives in: its own, or z's where the layer is linear."""
-        return self._z if self.activation == "linear" else self._a
+        """The buffer a lives in: its own, or z's (`one_buffer`)."""
+        return self._z if self.one_buffer else self._a
 
     def shared_sizes(self, m):
         return m, 0

@@ -3,8 +3,8 @@ and the gradients (norm.cl: one work-group of gemv_threads per row, or pieces of
 import numpy as np
 
 from ..arrays import ACT
-from ..checks import check_alike, check_norm_grad, check_norm_kind, check_rows
-from .activations import activate
+from ..checks import check_alike, check_norm_grad, check_norm_kind, check_real, check_rows
+from .activations import activate, activate_grad
 from .reference import quiet
 
 # how norm.cl's kernels share a row (BN_* there): one group, or pieces in these launches
@@ -31,6 +31,12 @@ class NormOps:
 
     def batchnorm_infer(self, kind, z, a, x, gamma, beta, running_mean, running_var, eps):
         """z <- gamma (x - running_mean) / sqrt(running_var + eps) + beta; a <- f(z)."""
+        raise NotImplementedError
+
+    def batchnorm_delta(self, kind, delta, da, x, gamma, beta, mean, inv_std):
+        """delta <- f'(z) da, z = gamma (x - mean) inv_std + beta made again from x and the
+        batch's statistics (as batchnorm_train left them): a BatchNorm keeps its output,
+        not z. da and delta are real, x stored as the forward read it; delta may be da."""
         raise NotImplementedError
 
     def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
@@ -80,6 +86,17 @@ class NormReference(NormOps):
         self._store(a, activate(kind, zs.reshape(z.shape)))
 
     @quiet
+    def batchnorm_delta(self, kind, delta, da, x, gamma, beta, mean, inv_std):
+        check_norm_kind(kind)
+        rows, n = check_rows("batchnorm_delta", x, {"delta": delta, "da": da},
+                             {"gamma": gamma, "beta": beta, "mean": mean, "inv_std": inv_std})
+        check_real(self, "batchnorm_delta", delta=delta, da=da)
+        # z as batchnorm_train made it, operation for operation
+        d = self._value(x).reshape(rows, n) - mean[:, None]
+        zs = gamma[:, None] * (d * inv_std[:, None]) + beta[:, None]
+        delta[...] = (activate_grad(kind, zs) * da.reshape(rows, n)).reshape(delta.shape)
+
+    @quiet
     def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
         rows, n = check_rows("batchnorm_grad", x, {"dx": dx, "dz": dz},
                              {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma, "mean": mean,
@@ -126,6 +143,14 @@ class NormKernels(NormOps):
         self._run("batchnorm_infer", (n, rows), z, a, x, gamma, beta,
                   running_mean, running_var, act, float(eps), rows, n,
                   stored=self._stored(x))
+
+    def batchnorm_delta(self, kind, delta, da, x, gamma, beta, mean, inv_std):
+        check_norm_kind(kind)
+        rows, n = check_rows("batchnorm_delta", x, {"delta": delta, "da": da},
+                             {"gamma": gamma, "beta": beta, "mean": mean, "inv_std": inv_std})
+        check_real(self, "batchnorm_delta", delta=delta, da=da)
+        self._run("batchnorm_delta", (n, rows), delta, da, x, gamma, beta, mean, inv_std,
+                  ACT[kind], rows, n, stored=self._stored(x))
 
     def batchnorm_grad(self, dx, dgamma, dbeta, dz, x, gamma, mean, inv_std, alpha, beta):
         """Without dx the kernel gets dz in its place, never written (has_dx = 0)."""
