@@ -321,3 +321,18 @@ def test_a_linear_layer_keeps_one_buffer_for_its_sums_and_activations(device_nam
     else:
         assert conv.a.buf is conv.z.buf and conv.a.offset == conv.z.offset
     net.free()
+
+
+# a ResNet's training plan at batch 512 with SGD's momentum (models.resnet, CIFAR-sized), in
+# MiB: at most these (1959.5, 1149.9 and 1152.6 when every layer kept z and a apart, and
+# BatchNorm both)
+RESNET_512_MIB = {"fp32": 1139.0, "bf16": 654.0, "fp16": 657.0}
+
+
+@pytest.mark.parametrize("precision", sorted(RESNET_512_MIB))
+def test_a_resnets_plan_stays_within_its_bound(precision):
+    """The plan is what a device allocates (the tests above), so this holds the memory a
+    ResNet's step takes on any device in each precision."""
+    net = pn.models.resnet(device="cpu", precision=precision)
+    plan = net.memory_plan(512, pn.optim.SGD(0.1, momentum=0.9))
+    assert plan.total / 2**20 <= RESNET_512_MIB[precision]
