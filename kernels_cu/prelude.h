@@ -121,6 +121,8 @@ DEVICE MAYBE_UNUSED real half_value(const unsigned short h) {
 #define ACT_ELU 6
 #define ACT_GELU 7
 #define ACT_SILU 8
+#define ACT_SIGMOID_OF_A 9          /* derivatives only: f' from a = f(z) (arrays.OF_OUTPUT) */
+#define ACT_TANH_OF_A 10
 
 /* the activations, shared by the kernel families that apply them (elementwise, norm);
    the others do not call them, which nvcc would warn of at every build */
@@ -179,6 +181,8 @@ DEVICE real activate_grad(const int kind, const real z) {
     case ACT_GELU:                                  /* Phi(z) + z phi(z) */
         return (real)0.5 * erfc(-z * SQRT1_2) + z * exp((real)-0.5 * z * z) * INV_SQRT_2PI;
     case ACT_SILU: { const real s = sigmoid(z); return s * ((real)1 + z * ((real)1 - s)); }
+    case ACT_SIGMOID_OF_A: return z * ((real)1 - z);               /* z holds a */
+    case ACT_TANH_OF_A: return (real)1 - z * z;
     default: return (real)1;
     }
 }

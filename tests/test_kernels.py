@@ -7,9 +7,10 @@ import math
 import numpy as np
 import pytest
 
+import portanet as pn
 from portanet.backends.base import conv_out
 from portanet.backends.gemm import router as gemm_router
-from portanet.backends.arrays import ACT
+from portanet.backends.arrays import ACT, OF_OUTPUT
 from portanet.backends.gemm.router import FINISH_PARTS
 from portanet.backends.numpy import NumpyBackend, activate, activate_grad
 from portanet.backends.ops import blas as blas_ops, loss as loss_ops
@@ -1475,3 +1476,29 @@ def test_avgpool_refuses_wrong_shapes(backend):
     a = poisoned(backend, (2, 1, 1, 3))
     backend.avgpool(a, x, (5, 6), (5, 6))                   # a global pool: fits
     assert np.all(backend.download(a) == 0)
+
+
+@pytest.mark.parametrize("kind", sorted(OF_OUTPUT))
+def test_a_derivative_from_the_output_is_the_derivative_at_z(bk, rng, kind):
+    """OF_OUTPUT's kinds read a = f(z) where the others read z: activation_grad and
+    activation_bias_grad given a with them give f'(z) da, as given z with the activation's
+    own kind."""
+    z = 3 * rng.standard_normal((13, 67))
+    a, da = real(bk, activate(kind, z)), real(bk, rng.standard_normal((13, 67)))
+    want = activate_grad(kind, z) * da
+    A = bk.upload(a)
+    bk.activation_grad(OF_OUTPUT[kind], A, bk.upload(da))
+    assert rel_err(bk.download(A), want) < 4 * TOL[bk.dtype]
+    A, GB = bk.upload(a), bk.upload(np.zeros(13))
+    bk.activation_bias_grad(OF_OUTPUT[kind], A, bk.upload(da), 1.0, 0.0, GB,
+                            bk.upload(np.ones(67)))
+    assert rel_err(bk.download(A), want) < 4 * TOL[bk.dtype]
+    assert rel_err(bk.download(GB), want.sum(axis=1), np.abs(want).sum()) < 4 * TOL[bk.dtype]
+
+
+def test_a_derivative_from_the_output_is_no_activation():
+    with pytest.raises(InputError, match="unknown activation"):
+        pn.Dense(3, "tanh_of_a")
+    with pytest.raises(InputError, match="unknown activation"):
+        pn.device("cpu").bias_activation("tanh_of_a", np.zeros((2, 2)), np.zeros(2),
+                                         np.zeros((2, 2)))

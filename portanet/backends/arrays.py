@@ -7,9 +7,13 @@ import numpy as np
 
 ACTIVATIONS = ("linear", "relu", "sigmoid", "tanh", "softmax", "leaky_relu", "elu", "gelu", "silu")
 
+# the derivatives taken from a = f(z) rather than from z, by the activation (the kind the
+# derivative's kernels take): a layer that keeps a alone gives these
+OF_OUTPUT = {"sigmoid": "sigmoid_of_a", "tanh": "tanh_of_a"}
+
 # activation codes, as ACT_* in prelude.h
 ACT = {"linear": 0, "relu": 1, "sigmoid": 2, "tanh": 3, "softmax": 4, "leaky_relu": 5, "elu": 6,
-       "gelu": 7, "silu": 8}
+       "gelu": 7, "silu": 8, "sigmoid_of_a": 9, "tanh_of_a": 10}
 
 STEPS = 4                  # elements a work-item of bias_activation and momentum_updates takes
                            # (elementwise.cl's STEPS; test_kernel_sources holds them equal)

@@ -8,7 +8,7 @@ from collections import namedtuple
 import numpy as np
 
 from ..errors import InputError, ShapeError
-from .arrays import ACTIVATIONS
+from .arrays import ACTIVATIONS, OF_OUTPUT
 
 
 def conv_out(size, k, stride, pad):
@@ -107,8 +107,10 @@ def check_alike(op, **arrays):
                          "all in its 16-bit storage")
 
 
-def check_activation(kind):
-    if kind not in ACTIVATIONS:
+def check_activation(kind, derivative=False):
+    """kind one of ACTIVATIONS; for a derivative (activation_grad, activation_bias_grad)
+    also one of OF_OUTPUT's, whose f' is read from a."""
+    if kind not in ACTIVATIONS and not (derivative and kind in OF_OUTPUT.values()):
         raise InputError(f"unknown activation {kind!r}: use one of {', '.join(ACTIVATIONS)}")
 
 
@@ -125,7 +127,7 @@ def check_add_activation(kind, z, x, a):
 
 def check_activation_grad(bk, kind, z, da, delta):
     """activation_grad's arrays: z in place (real), or into delta (real, z may be 16-bit)."""
-    check_activation(kind)
+    check_activation(kind, derivative=True)
     out = z if delta is None else delta
     if not z.shape == da.shape == out.shape:
         raise ShapeError(f"activation_grad: z {z.shape}, da {da.shape} and delta "

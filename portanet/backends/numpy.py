@@ -114,7 +114,7 @@ class NumpyBackend(OnePath, BlasReference, ActivationReference, LossReference, P
         if not self._stored(z):
             super().activation_bias_grad(kind, z, da, alpha, beta, gb, ones)
             return
-        check_activation(kind)
+        check_activation(kind, derivative=True)
         delta = (activate_grad(kind, self._value(z)) * da).astype(self.dtype)
         self.gemv(alpha, delta, ones, beta, gb)     # summed before the delta rounds
         self._store(z, delta)

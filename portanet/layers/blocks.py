@@ -7,7 +7,7 @@ from ..backends.base import ACTIVATIONS, conv_out
 from ..errors import InputError, ShapeError
 from ..memory import elements
 from .base import MAX_NESTING, Layer, _output_dtype, nesting_error, walk
-from .dense import SIGN_ONLY, Conv2D, Dense, Flatten
+from .dense import Conv2D, Dense, Flatten, from_output, grad_kind
 
 class BatchNorm(Layer):
     """Batch normalization (Ioffe and Szegedy), then an activation: per feature after a
@@ -208,8 +208,8 @@ class Residual(Layer):
     @property
     def one_buffer(self):
         """Whether the block's output a is written over its sum z (in the last inner
-        layer's output), as Dense's `one_buffer` says: linear, or in 16 bits SIGN_ONLY."""
-        return self.activation == "linear" or self.half_out and self.activation in SIGN_ONLY
+        layer's output), as Dense's `one_buffer` says: linear, or `from_output`."""
+        return self.activation == "linear" or from_output(self)
 
     def batch_buffers(self, m):
         out = {} if self.one_buffer else {"_a": (elements(self.out_shape) * m,
@@ -253,7 +253,7 @@ class Residual(Layer):
         bk = self.backend
         if self.half_out:               # dL/d(sum) in place of dL/da
             if self.activation != "linear":
-                bk.activation_grad(self.activation, self.z, self.da, self.dsum)
+                bk.activation_grad(grad_kind(self), self.z, self.da, self.dsum)
         elif not delta_in_z:
             bk.activation_grad(self.activation, self.z, self.a)  # dL/d(sum), in z
         if self.projection:             # its delta is the sum's; its dL/dx goes to _dx

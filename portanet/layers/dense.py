@@ -5,6 +5,7 @@ import math
 import numpy as np
 
 from .. import distributed
+from ..backends.arrays import OF_OUTPUT
 from ..backends.base import ACTIVATIONS, CONV_WORKSPACE_BYTES, conv_out
 from ..errors import InputError, ShapeError
 from ..memory import elements
@@ -13,6 +14,24 @@ from .base import DELTA_AND_BIAS, Layer, _count, _output_dtype
 
 # activations whose derivative follows from the sign of z alone, which a = f(z) keeps
 SIGN_ONLY = ("relu", "leaky_relu")
+
+
+def from_output(layer):
+    """Whether a layer in 16-bit storage (where dL/da arrives in a products buffer, not
+    over a) keeps a alone, its f' read from a: to the bit where it follows from z's sign
+    (SIGN_ONLY: a 16-bit z rounds to 0 where f(z) does), from a's value for sigmoid and
+    tanh (OF_OUTPUT, as PyTorch's backward takes them from the output); not where a
+    Residual block makes its sum over the output (`output_summed`), where z must stay."""
+    return (layer.half_out and not layer.output_summed
+            and (layer.activation in SIGN_ONLY or layer.activation in OF_OUTPUT))
+
+
+def grad_kind(layer):
+    """The kind a layer's derivative kernels take: its activation's, or OF_OUTPUT's where
+    it keeps a alone and f' is read from a's value."""
+    if layer.one_buffer and layer.activation in OF_OUTPUT:
+        return OF_OUTPUT[layer.activation]
+    return layer.activation
 
 class Dense(Layer):
     """Fully connected: z = w a_prev + b, a = f(z). Inputs of any per-sample shape are
@@ -62,14 +81,10 @@ class Dense(Layer):
 
     @property
     def one_buffer(self):
-        """Whether z and a share a buffer: where the layer is linear (a = z, and its
-        backward reads neither: f' is 1), and in 16-bit storage where f' follows from z's
-        sign alone, which a = f(z) keeps (SIGN_ONLY): there dL/da arrives in a products
-        buffer, not over a, and the backward's f'(z) read from a is f'(z) to the bit (each
-        stored rounded: a 16-bit z rounds to 0 where f(z) does); not where a Residual
-        block makes its sum over our output (`output_summed`), where z must stay."""
-        return self.activation == "linear" or (self.half_out and self.activation in SIGN_ONLY
-                                               and not self.output_summed)
+        """Whether z and a share a buffer (z written, then a over it): where the layer is
+        linear (a = z, and its backward reads neither: f' is 1), or keeps a alone
+        (`from_output`)."""
+        return self.activation == "linear" or from_output(self)
 
     @property
     def _out(self):
@@ -151,7 +166,7 @@ class Dense(Layer):
         if delta_in_z:
             self.backend.gemv(alpha, self.z, self.ones, beta, g["b"])
         else:
-            self.backend.activation_bias_grad(self.activation, self.z, self.da, alpha, beta,
+            self.backend.activation_bias_grad(grad_kind(self), self.z, self.da, alpha, beta,
                                               g["b"], self.ones)
 
     def input_grad(self):

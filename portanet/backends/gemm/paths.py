@@ -299,7 +299,7 @@ class GemmPaths:
         activation_grad's one work-item per element (an H100 under ncu: 133 us fused
         against 73 apart for 32 rows of 147456, in pieces; the launch it saves decides
         short rows)."""
-        check_activation(kind)
+        check_activation(kind, derivative=True)
         rows, cols = z.shape
         if da.shape != z.shape or ones.size != cols or gb.size != rows:
             raise ShapeError(f"activation_bias_grad: z {z.shape}, da {da.shape}, ones "

@@ -154,6 +154,10 @@ def activate_grad(kind, z):
     leaky_relu, whose comparison z > 0 sends NaN to the other branch's constant (PyTorch's
     elu' tests z <= 0 and gives 1 there; ours gives exp(NaN))."""
     one = z.dtype.type(1)
+    if kind == "sigmoid_of_a":             # z holds a (arrays.OF_OUTPUT)
+        return z * (one - z)
+    if kind == "tanh_of_a":
+        return one - z * z
     if kind in ("linear", "softmax"):      # softmax is only used fused with cross-entropy
         return np.ones_like(z)
     if kind == "relu":
