@@ -124,7 +124,7 @@ COLUMNS = (
     "v, m, buf, gavg: the optimizer's state, one value per parameter; running_mean, "
     "running_var: BatchNorm's statistics; names starting with _ hold a batch's values "
     "(_x the inputs, _y the targets, _z and _a a layer's sums and activations: one "
-    "buffer, _z, where the layer is linear) or scratch "
+    "buffer, _z, where the backward does not need the sums, _a for BatchNorm) or scratch "
     "space (_workspace, _ones, _staging).",
     "kind: parameters (kept and saved), optimizer state (kept while training), batch "
     "(grows with the batch size), workspace (scratch reused by every step), dataset "

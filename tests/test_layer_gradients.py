@@ -37,6 +37,19 @@ CASES = {
     "residual-dense": ([pn.Dense(5, "tanh"),
                         pn.Residual([pn.Dense(5, "leaky_relu"), pn.Dense(6)], "tanh"),
                         pn.Dense(4, "gelu"), pn.Dense(3, "softmax")], (4,)),
+    # a block's sum made over a BatchNorm that activates: the block reads the sum's
+    # gradient after the BatchNorm's backward; and a linear block (one buffer for its sum
+    # and output) ending in another block
+    "residual-batchnorm-last": ([pn.Dense(5, "tanh"),
+                                 pn.Residual([pn.Dense(5), pn.BatchNorm("relu")]),
+                                 pn.Dense(3, "softmax")], (4,)),
+    "residual-nested": ([pn.Dense(5, "tanh"),
+                         pn.Residual([pn.Dense(5, "tanh"),
+                                      pn.Residual([pn.Dense(5), pn.BatchNorm("tanh")])]),
+                         pn.Dense(3, "softmax")], (4,)),
+    # a BatchNorm's output, z and a one buffer, read by the loss that writes its delta there
+    "batchnorm-sigmoid-out": ([pn.Dense(4, "tanh"), pn.Dense(2), pn.BatchNorm("sigmoid")],
+                              (3,)),
     "activations": ([pn.Dense(6, "leaky_relu"), pn.Dense(5, "elu"), pn.Dense(5, "gelu"),
                      pn.Dense(4, "silu"), pn.Dense(2, "sigmoid")], (3,)),
 }

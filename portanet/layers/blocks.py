@@ -21,7 +21,10 @@ class BatchNorm(Layer):
 
     It keeps its output alone, not z = gamma xhat + beta: the backward makes z again from
     its input and the batch's statistics where the activation's derivative needs it
-    (batchnorm_delta), and writes the delta where dL/da arrived."""
+    (batchnorm_delta), and writes the delta where dL/da arrived; but where a Residual
+    block makes its sum over our output in real storage and we activate, the block reads
+    that gradient again after our backward, and the delta has a buffer of its own
+    (`delta_apart`)."""
     trainable = True
     half_storage = True
     half_alike = True
@@ -62,10 +65,19 @@ class BatchNorm(Layer):
     def initial(self, rng):
         return {"gamma": np.ones(self.rows), "running_var": np.ones(self.rows)}
 
+    @property
+    def delta_apart(self):
+        """Whether the delta needs a buffer of its own (see the class)."""
+        return self.output_summed and not self.half_out and self.activation != "linear"
+
     def batch_buffers(self, m):
-        """The output a (z is not kept: see the class), the batch's mean and 1/std."""
+        """The output a (z is not kept: see the class), the delta's own buffer where it
+        needs one, the batch's mean and 1/std."""
         n, dtype = elements(self.in_shape) * m, _output_dtype(self)
-        return {"_a": (n, dtype), "_mean": (self.rows, None), "_inv_std": (self.rows, None)}
+        out = {"_a": (n, dtype), "_mean": (self.rows, None), "_inv_std": (self.rows, None)}
+        if self.delta_apart:
+            out["_z"] = (n, dtype)
+        return out
 
     def grad_size(self, m):
         return elements(self.in_shape) * m if self.half_out else 0
@@ -74,7 +86,9 @@ class BatchNorm(Layer):
         cols = elements(self.in_shape) // self.rows * m
         bk = self.backend
         super().bind(bk.view(a_prev, (self.rows, cols)), m, shared)
-        self.a = self.z = bk.view(self._a, (self.rows, cols))   # z: written, never kept
+        self.a = bk.view(self._a, (self.rows, cols))
+        # z: written by the forward, never read; the delta's buffer in real storage
+        self.z = bk.view(self._z, (self.rows, cols)) if self.delta_apart else self.a
         self.mean, self.inv_std = self._mean, self._inv_std
         # where dL/da arrives (a), and where the delta goes (z), then dL/dx (over x); in 16
         # bits, where its input reads 16 bits too (half_grad), the products buffers

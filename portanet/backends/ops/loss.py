@@ -59,18 +59,18 @@ class LossReference(LossOps):
     def softmax_xent(self, delta, loss, hit, a, labels):
         m = a.shape[1]
         cols = np.arange(m)
-        delta[...] = a
-        delta[labels, cols] -= 1
         loss -= np.log(np.maximum(a[labels, cols], np.finfo(a.dtype).tiny))
         hit += np.argmax(a, axis=0) == labels
+        delta[...] = a                      # delta may alias a: read a first
+        delta[labels, cols] -= 1
 
     @quiet
     def sigmoid_bce(self, delta, loss, hit, a, y):
         tiny = np.finfo(a.dtype).tiny
-        delta[...] = a - y
         loss -= np.sum(y * np.log(np.maximum(a, tiny))
                        + (1 - y) * np.log(np.maximum(1 - a, tiny)), axis=0)
         hit += np.all((a > 0.5) == (y > 0.5), axis=0)
+        delta[...] = a - y                  # delta may alias a (BatchNorm's): read a first
 
     @quiet
     def mse(self, delta, loss, hit, a, y):
