@@ -319,6 +319,11 @@ def test_conv_paths(backend, conv_path, rng, case, path):
     DX = backend.upload(np.full(x.shape, np.nan))
     backend.conv_input_grad(DX, Wt, DZ, k, s, p, ws)
     assert rel_err(backend.download(DX), dx_ref) < F32
+    if path != "direct":                    # (direct is the forward's: dgrad goes elsewhere)
+        dx0 = rng.standard_normal(x.shape)  # added to what dx holds (a block's projection)
+        DX = backend.upload(dx0)
+        backend.conv_input_grad(DX, Wt, DZ, k, s, p, ws, add=True)
+        assert rel_err(backend.download(DX), dx0 + dx_ref) < F32
     ran = " ".join(backend.trace.labels)
     mark = {"implicit": "conv dgrad", "direct": "conv_direct", "im2col": "im2col"}[path]
     assert mark in ran, ran
@@ -359,6 +364,10 @@ def test_reference_conv_in_chunks(rng, case, room):
     inner = np.sum(dz * ref)
     assert np.sum(x * dx) == pytest.approx(inner, rel=1e-12)
     assert np.sum(w * (gw - 2.0) / 0.5) == pytest.approx(inner, rel=1e-12)
+    dx0 = rng.standard_normal(x.shape)            # add: onto what dx holds
+    more = dx0.copy()
+    REF.conv_input_grad(more, w, dz, k, s, p, ws, add=True)
+    assert rel_err(more, dx0 + dx) < 1e-12
 
 
 def test_conv_output_may_be_its_activation(backend, rng):

@@ -361,9 +361,11 @@ class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, UpdateOps):
         True left it."""
         raise NotImplementedError
 
-    def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
+    def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None, add=False):
         """dx (C, H, W, N) <- the adjoint of the convolution applied to dz (F, Ho, Wo, N):
-        col2im(w^T dz), overwriting dx; dz may be in 16-bit storage, dx is real."""
+        col2im(w^T dz), overwriting dx, or with add added to it (a Residual block's
+        projection adds its part of dL/dx to the inner layers'); dz may be in 16-bit
+        storage, dx is real."""
         raise NotImplementedError
 
     # -- description ---------------------------------------------------------------------

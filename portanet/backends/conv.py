@@ -95,12 +95,14 @@ class Forward:
 
 
 class BackwardData:
-    """One call of conv_input_grad: dx <- the input gradient of w and dz (F, positions)."""
+    """One call of conv_input_grad: dx <- the input gradient of w and dz (F, positions),
+    or with add dx + that."""
     name = BACKWARD_DATA
-    __slots__ = ("g", "workspace", "w", "dz", "dx")
+    __slots__ = ("g", "workspace", "w", "dz", "dx", "add")
 
-    def __init__(self, g, workspace, w, dz, dx):
+    def __init__(self, g, workspace, w, dz, dx, add=False):
         self.g, self.workspace, self.w, self.dz, self.dx = g, workspace, w, dz, dx
+        self.add = add
 
 
 class BackwardFilter:
@@ -149,8 +151,9 @@ class Implicit(Strategy):
 
     def backward_data(self, bk, p):
         g = p.g
-        bk._gemm_own(1.0, p.w, p.dz, 0.0, bk.view(p.dx, (g.C, g.H * g.W * g.N)), False, False,
-                     g.C, g.H * g.W * g.N, g.F * g.k * g.k, Gather(2, g, None, "conv dgrad"))
+        dx = bk.view(p.dx, (g.C, g.H * g.W * g.N))
+        bk._gemm_own(1.0, p.w, p.dz, 1.0 if p.add else 0.0, dx, False, False, g.C,
+                     g.H * g.W * g.N, g.F * g.k * g.k, Gather(2, g, None, "conv dgrad"))
 
     def backward_filter(self, bk, p):
         g = p.g
@@ -184,7 +187,7 @@ class Im2col(Strategy):
         g = p.g
         for i, (j0, dcols) in enumerate(bk._patch_chunks(g, p.workspace)):
             bk._gemm_columns(1.0, p.w, p.dz, 0.0, dcols, True, False, j0)
-            bk.col2im(p.dx, dcols, g.k, g.stride, g.pad, j0, add=i > 0)
+            bk.col2im(p.dx, dcols, g.k, g.stride, g.pad, j0, add=i > 0 or p.add)
 
     def backward_filter(self, bk, p):
         g = p.g
@@ -255,12 +258,12 @@ class ConvPaths:
         self._conv_path(("conv_weight_grad", patches, *g, *_storage_key(self, x, dz)), p,
                         restore=[gw] if beta != 0 else []).backward_filter(self, p)
 
-    def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
+    def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None, add=False):
         g = check_conv("conv_input_grad", dx, k, stride, pad, w=w, dz=dz)
         dz = self.view(dz, (g.F, g.positions))
-        p = BackwardData(g, workspace, w, dz, dx)
-        self._conv_path(("conv_input_grad", *g, *_storage_key(self, dz)), p).backward_data(
-            self, p)
+        p = BackwardData(g, workspace, w, dz, dx, add)
+        self._conv_path(("conv_input_grad", add, *g, *_storage_key(self, dz)), p,
+                        restore=[dx] if add else []).backward_data(self, p)
 
     def _gemm_columns(self, alpha, a, b, beta, c, trans_a, trans_b, j0):
         """One chunk's product in a convolution's im2col path: the patch chunk is b (the

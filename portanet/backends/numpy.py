@@ -172,15 +172,16 @@ class NumpyBackend(OnePath, BlasReference, ActivationReference, LossReference, P
             gw += alpha * self._product(dzf[:, j0:j1], cols.T)
 
     @quiet
-    def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None):
+    def conv_input_grad(self, dx, w, dz, k, stride, pad, workspace=None, add=False):
         g = check_conv("conv_input_grad", dx, k, stride, pad, w=w, dz=dz)
         dzf = dz.reshape(g.F, g.positions)
         chunks = self._patch_chunks(g, workspace)
-        if len(chunks) == 1:                          # the whole patch matrix: col2im
+        if len(chunks) == 1 and not add:              # the whole patch matrix: col2im
             self._product(w.T, dzf, out=chunks[0][2])
             self.col2im(dx, chunks[0][2], k, stride, pad)
             return
-        dx[...] = 0
+        if not add:
+            dx[...] = 0
         for j0, j1, dcols in chunks:
             self._product(w.T, dzf[:, j0:j1], out=dcols)
             _add_patches(dx, dcols, g, j0, j1)

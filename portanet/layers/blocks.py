@@ -182,8 +182,9 @@ class Residual(Layer):
         if not self.half_out:
             return
         self.layers[0].half_grad = self.half_grad
-        if self.projection:                 # its dL/dx goes to the block's own _dx
-            self.projection.half_grad = False
+        if self.projection:                 # its dL/dx is added where the block's goes
+            self.projection.half_grad = self.half_grad
+            self.projection.grad_slot = self.grad_slot
             self.projection.half_slot = self.half_slot
         # the sum's gradient stays in half_slot, where the last layer reads it
         for layer in self.layers:
@@ -226,9 +227,13 @@ class Residual(Layer):
         return self.activation == "linear" or from_output(self)
 
     def batch_buffers(self, m):
+        """The output a (but `one_buffer`), and in real storage the projection's dL/dx
+        (`_dx`): there the inner layers write theirs over x, which its weight gradient
+        reads, so it goes first and apart. In 16 bits x stays whole, and the projection's
+        backward comes last, adding its dL/dx to theirs."""
         out = {} if self.one_buffer else {"_a": (elements(self.out_shape) * m,
                                                  _output_dtype(self))}
-        if self.projection:
+        if self.projection and not self.half_out:
             out["_dx"] = (elements(self.in_shape) * m, None)
         return out
 
@@ -251,7 +256,8 @@ class Residual(Layer):
         self.dsum = self.da if self.half_out else self.z
         if self.projection:
             self.projection.bind(self.a_prev, m, shared)
-            self.projection.da_prev = bk.view(self._dx, self.a_prev.shape)
+            self.projection.da_prev = bk.view(self.da_prev if self.half_out else self._dx,
+                                              self.a_prev.shape)
             self.shortcut = bk.view(self.projection.a, self.z.shape)
         else:
             self.shortcut = self.a_prev
@@ -270,19 +276,22 @@ class Residual(Layer):
                 bk.activation_grad(grad_kind(self), self.z, self.da, self.dsum)
         elif not delta_in_z:
             bk.activation_grad(self.activation, self.z, self.a)  # dL/d(sum), in z
-        if self.projection:             # its delta is the sum's; its dL/dx goes to _dx
-            proj = self.projection
-            if self.half_out:           # (linear: f' is 1, its delta dL/d(sum) stored)
-                proj.backward(train, first)
-            else:
-                bk.copy(self.z, proj.z)
-                proj.backward(train, first, delta_in_z=True)
+        # the projection's delta is the sum's gradient (linear: f' is 1); in real storage
+        # its backward goes first, while x is whole, its dL/dx into _dx (batch_buffers)
+        proj = self.projection
+        if proj and not self.half_out:
+            bk.copy(self.z, proj.z)
+            proj.backward(train, first, delta_in_z=True)
         for i in reversed(range(len(self.layers))):
             inner_first = first and not any(l.trainable for l in self.layers[:i])
             self.layers[i].backward(train, inner_first)
-        if not first:                   # plus the shortcut's part of dL/dx
-            bk.axpy(1.0, bk.view(self._dx, self.a_prev.shape) if self.projection else
-                    bk.view(self.dsum, self.a_prev.shape), self.da_prev)
+        # plus the shortcut's part of dL/dx: in 16 bits the projection adds its own (its
+        # delta stored from dL/d(sum), which stayed in half_slot); else _dx, or dL/d(sum)
+        if proj and self.half_out:
+            proj.backward(train, first, add=True)
+        elif not first:
+            bk.axpy(1.0, bk.view(self._dx if proj else self.dsum, self.a_prev.shape),
+                    self.da_prev)
 
 
 def _stride_to(sizes, outs):

@@ -144,7 +144,9 @@ class Dense(Layer):
         return [n for n, half in ((self.n_in * m, self.half_in), (self.units * m, self.half_out))
                 if not half]
 
-    def backward(self, train, first, delta_in_z=False):
+    def backward(self, train, first, delta_in_z=False, add=False):
+        """As Layer.backward; with add, dL/da_prev is added to what da_prev holds (a
+        Residual block's projection, whose part of dL/dx joins the inner layers')."""
         bk = self.backend
         g, alpha, beta = train.gradient(self)
         bk.keep_operands(self.z)    # the delta, which the products below read: kept before
@@ -154,7 +156,7 @@ class Dense(Layer):
         bk.gemm(alpha, self.z, self.a_prev, beta, g["w"], trans_b=True)
         bk.drop_operands(self.a_prev)
         if not first:
-            self.input_grad()                                    # (3) da_prev <- w^T dz
+            self.input_grad(add)                                 # (3) da_prev <- w^T dz
         bk.drop_operands(self.z)
         train.update(self)                                       # (4) the optimizer's kernel
 
@@ -169,8 +171,8 @@ class Dense(Layer):
             self.backend.activation_bias_grad(grad_kind(self), self.z, self.da, alpha, beta,
                                               g["b"], self.ones)
 
-    def input_grad(self):
-        self.backend.gemm(1.0, self.w, self.z, 0.0, self.da_prev, trans_a=True)
+    def input_grad(self, add=False):
+        self.backend.gemm(1.0, self.w, self.z, 1.0 if add else 0.0, self.da_prev, trans_a=True)
 
 
 class Conv2D(Dense):
@@ -238,7 +240,7 @@ class Conv2D(Dense):
                                  stored=self.z if self.half_out else None)
         self.shared.workspace_holds = id(self) if left else None
 
-    def backward(self, train, first, delta_in_z=False):
+    def backward(self, train, first, delta_in_z=False, add=False):
         bk = self.backend
         g, alpha, beta = train.gradient(self)
         self.delta_and_bias_grad(g, alpha, beta, delta_in_z)   # (1) dz; gb <- alpha dz 1 + beta gb
@@ -249,12 +251,12 @@ class Conv2D(Dense):
                             patches=self.shared.workspace_holds == id(self))
         self.shared.workspace_holds = None
         if not first:
-            self.input_grad()                                    # (3) da_prev <- w^T * dz
+            self.input_grad(add)                                 # (3) da_prev <- w^T * dz
         train.update(self)                                       # (4) the optimizer's kernel
 
-    def input_grad(self):
+    def input_grad(self, add=False):
         self.backend.conv_input_grad(self.da_prev, self.w, self.z, self.k, self.stride,
-                                     self.pad, self.shared.workspace)
+                                     self.pad, self.shared.workspace, add=add)
 
 
 class _Pool2D(Layer):
