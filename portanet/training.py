@@ -55,6 +55,9 @@ class OptimizerState:
     def __init__(self, plan, optimizer):
         self.backend = plan.backend
         self._layers = trainable(plan.layers)
+        # the trainable layers in the order backward updates them (others_update)
+        self._backward = [l for top in reversed(plan.layers) for l in top.backward_order()
+                          if l.parameters()]
         self.scaling = plan.scaling         # an optim.LossScale, or None
         self.kind = state_kind(optimizer, self.scaling)
         self.optimizer = optimizer          # the one of this epoch (its lr follows the schedule)
@@ -156,10 +159,10 @@ class OptimizerState:
     def others_update(self):
         """The update of a distributed step this rank had no samples for (its empty share
         of a short last batch): the other ranks' averaged targets, then the optimizer,
-        layer by layer in the order backward updates them (a block's projection, then its
-        layers from the last), so that this rank's weights stay theirs."""
+        layer by layer in the order backward updates them (Layer.backward_order), so that
+        the ranks' averagings pair up and this rank's weights stay theirs."""
         self.share = 0.0
-        for _, layer in reversed(self._layers):
+        for layer in self._backward:
             # zeros: weight 0 times a stale NaN would still be NaN
             self.backend.fill(layer.grad_flat[self._slot], 0.0)
             self.update(layer)

@@ -263,3 +263,32 @@ def test_engines_that_cannot_serve_say_so():
         assert job.returncode != 0 and "InputError" in job.stderr and words in job.stderr
         if engine == "nccl":        # nccl4py missing, or a cpu rank: each names the fix
             assert "portanet[nccl]" in job.stderr or "CUDA devices only" in job.stderr
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_an_empty_share_averages_in_backwards_order(monkeypatch, precision):
+    """A rank with no samples (null_step) averages each layer's target where the others'
+    backward does, layer for layer: a Residual block's projection comes before its layers
+    in float32 and after them in 16 bits. Recorded by a group that notes each target's
+    size, in one process."""
+    net = pn.Sequential([pn.Conv2D(4, 3, padding=1), pn.BatchNorm("relu"),
+                         pn.Residual([pn.Conv2D(6, 3, stride=2, padding=1), pn.BatchNorm()],
+                                     activation="relu"),
+                         pn.Flatten(), pn.Dense(3, "softmax")], input_shape=(1, 6, 6),
+                        device="cpu", precision=precision, seed=0)
+    sizes = []
+
+    class Recorder:                             # one rank alone, noting the averagings
+        def average(self, bk, target, share):
+            sizes.append(target.size)
+
+        def sum(self, values):
+            return list(values)
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((4, 1, 6, 6)).astype(np.float32), np.arange(4) % 3
+    net.train_batch(x, y)                       # the optimizer's state made alone
+    monkeypatch.setattr(distributed, "current", lambda: Recorder())
+    net.train_batch(x, y)
+    stepped, sizes[:] = list(sizes), []
+    net.plan.state.others_update()
+    assert sizes == stepped and len(stepped) == 6

@@ -128,6 +128,10 @@ class Layer:
         """[(name, layer)] of the layers inside this one (Residual's), in order."""
         return []
 
+    def backward_order(self):
+        """This layer and those inside it, in the order backward updates them."""
+        return [self]
+
     def plan_half(self):
         """Where the layers inside this one store (half_in, half_out, half_grad) and which
         products buffers they use, once the network has set this one's."""

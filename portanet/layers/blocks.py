@@ -220,6 +220,13 @@ class Residual(Layer):
         return [(str(i), l) for i, l in enumerate(self.layers)] + \
             ([("proj", self.projection)] if self.projection else [])
 
+    def backward_order(self):
+        """The projection first in real storage, last in 16 bits (see backward); the
+        layers from the last."""
+        inner = [l for layer in reversed(self.layers) for l in layer.backward_order()]
+        proj = [self.projection] if self.projection else []
+        return [self] + (inner + proj if self.half_out else proj + inner)
+
     @property
     def one_buffer(self):
         """Whether the block's output a is written over its sum z (in the last inner
