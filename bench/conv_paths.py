@@ -63,7 +63,6 @@ def main():
         bk = pn.device(spec)
         for fixed in (True, False):
             bk.conv_fixed = fixed           # image sizes compiled into the implicit kernels
-            bk._routes.clear()
             print(f"\n{spec}: implicit kernels with the image sizes "
                   f"{'compiled in' if fixed else 'as arguments'}")
             table(bk, spec, batches, rng)
@@ -78,6 +77,10 @@ def main():
                               flush=True)
 
 
+# the name each product's routes go by (Backend.routes)
+PRODUCTS = {"forward": "conv", "weight grad": "conv_weight_grad",
+            "input grad": "conv_input_grad"}
+
 def table(bk, spec, batches, rng):
     """Each path's ms per layer, batch and product on bk, and the route auto takes."""
     print(f"{'device':12s} {'layer':14s} {'batch':>6s} {'product':12s} "
@@ -89,21 +92,16 @@ def table(bk, spec, batches, rng):
                 for path in PATHS:
                     if ((path != "direct" or name == "forward" and C * k * k <= paths.DIRECT_ROWS)
                             and (path != "im2col" or bk.vendor_gemm)):
-                        bk.conv_path = path
-                        ms[path] = timed(call, bk.synchronize)
-                bk.conv_path = "auto"
-                call()
-                route = bk._routes.get(_key(name, C, H, W, F, k, N), "-")
+                        with bk.pinned(conv=path):
+                            ms[path] = timed(call, bk.synchronize)
+                with bk.pinned(conv="auto"):    # routes afresh: this product's alone
+                    call()
+                    chosen = [path for key, path in bk.routes.items()
+                              if key[0] == PRODUCTS[name]]
+                route = chosen[0] if chosen else "-"
                 print(f"{spec:12s} {f'{C}->{F} {H}x{W}':14s} {N:6d} {name:12s} "
                       + " ".join(f"{ms[p]:9.3f}" if p in ms else f"{'-':>9s}" for p in PATHS)
                       + f"  {route}", flush=True)
-
-
-def _key(name, C, H, W, F, k, N):
-    Ho, Wo = conv_out(H, k, 1, 0), conv_out(W, k, 1, 0)
-    g = (F, C, H, W, N, k, 1, 0, Ho, Wo)
-    return {"forward": ("conv", "relu", *g), "weight grad": ("conv_weight_grad", False, *g),
-            "input grad": ("conv_input_grad", *g)}[name]
 
 
 if __name__ == "__main__":
