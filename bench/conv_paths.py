@@ -81,6 +81,7 @@ def main():
 PRODUCTS = {"forward": "conv", "weight grad": "conv_weight_grad",
             "input grad": "conv_input_grad"}
 
+
 def table(bk, spec, batches, rng):
     """Each path's ms per layer, batch and product on bk, and the route auto takes."""
     print(f"{'device':12s} {'layer':14s} {'batch':>6s} {'product':12s} "

@@ -260,7 +260,6 @@ def torch_case(workload, case, device, graph=False, precision="fp32"):
     torch.cuda.max_memory_allocated() over the warm-up and timed calls, less what was
     allocated before the case made its model and batch (as portanet's peak counts its
     own, the batch included)."""
-    import contextlib
     import torch
     cuda = device.startswith("cuda")
     if cuda:

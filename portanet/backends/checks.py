@@ -143,6 +143,15 @@ def check_norm_grad(bk, dx, dz):
     check_real(bk, "batchnorm_grad", dz=dz, **({} if dx is None else {"dx": dx}))
 
 
+def check_norm_delta(bk, kind, delta, da, x, gamma, beta, mean, inv_std):
+    """batchnorm_delta's arguments: (rows, n) of x; delta and da real, of x's shape."""
+    check_norm_kind(kind)
+    rows_n = check_rows("batchnorm_delta", x, {"delta": delta, "da": da},
+                        {"gamma": gamma, "beta": beta, "mean": mean, "inv_std": inv_std})
+    check_real(bk, "batchnorm_delta", delta=delta, da=da)
+    return rows_n
+
+
 def check_real(bk, op, **arrays):
     """Arrays a kernel takes in the backend's real type (gradients), whatever its others'
     storage."""

@@ -3,7 +3,8 @@ and the gradients (norm.cl: one work-group of gemv_threads per row, or pieces of
 import numpy as np
 
 from ..arrays import ACT
-from ..checks import check_alike, check_norm_grad, check_norm_kind, check_real, check_rows
+from ..checks import (check_alike, check_norm_delta, check_norm_grad, check_norm_kind,
+                      check_rows)
 from .activations import activate, activate_grad
 from .reference import quiet
 
@@ -87,10 +88,7 @@ class NormReference(NormOps):
 
     @quiet
     def batchnorm_delta(self, kind, delta, da, x, gamma, beta, mean, inv_std):
-        check_norm_kind(kind)
-        rows, n = check_rows("batchnorm_delta", x, {"delta": delta, "da": da},
-                             {"gamma": gamma, "beta": beta, "mean": mean, "inv_std": inv_std})
-        check_real(self, "batchnorm_delta", delta=delta, da=da)
+        rows, n = check_norm_delta(self, kind, delta, da, x, gamma, beta, mean, inv_std)
         # z as batchnorm_train made it, operation for operation
         d = self._value(x).reshape(rows, n) - mean[:, None]
         zs = gamma[:, None] * (d * inv_std[:, None]) + beta[:, None]
@@ -145,10 +143,7 @@ class NormKernels(NormOps):
                   stored=self._stored(x))
 
     def batchnorm_delta(self, kind, delta, da, x, gamma, beta, mean, inv_std):
-        check_norm_kind(kind)
-        rows, n = check_rows("batchnorm_delta", x, {"delta": delta, "da": da},
-                             {"gamma": gamma, "beta": beta, "mean": mean, "inv_std": inv_std})
-        check_real(self, "batchnorm_delta", delta=delta, da=da)
+        rows, n = check_norm_delta(self, kind, delta, da, x, gamma, beta, mean, inv_std)
         self._run("batchnorm_delta", (n, rows), delta, da, x, gamma, beta, mean, inv_std,
                   ACT[kind], rows, n, stored=self._stored(x))
 

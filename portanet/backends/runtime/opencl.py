@@ -199,8 +199,7 @@ class OpenCLRuntime(Runtime):
             return Path(os.environ.get("CUDA_CACHE_PATH") or Path.home() / ".nv" / "ComputeCache")
         if self.device.platform.name == "Portable Computing Language":
             return Path(os.environ.get("POCL_CACHE_DIR")
-                        or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-                        / "pocl" / "kcache")
+                        or config.cache_dir().parent / "pocl" / "kcache")
         return self._binaries
 
     @property
