@@ -555,9 +555,7 @@ def build_model(model, dataset, input_shape, device, seed, precision=None):
     where = dict(device=device, seed=seed, precision=precision)
     if model == "mlp" and dataset == "coordinates":
         return models.mlp(input_shape, classes, hidden=(30,), **where)     # the seed's
-    if model in models.MODELS:
-        return models.MODELS[model](input_shape=input_shape, classes=classes, **where)
-    return models.from_description(model, input_shape, **where)
+    return models.build(model, input_shape, classes, **where)
 
 
 if __name__ == "__main__":

@@ -209,3 +209,12 @@ def resnet(input_shape=(1, 28, 28), classes=10, device=None, dtype="float32", se
 
 
 MODELS = {"mlp": mlp, "lenet": lenet, "resnet": resnet}
+
+
+def build(model, input_shape, classes, **where):
+    """The network named `model` (MODELS) for inputs of input_shape and `classes` outputs,
+    or, for any other string, the one its description builds (from_description); `where`:
+    device, seed, precision and the like."""
+    if model in MODELS:
+        return MODELS[model](input_shape=input_shape, classes=classes, **where)
+    return from_description(model, input_shape, **where)

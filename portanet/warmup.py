@@ -68,9 +68,7 @@ def _step(model, bk, batch_size):
     rng = np.random.default_rng(0)
     x = rng.random((batch_size, 1, 28, 28), dtype=np.float32)
     y = rng.integers(0, 10, batch_size)
-    where = dict(input_shape=x.shape[1:], device=bk.name, seed=0, precision=bk.precision)
-    net = (models.MODELS[model](classes=10, **where) if model in models.MODELS
-           else models.from_description(model, **where))
+    net = models.build(model, x.shape[1:], 10, device=bk.name, seed=0, precision=bk.precision)
     try:
         net.fit(x, y, epochs=1, batch_size=batch_size, verbose=0)
         net.evaluate(x, y)

@@ -113,7 +113,7 @@ class CudaBackend(KernelBackend):
         # the device's primary context, made current in each thread by the backend's lock:
         # the runtime's (CudaRuntime)
         self.runtime = CudaRuntime(self, self.device)
-        self.context, self._lock = self.runtime.context, self.runtime.lock
+        self._lock = self.runtime.lock
         with self._lock:
             self._setup()
 
