@@ -525,7 +525,7 @@ def run_distributed(workloads=None, progress=print):
                        throughput_unit="samples/s (all ranks)",
                        scaling_efficiency=alone["median_s"] / together["median_s"])
             rows.append(row)
-    everyone = group.comm.gather(rows, root=0)
+    everyone = group.gather(rows)
     if group.rank == 0:
         report["results"] = [r for ranks in everyone for r in ranks]
         for r in report["results"]:

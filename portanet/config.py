@@ -4,9 +4,12 @@ PORTANET_DEVICE  default device string: cpu, opencl, opencl:P, opencl:P:D, cuda,
                  (unset or empty: cpu); in a distributed job one per local rank
                  (cuda:{local_rank}, or a comma list), and distributed.init() sets each
                  process's own here
-PORTANET_DIST    the engine of a distributed job: mpi (the default)
-LOCAL_RANK, WORLD_SIZE  a launcher's (torchrun's) numbers of a distributed job's process:
-                 its rank among this machine's, and the job's size (checked against MPI's)
+PORTANET_DIST    the engine of a distributed job: auto (the default: nccl where every rank
+                 is a CUDA device, else the host staging of mpi or tcp), nccl, mpi or tcp
+RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT  torchrun's numbers of a distributed
+                 job's process and its rendezvous (SLURM_PROCID, SLURM_NTASKS and
+                 SLURM_LOCALID stand for the first three under srun); portanet's rendezvous
+                 listens on MASTER_PORT + 1, or PORTANET_PORT (launch.py)
 PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the path
                  measured fastest on the device; likewise whether gemv splits few long
                  rows into pieces), vendor (CLBlast / cuBLAS) or own (portanet's tiled
@@ -55,13 +58,7 @@ def set_device_variable(spec):
 
 
 def dist_engine():
-    return os.environ.get("PORTANET_DIST", "").strip().lower() or "mpi"
-
-
-def launcher_numbers():
-    """(LOCAL_RANK, WORLD_SIZE) as a launcher set them, each None where it did not."""
-    return tuple(int(v) if v.strip().isdigit() else None
-                 for v in (os.environ.get("LOCAL_RANK", ""), os.environ.get("WORLD_SIZE", "")))
+    return os.environ.get("PORTANET_DIST", "").strip().lower() or "auto"
 
 
 def gemm_path():

@@ -2,41 +2,58 @@
 
 All ranks hold the same weights and optimizer state before a step. fit splits each
 shuffled global batch of `ranks x batch_size` samples so that rank r trains on the r-th
-share, and each layer's gradient target is averaged across ranks before the optimizer's
-update (`Group.average`, called by training.OptimizerState.update). With SGD the target
-is the velocity itself: every rank computes v_r = mu v - eta / m_r g_r from its m_r
-samples, and sum_r (m_r / M) v_r = mu v - eta / M sum_r g_r, the full batch's step. Adam and
-RMSprop average their gradient workspace alike. Weighting by m_r / M keeps the step exact
-for uneven shares (the last batch of an epoch, `balance`). So every rank's weights stay
-identical and equal, to rounding, a one-process run over the same global batches.
+share, and the layers' gradient targets are averaged across ranks before the optimizer's
+updates (training.OptimizerState: `Group.averaging`). With SGD the target is the velocity
+itself: every rank computes v_r = mu v - eta / m_r g_r from its m_r samples, and
+sum_r (m_r / M) v_r = mu v - eta / M sum_r g_r, the full batch's step. Adam and RMSprop
+average their gradient workspace alike (the whole network's in a job). Weighting by
+m_r / M keeps the step exact for uneven shares (the last batch of an epoch, `balance`). So
+every rank's weights stay identical and equal, to rounding, a one-process run over the
+same global batches.
 
-Engines: MPI (mpi4py over MPICH or Open MPI) for any mix of backends, each rank's target
-staged through host memory; NCCL (nccl4py) between CUDA devices, on device memory and the
-backend's stream (PORTANET_DIST=nccl; MPI still starts the job). The launcher (mpiexec /
-mpirun) gives the ranks; LOCAL_RANK, where set, names the rank among this machine's, and
-WORLD_SIZE must agree with MPI's.
+The targets are averaged in buckets, as PyTorch's DDP does: backward writes them from the
+last layer to the first, and each time the targets written since the last all-reduce add
+up to a bucket (FIRST_BUCKET_BYTES, then BUCKET_BYTES), they go as one all-reduce while
+backward goes on with the layers below; the updates wait for the last one.
 
-Devices: PORTANET_DEVICE may name one per local rank: "cuda:{local_rank}" or a comma list
-("cuda:0,opencl:0:0": local rank i takes the i-th). init() sets this process's
-PORTANET_DEVICE to its own, so every network built afterwards without a device is there.
+Engines (PORTANET_DIST, or init's engine):
+
+- nccl: NCCL (nccl4py) between CUDA devices, on device memory: each bucket one grouped
+  all-reduce on a stream beside the backend's, started after backward wrote it and joined
+  before the updates, inside the recorded step (CUDA graphs capture NCCL's calls), with
+  each rank's weight applied by NCCL (a PreMulSum reduction);
+- mpi: MPI (mpi4py) for any mix of backends, each bucket staged through host memory;
+- tcp: the same host staging over portanet's own rendezvous (launch.TcpChannel), for cpu
+  and mixed jobs started without MPI;
+- auto (the default): nccl where every rank is a CUDA device and nccl4py is here, else
+  the host staging of the job's channel (mpi or tcp).
+
+Launching: torchrun, srun or mpiexec start the ranks; launch.py reads who each is and
+gives the host channel (MPI, or portanet's rendezvous at MASTER_ADDR where the launcher
+gave it: an all-CUDA job then needs no MPI). PORTANET_DEVICE may name one device per local
+rank: "cuda:{local_rank}" or a comma list ("cuda:0,opencl:0:0": local rank i takes the
+i-th). init() sets this process's PORTANET_DEVICE to its own, so every network built
+afterwards without a device is there.
 """
 import contextlib
 
 import numpy as np
 
-from . import config
+from . import config, launch
 from .errors import InputError
 
-ENGINES = ("mpi", "nccl")
+ENGINES = ("auto", "nccl", "mpi", "tcp")
+FIRST_BUCKET_BYTES = 1 << 20    # DDP's first bucket: the first all-reduce starts early
+BUCKET_BYTES = 25 << 20         # DDP's bucket_cap_mb: few launches, yet overlap with backward
 
 _group = None
 
 
 def init(engine=None, balance=None):
     """Join the job the launcher started; returns its Group (rank, size, local rank,
-    device, engine). engine: "mpi" (the default; PORTANET_DIST sets it). balance: this
-    rank's relative step rate, to give it that share of each global batch (None: equal
-    shares). Calling it again returns the group already joined."""
+    device, engine). engine: one of ENGINES (PORTANET_DIST sets it; "auto" by default).
+    balance: this rank's relative step rate, to give it that share of each global batch
+    (None: equal shares). Calling it again returns the group already joined."""
     global _group
     if _group is not None:
         return _group
@@ -45,25 +62,46 @@ def init(engine=None, balance=None):
         raise InputError(f"PORTANET_DIST / engine {engine!r} is not an engine portanet has: "
                          f"{', '.join(ENGINES)}")
     rate = _rate(1.0 if balance is None else balance)
-    comm = _mpi_world()
-    rank, size = comm.Get_rank(), comm.Get_size()
-    local, said = config.launcher_numbers()
-    if said is not None and said != size:
-        raise InputError(f"WORLD_SIZE={said} but MPI sees {size} process(es): the MPI engine "
-                         f"takes its ranks from MPI; launch with mpiexec -n {said}")
+    channel, local = launch.channel(use_mpi=engine == "mpi")
     if local is None:
-        from mpi4py import MPI
-        local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+        local = channel.local_rank()
+    if local is None:           # a rendezvous without LOCAL_RANK: one machine
+        local = channel.rank
     device = device_for(local, config.device_variable())
     if device is not None:
         config.set_device_variable(device)
-    rates = comm.allgather(rate)
-    devices = comm.allgather(device or "cpu")
-    group = Group(comm, rank, size, local, devices, engine, rates)
-    if engine == "nccl":
-        group.nccl = _Nccl(group)
+    everyone = channel.allgather((rate, device or "cpu", _has_nccl()))
+    rates, devices = [e[0] for e in everyone], [e[1] for e in everyone]
+    engine = _engine(engine, channel, devices, all(e[2] for e in everyone))
+    group = Group(channel, channel.rank, channel.size, local, devices, engine, rates)
+    group.engine_ = _Nccl(group) if engine == "nccl" else _Host(group)
     _group = group
     return _group
+
+
+def _engine(asked, channel, devices, nccl_everywhere):
+    cuda = all(d.startswith("cuda") for d in devices)
+    if asked == "auto":
+        return "nccl" if cuda and nccl_everywhere else channel.kind
+    if asked == "tcp" and channel.kind != "tcp":
+        raise InputError("PORTANET_DIST=tcp needs portanet's rendezvous: launch with torchrun, "
+                         "or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
+    if asked == "nccl" and not cuda:
+        raise InputError(f"PORTANET_DIST=nccl takes CUDA devices only; this job's are "
+                         f"{', '.join(devices)}: use PORTANET_DIST=mpi (or auto) for a job of "
+                         f"other devices")
+    if asked == "nccl" and not nccl_everywhere:
+        raise InputError("PORTANET_DIST=nccl needs nccl4py and NCCL on every rank: pip "
+                         "install 'portanet[nccl]'")
+    return asked
+
+
+def _has_nccl():
+    try:
+        import nccl.core  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def current():
@@ -116,18 +154,25 @@ def device_for(local_rank, spec):
 
 class Group:
     """The job's ranks as this process sees them. shares(batch_size): each rank's samples
-    of a global batch; average(backend, x, weight): x <- sum over ranks of weight_r x_r."""
+    of a global batch; averaging(backend): a step's bucketed averaging (Buckets);
+    average(backend, x, weight): x <- sum over ranks of weight_r x_r, at once."""
 
-    def __init__(self, comm, rank, size, local_rank, devices, engine, rates):
-        self.comm, self.rank, self.size, self.local_rank = comm, rank, size, local_rank
+    def __init__(self, channel, rank, size, local_rank, devices, engine, rates):
+        self.channel, self.rank, self.size, self.local_rank = channel, rank, size, local_rank
         self.devices, self.engine, self.rates = devices, engine, rates
-        self.averages = 0                   # calls of average so far (the bench counts them)
-        self.nccl = None                    # the NCCL engine's communicator (_Nccl)
+        self.averages = 0                   # all-reduces so far (the bench counts them)
+        self.engine_ = None                 # _Nccl or _Host: reduce(bk, targets, w), join
+
+    @property
+    def records(self):
+        """Whether a step with its averaging can be recorded and replayed: NCCL's calls
+        are device work on a stream; host staging is not (and one rank averages nothing)."""
+        return self.engine == "nccl" or self.size == 1
 
     def balance(self, rate):
         """Shares of each global batch in proportion to each rank's step rate (samples a
         second, as step_rate measures); every rank gives its own."""
-        self.rates = self.comm.allgather(_rate(rate))
+        self.rates = self.channel.allgather(_rate(rate))
 
     @property
     def device(self):
@@ -149,23 +194,21 @@ class Group:
         mine = indices[start:start + shares[self.rank]]
         return mine, len(mine) / len(indices)
 
-    def average(self, backend, x, weight):
-        """x <- sum_r weight_r x_r over the ranks, in place (host staging where x is on a
-        device)."""
-        self.averages += 1
-        if self.nccl is not None:
-            self.nccl.average(backend, x, weight)
-            return
-        from mpi4py import MPI
+    def averaging(self, backend):
+        """The bucketed averaging of a step's gradient targets on backend (Buckets)."""
+        return Buckets(self, backend)
 
-        def average(host):
-            host *= host.dtype.type(weight)
-            self.comm.Allreduce(MPI.IN_PLACE, host, op=MPI.SUM)
-        _on_host(backend, x, average)
+    def average(self, backend, x, weight):
+        """x <- sum_r weight_r x_r over the ranks, in place, before the backend's next
+        work (BatchNorm's running statistics at an epoch's end)."""
+        if self.size > 1:
+            self.averages += 1
+            self.engine_.reduce(backend, [x], weight)
+            self.engine_.join(backend)
 
     def broadcast(self, backend, x):
         """x <- rank 0's x, in place."""
-        _on_host(backend, x, lambda host: self.comm.Bcast(host, root=0))
+        _on_host(backend, x, self.channel.broadcast)
 
     def broadcast_state(self, net):
         """Rank 0's parameters, saved buffers and optimizer state on every rank."""
@@ -178,7 +221,7 @@ class Group:
     def agree(self, settings):
         """An InputError naming what differs where this rank's settings (of fit) are not
         rank 0's: different data or batches would hang a job or train it wrong."""
-        theirs = self.comm.bcast(settings, root=0)
+        theirs = self.channel.bcast(settings)
         differ = [f"{k}: {settings.get(k)!r} here, {v!r} on rank 0" for k, v in theirs.items()
                   if settings.get(k) != v]
         if differ:
@@ -188,18 +231,83 @@ class Group:
 
     def sum(self, values):
         """The sum over ranks of a few numbers (float64)."""
-        from mpi4py import MPI
         values = np.array(values, np.float64)
-        self.comm.Allreduce(MPI.IN_PLACE, values, op=MPI.SUM)
+        self.channel.sum(values)
         return values
+
+    def gather(self, obj):
+        """[every rank's obj] on rank 0, None elsewhere."""
+        return self.channel.gather(obj)
 
     def describe(self):
         return {"ranks": self.size, "engine": self.engine, "devices": self.devices,
-                "rates": self.rates}
+                "rates": self.rates, "launch": self.channel.kind}
 
     def __repr__(self):
         return (f"Group(rank {self.rank} of {self.size}, local {self.local_rank}, "
                 f"{self.device}, {self.engine})")
+
+
+class Buckets:
+    """A step's averaging, as backward writes the targets: `add(target, weight)` after a
+    layer's backward wrote its target (in Layer.backward_order: every rank adds the same
+    targets in the same order, so the ranks' all-reduces pair up), `end(weight)` before
+    the updates read them. A bucket goes as one all-reduce when the targets added since
+    the last one reach FIRST_BUCKET_BYTES (the step's first) or BUCKET_BYTES; end sends
+    the rest and waits for them all."""
+
+    def __init__(self, group, backend):
+        self.group, self.backend, self.engine = group, backend, group.engine_
+        self.pending, self.bytes, self.sent = [], 0, 0
+
+    def add(self, target, weight):
+        if self.group.size == 1:
+            return
+        self.pending.append(target)
+        self.bytes += target.size * np.dtype(target.dtype).itemsize
+        if self.bytes >= (BUCKET_BYTES if self.sent else FIRST_BUCKET_BYTES):
+            self._send(weight)
+
+    def end(self, weight):
+        if self.group.size == 1:
+            return
+        self._send(weight)
+        if self.sent:
+            self.engine.join(self.backend)
+        self.sent = 0
+
+    def _send(self, weight):
+        if self.pending:
+            self.engine.reduce(self.backend, self.pending, weight)
+            self.group.averages += 1
+            self.sent += 1
+        self.pending, self.bytes = [], 0
+
+
+class _Host:
+    """Host staging over the job's channel (MPI or portanet's rendezvous), for any mix of
+    backends: a bucket's targets downloaded into one host vector, scaled by the weight,
+    summed over the ranks, written back."""
+
+    def __init__(self, group):
+        self.channel = group.channel
+
+    def reduce(self, backend, targets, weight):
+        parts = [x if isinstance(x, np.ndarray) else backend.download(x) for x in targets]
+        host = np.concatenate([p.ravel() for p in parts])
+        host *= host.dtype.type(weight)
+        self.channel.sum(host)
+        start = 0
+        for x, part in zip(targets, parts):
+            values = host[start:start + part.size].reshape(part.shape)
+            start += part.size
+            if isinstance(x, np.ndarray):
+                x[...] = values
+            else:
+                backend.write(x, values)
+
+    def join(self, backend):
+        pass            # reduce waited for the sum and wrote the values back
 
 
 def step_rate(net, x, y, optimizer, steps=5):
@@ -221,9 +329,9 @@ def step_rate(net, x, y, optimizer, steps=5):
 
 @contextlib.contextmanager
 def collective():
-    """Within the block, an error on one rank of a job of several ends the job (MPI's
-    Abort, after the error is printed): the other ranks would wait for it in their next
-    average for ever."""
+    """Within the block, an error on one rank of a job of several ends the job, after the
+    error is printed (the channel's abort: MPI's Abort, or leaving the rendezvous without a
+    goodbye): the other ranks would wait for it in their next average for ever."""
     try:
         yield
     except BaseException as e:
@@ -242,42 +350,61 @@ def collective():
         sys.stderr.flush()
         os.write(sys.stderr.fileno(), text.encode(errors="replace"))
         time.sleep(0.5)                 # time for the launcher to forward it
-        group.comm.Abort(1)
+        group.channel.abort(1)
         raise
 
 
 class _Nccl:
-    """The NCCL engine (nccl4py): every rank a CUDA device, x averaged where it is, on the
-    backend's stream, in order with its kernels (scal, then an in-place all-reduce of a
-    DLPack view of x), with no host copy and no wait. MPI still starts the job, passes
-    NCCL's unique id and sums the epoch's few numbers. Written against nccl4py 0.6; its
-    scaling on two GPUs: bench/gpu_distributed.sh, docs/benchmarks-multi-gpu.md."""
+    """The NCCL engine (nccl4py): every rank a CUDA device, the targets averaged where they
+    are, with no host copy and no wait. A bucket is one group of in-place all-reduces (one
+    NCCL launch) of DLPack views of its targets, on a stream of its own that takes over
+    from the backend's stream where backward wrote them (hand_over: an event, in a
+    recorded step an edge of the graph), so backward goes on with the layers below; join
+    hands back before the updates. The reduction is NCCL's PreMulSum with this rank's
+    weight: x <- sum_r w_r x_r in one pass, w_r baked into a recorded step (its key holds
+    the share). The channel passes NCCL's unique id. Written against nccl4py 0.6; its
+    scaling: bench/gpu_distributed.sh, docs/benchmarks-multi-gpu.md."""
 
     def __init__(self, group):
-        try:
-            import nccl.core as nccl
-        except ImportError as e:
-            raise InputError("PORTANET_DIST=nccl needs nccl4py and NCCL: pip install "
-                             "'portanet[nccl]'") from e
+        import nccl.core as nccl
         from . import backends
         backend = backends.device()
         if backend.kind != "cuda":
             raise InputError(f"PORTANET_DIST=nccl takes CUDA devices only; rank {group.rank} "
                              f"is on {backend.name}: use PORTANET_DIST=mpi for a job of "
                              f"other devices")
+        self.nccl = nccl
         # bytes(UniqueId): nccl4py's documented form (as_bytes is a property there)
-        uid = group.comm.bcast(bytes(nccl.get_unique_id()) if group.rank == 0 else None,
-                               root=0)
+        uid = group.channel.bcast(bytes(nccl.get_unique_id()) if group.rank == 0 else None)
         with backend._lock:                 # the backend's context current
             self.comm = nccl.Communicator.init(group.size, group.rank,
                                                nccl.UniqueId.from_bytes(uid))
-        self.sum = nccl.SUM
+            self.stream, self.event = backend.runtime.lane()
+        self.types = {np.dtype(np.float32): nccl.FLOAT32, np.dtype(np.float64): nccl.FLOAT64}
+        self.ops = {}                       # (weight, dtype) -> PreMulSum reduction
 
-    def average(self, backend, x, weight):
-        backend.scal(weight, x)
-        view = backend.dlpack_view(x)
+    def reduce(self, backend, targets, weight):
+        rt, nccl = backend.runtime, self.nccl
         with backend._lock:
-            self.comm.allreduce(view, view, self.sum, stream=int(backend.stream.handle))
+            rt.hand_over(backend.stream, self.stream, self.event)
+            nccl.group_start()
+            try:
+                for x in targets:
+                    view = backend.dlpack_view(x)
+                    self.comm.allreduce(view, view, self._op(weight, x.dtype),
+                                        stream=int(self.stream.handle))
+            finally:
+                nccl.group_end()
+
+    def join(self, backend):
+        with backend._lock:
+            backend.runtime.hand_over(self.stream, backend.stream, self.event)
+
+    def _op(self, weight, dtype):
+        key = (float(weight), np.dtype(dtype))
+        if key not in self.ops:     # a few: the full batch's share and the last batch's
+            self.ops[key] = self.comm.create_pre_mul_sum(float(weight), self.types[key[1]])
+        return self.ops[key]
 
 
 def _on_host(backend, x, work):
@@ -293,15 +420,3 @@ def _rate(rate):
         raise InputError(f"a rank's step rate (balance) must be a positive number, got "
                          f"{rate!r}")
     return float(rate)
-
-
-def _mpi_world():
-    try:
-        from mpi4py import MPI
-    except ImportError as e:
-        raise InputError("distributed training needs mpi4py and an MPI: pip install "
-                         "'portanet[mpi]' (mpi4py and MPICH), then launch with "
-                         "mpiexec -n N") from e
-    return MPI.COMM_WORLD
-
-

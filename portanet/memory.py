@@ -75,9 +75,10 @@ class MemoryPlan:
                 f"every buffer portanet allocates to train on it")
         if self.distributed:
             g = self.distributed
+            where = ("where they are, in buckets beside backward" if g.engine == "nccl"
+                     else "through host memory, a bucket at a time")
             head += (f" (this rank's; rank {g.rank} of {g.size} over {g.engine}, devices "
-                     f"{', '.join(g.devices)}, each rank's gradients averaged through host "
-                     f"memory)")
+                     f"{', '.join(g.devices)}, each rank's gradients averaged {where})")
         lines = wrap(head, "")
         lines.append(f"  {'layer':8s} {'buffer':14s} {'kind':16s} {'elements':>12s} "
                      f"{'type':>5s} {'bytes':>10s}")

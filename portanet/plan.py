@@ -254,10 +254,17 @@ class Plan:
                     for name, (n, dtype) in layer.batch_buffers(m).items()]
         return out
 
+    @property
+    def whole_workspace(self):
+        """Whether every layer has its own part of the gradient workspace: with loss scaling
+        (one check of all of it) and in a distributed job (buckets of several layers'
+        gradients are averaged while backward goes on)."""
+        return self.scaling is not None or distributed.current() is not None
+
     def state_buffers(self, optimizer):
         """[(owner, Buffer)] of an optimizer's state for this network; owner None for the
         network-wide ones (kept by the OptimizerState): the gradient workspace (as large as
-        the largest layer, or with loss scaling the whole network), Adam's step numbers,
+        the largest layer, or the whole network's: whole_workspace), Adam's step numbers,
         the loss scale, and `found`, the updates' skip flag (set by a scaled step that
         overflowed; an unscaled one keeps it 0)."""
         real = self.backend.dtype
@@ -270,7 +277,8 @@ class Plan:
         scaled = self.scaling is not None
         if optimizer.uses_workspace or scaled:
             out.append((None, Buffer("network", "workspace", "workspace",
-                                     (max(total if scaled else largest, 1),), real)))
+                                     (max(total if self.whole_workspace else largest, 1),),
+                                     real)))
         if optimizer.step_scalars(1) is not None:
             out.append((None, Buffer("network", "scalars", "optimizer state", (2,), real)))
             if scaled:                          # its steps, counted on the device

@@ -6,8 +6,8 @@ recorded steps); this module holds what training adds, working through the netwo
 
 - `OptimizerState`: the optimizer's buffers for every trainable layer (its `slots`, each a
   flat vector like the layer's parameters), the network's one gradient workspace (sized
-  for the largest layer, or with loss scaling for the whole network), the device scalars of
-  Adam's bias correction, the step count, and the loss scale.
+  for the largest layer, or for the whole network: Plan.whole_workspace), the device
+  scalars of Adam's bias correction, the step count, and the loss scale.
   It is planned with the network's memory (plan.Plan.state_buffers) and allocated once,
   when fit first sees an optimizer of its kind; the plan holds it (`plan.state`); layers
   ask it where their gradient goes (`gradient`) and for the optimizer's kernel (`update`).
@@ -64,6 +64,7 @@ class OptimizerState:
         self.t = 0
         self.share = 1.0                    # this rank's part of the global batch (update)
         self._pending = []                  # layers whose update waits for finish()
+        self._averaging = None              # in a distributed job: its Buckets
         # [(owner, Buffer, device array)], which the plan counts as held
         self.arrays = plan.allocate(plan.state_buffers(optimizer))
         self.workspace = self.scalars = self.loss_scale = self.steps = None
@@ -82,10 +83,10 @@ class OptimizerState:
         start = 0
         for _, layer in self._layers:
             views = {slot: _named_views(bk, layer, flat) for slot, flat in layer.state.items()}
-            if self.workspace is not None:  # scaled: each layer its own part of it
+            if self.workspace is not None:  # whole: each layer its own part of it
                 views[None] = _named_views(bk, layer, bk.view(self.workspace,
                                                               (flat_size(layer),), start))
-                start += flat_size(layer) if self.scaling is not None else 0
+                start += flat_size(layer) if plan.whole_workspace else 0
             layer.grad_views = views
             layer.grad_flat = {slot: views[slot]["flat"] for slot in views}
 
@@ -108,9 +109,10 @@ class OptimizerState:
         return layer.grad_views[self._slot], self._scale / layer.m, self._beta
 
     def update(self, layer):
-        """The optimizer's kernel on the layer; in a distributed job (distributed.py) after
-        averaging the layer's gradient target over the ranks, this one weighted by its
-        share of the global batch (`share`). A target in the optimizer's own state (SGD's
+        """The optimizer's kernel on the layer; in a distributed job (distributed.py) the
+        layer's gradient target goes to the step's averaging over the ranks (this one
+        weighted by its share of the global batch, `share`), and its kernel waits for
+        `finish`, where the averaging ends. A target in the optimizer's own state (SGD's
         velocity) is the layer's alone, so its kernel waits for `finish`, which updates
         the step's layers together (Optimizer.update_layers: on GPUs one launch where a
         layer took one, 6-8 us of host time each on NVIDIA's OpenCL). No later layer's
@@ -118,9 +120,10 @@ class OptimizerState:
         gradient workspace is the next layer's to write: its kernel goes at once."""
         target = layer.grad_flat[self._slot]
         group = distributed.current()
-        if group is not None:
-            group.average(self.backend, target, self.share)
-        if self._slot is None and self.scaling is None:
+        if group is not None:       # the updates wait for the averaging's end (finish)
+            self._averaging_in(group).add(target, self.share)
+            self._pending.append((layer.flat, target, layer.state, layer.n_decay))
+        elif self._slot is None and self.scaling is None:
             self.optimizer.update(self.backend, layer.flat, target, layer.state,
                                   layer.n_decay, self.scalars, self.found)
         else:
@@ -137,6 +140,9 @@ class OptimizerState:
         (one launch over the whole workspace), which the updates then obey; then the
         scale moves for the next step."""
         bk, scaling = self.backend, self.scaling
+        group = distributed.current()
+        if group is not None:
+            self._averaging_in(group).end(self.share)
         if scaling is not None:
             bk.unscale_check(self.workspace, self.loss_scale, self.found)
             if self.steps is not None:
@@ -148,6 +154,12 @@ class OptimizerState:
         if scaling is not None:
             bk.update_loss_scale(self.loss_scale, self.found, scaling.growth_interval,
                                  scaling.LOW, scaling.HIGH)
+
+    def _averaging_in(self, group):
+        """The job's bucketed averaging of this state's targets (distributed.Buckets)."""
+        if self._averaging is None or self._averaging.group is not group:
+            self._averaging = group.averaging(self.backend)
+        return self._averaging
 
     def scale_now(self):
         """(the loss scale, steps skipped so far) read from the device, or None unscaled."""
@@ -187,8 +199,11 @@ class OptimizerState:
 
 
 def state_kind(optimizer, scaling):
-    """What decides an optimizer's buffers: equal kinds share them (and their values)."""
-    return type(optimizer), optimizer.slots(), optimizer.uses_workspace, scaling
+    """What decides an optimizer's buffers: equal kinds share them (and their values). In
+    a distributed job the gradient workspace is the whole network's (Plan.whole_workspace)."""
+    return (type(optimizer), optimizer.slots(), optimizer.uses_workspace, scaling,
+            distributed.current() is not None)
+
 
 
 def _named_views(bk, layer, flat):
@@ -279,8 +294,9 @@ def train_step(net, opt, data=None, staged=None):
     Adam's step numbers into its scalars, Dropout's key into its own: begin_step) and bakes
     in its other numbers (the rate: a new graph per setting); a layer whose launches could
     not be replayed would say so (capturable) and keep the network eager. Replays give bit
-    for bit the eager step's results. In a distributed job always eagerly: the averaging is
-    host work between the launches, which a step recorded alone would skip."""
+    for bit the eager step's results. In a distributed job the key holds this rank's share
+    (its weight is baked into the recorded averaging), and a job whose averaging is host
+    work between the launches (distributed.Group.records) runs every step eagerly."""
     begin_step(net)
     if data:
         work = lambda: gather_step(net, opt, data)
@@ -288,11 +304,13 @@ def train_step(net, opt, data=None, staged=None):
         work = lambda: staged_step(net, opt, staged)
     else:
         work = lambda: step(net, opt)
-    if distributed.current() is not None:
+    group = distributed.current()
+    plan = net.plan
+    if group is not None and not group.records:
         work()
     else:
-        plan = net.plan
-        plan.replays((plan.m, opt, data is not None, staged is not None), work)
+        plan.replays((plan.m, opt, data is not None, staged is not None,
+                      group and plan.state.share), work)
 
 
 def evaluate(net, x, t, batch_size=None):
@@ -481,7 +499,7 @@ def _fit(net, x, y, validation, config):
             for array in data:
                 net.backend.free(array)
             # recorded with the data's buffers
-            plan.replays.forget(lambda key: len(key) == 4 and key[2])
+            plan.replays.forget(lambda key: len(key) == 5 and key[2])
 
 
 def _epochs(net, x, t, data, validation, rng, run, config, shown):

@@ -159,7 +159,8 @@ def test_the_distributed_bench(tmp_path):
     rows = report["results"]
     assert sorted(r["rank"] for r in rows) == [0, 1]
     for r in rows:
-        assert r["averages_per_step"] == 3                # one per layer, replays or not
+        # the three layers' 2.2 MB: one bucket, which the first bucket's 1 MiB does not end
+        assert r["averages_per_step"] == 1
         assert r["throughput"] == pytest.approx(2 * 1000 / r["median_s"])
         assert r["scaling_efficiency"] == pytest.approx(r["alone"]["median_s"] / r["median_s"])
     assert sum("efficiency" in line for line in job.stdout.splitlines()) == 2
@@ -254,7 +255,7 @@ def test_nccl_between_two_gpus(tmp_path, model):
 
 def test_engines_that_cannot_serve_say_so():
     pytest.importorskip("mpi4py")
-    for engine, words in (("gloo", "'gloo' is not an engine portanet has: mpi, nccl"),
+    for engine, words in (("gloo", "'gloo' is not an engine portanet has: auto, nccl, mpi, tcp"),
                           ("nccl", "nccl")):
         job = subprocess.run([sys.executable, "-c", "import portanet as pn; "
                               f"pn.distributed.init(engine={engine!r})"],
@@ -263,6 +264,11 @@ def test_engines_that_cannot_serve_say_so():
         assert job.returncode != 0 and "InputError" in job.stderr and words in job.stderr
         if engine == "nccl":        # nccl4py missing, or a cpu rank: each names the fix
             assert "portanet[nccl]" in job.stderr or "CUDA devices only" in job.stderr
+    job = subprocess.run([sys.executable, "-c", "import portanet as pn; "
+                          "pn.distributed.init(engine='tcp')"],
+                         env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
+                         text=True, timeout=120)
+    assert job.returncode != 0 and "PORTANET_DIST=tcp needs portanet's rendezvous" in job.stderr
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -279,15 +285,25 @@ def test_an_empty_share_averages_in_backwards_order(monkeypatch, precision):
     sizes = []
 
     class Recorder:                             # one rank alone, noting the averagings
-        def average(self, bk, target, share):
+        records = False
+
+        def averaging(self, bk):
+            return self
+
+        def add(self, target, share):
             sizes.append(target.size)
+
+        def end(self, share):
+            pass
 
         def sum(self, values):
             return list(values)
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal((4, 1, 6, 6)).astype(np.float32), np.arange(4) % 3
     net.train_batch(x, y)                       # the optimizer's state made alone
-    monkeypatch.setattr(distributed, "current", lambda: Recorder())
+    recorder = Recorder()
+    recorder.group = recorder                   # its own averaging (Buckets.group)
+    monkeypatch.setattr(distributed, "current", lambda: recorder)
     net.train_batch(x, y)
     stepped, sizes[:] = list(sizes), []
     net.plan.state.others_update()

@@ -248,6 +248,22 @@ class CudaRuntime(Runtime):
             lib.cuGraphDestroy(graph)
         return _Replay(self.backend, self, runnable)
 
+    # -- a lane beside the stream (the NCCL engine's all-reduces) ---------------------------
+
+    @staticmethod
+    def lane():
+        """(a second stream of the context, an event for `hand_over`): work beside the
+        backend's own stream, ordered with it by hand_over."""
+        return drv.Stream(), drv.Event(drv.event_flags.DISABLE_TIMING)
+
+    @staticmethod
+    def hand_over(source, target, event):
+        """target's later work waits for what source holds now (event recorded on source;
+        in a capture, an edge of the graph that brings target into it). Reusing one event
+        is safe: a wait takes the event as it is when it is enqueued."""
+        event.record(source)
+        target.wait_for_event(event)
+
     # -- profiles (portanet/profiler.py) ---------------------------------------------------
 
     def profiling(self):
