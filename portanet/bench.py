@@ -290,28 +290,7 @@ def _torch_figures(torch, workload, case, device, graph, precision):
         c = torch.empty(n, n, device=device, dtype=a.dtype)
         return measure(lambda: torch.mm(a, b, out=c), sync, repeats=10, inner=3)
     m = int(case.split()[1]) if case.startswith("batch") else int(case.split()[0])
-    if workload in MLPS:
-        sizes, acts, loss, _ = MLPS[workload]
-        layers = []
-        for i, a in enumerate(acts):
-            layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
-            if i < len(acts) - 1:
-                layers.append({"tanh": torch.nn.Tanh, "sigmoid": torch.nn.Sigmoid,
-                               "relu": torch.nn.ReLU}[a]())
-        model = torch.nn.Sequential(*layers).to(device)
-        x = torch.randn(m, sizes[0], device=device)
-        if loss == "softmax_cross_entropy":
-            y, loss_fn = torch.randint(0, sizes[-1], (m,), device=device), torch.nn.CrossEntropyLoss()
-        else:
-            y = (torch.rand(m, sizes[-1], device=device) > 0.5).float()
-            loss_fn = torch.nn.BCEWithLogitsLoss()
-    else:
-        model = (_torch_resnet(torch) if workload == "resnet-step" else torch.nn.Sequential(
-            torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3),
-            torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
-            torch.nn.Linear(4608, 10))).to(device)
-        x = torch.rand(m, 1, 28, 28, device=device)
-        y, loss_fn = torch.randint(0, 10, (m,), device=device), torch.nn.CrossEntropyLoss()
+    model, x, y, loss_fn = _torch_model(torch, workload, m, device)
     if workload == "lenet-infer":
         host = x.cpu().numpy()
 
@@ -335,6 +314,69 @@ def _torch_figures(torch, workload, case, device, graph, precision):
                                 "which a CUDA graph cannot capture")
         step = _torch_graph(torch, step, opt)
     return measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S)
+
+
+def _torch_model(torch, workload, m, device):
+    """(model, x, y, loss function) of a step or inference workload on m samples."""
+    if workload in MLPS:
+        sizes, acts, loss, _ = MLPS[workload]
+        layers = []
+        for i, a in enumerate(acts):
+            layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
+            if i < len(acts) - 1:
+                layers.append({"tanh": torch.nn.Tanh, "sigmoid": torch.nn.Sigmoid,
+                               "relu": torch.nn.ReLU}[a]())
+        model = torch.nn.Sequential(*layers).to(device)
+        x = torch.randn(m, sizes[0], device=device)
+        if loss == "softmax_cross_entropy":
+            y, loss_fn = torch.randint(0, sizes[-1], (m,), device=device), torch.nn.CrossEntropyLoss()
+        else:
+            y = (torch.rand(m, sizes[-1], device=device) > 0.5).float()
+            loss_fn = torch.nn.BCEWithLogitsLoss()
+        return model, x, y, loss_fn
+    model = (_torch_resnet(torch) if workload == "resnet-step" else torch.nn.Sequential(
+        torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3),
+        torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
+        torch.nn.Linear(4608, 10))).to(device)
+    x = torch.rand(m, 1, 28, 28, device=device)
+    return model, x, torch.randint(0, 10, (m,), device=device), torch.nn.CrossEntropyLoss()
+
+
+def torch_ddp_case(workload, m, device, group):
+    """PyTorch's DDP (NCCL) on the same job as portanet's distributed bench: the workload's
+    float32 SGD step on m samples a rank, alone and wrapped in DistributedDataParallel
+    (buckets overlapped with backward, as DDP does by default), each timed as the bench
+    times ours: {"alone": figures, "distributed": figures}. torch.distributed joins once a
+    process, at an address rank 0 gives through the job's channel."""
+    import socket
+
+    import torch
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        where = None
+        if group.rank == 0:
+            with socket.socket() as s:
+                s.bind(("", 0))
+                where = (socket.gethostname(), s.getsockname()[1])
+        host, port = group.channel.bcast(where)
+        dist.init_process_group("nccl", init_method=f"tcp://{host}:{port}", rank=group.rank,
+                                world_size=group.size)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.cuda.set_device(device)
+    sync = torch.cuda.synchronize
+    out = {}
+    for name in ("alone", "distributed"):
+        model, x, y, loss_fn = _torch_model(torch, workload, m, device)
+        if name == "distributed":
+            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device])
+        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+
+        def step():
+            opt.zero_grad()
+            loss_fn(model(x), y).backward()
+            opt.step()
+        out[name] = measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S)
+    return out
 
 
 def _torch_resnet(torch):
@@ -524,16 +566,40 @@ def run_distributed(workloads=None, progress=print):
                        throughput=group.size * m / together["median_s"],
                        throughput_unit="samples/s (all ranks)",
                        scaling_efficiency=alone["median_s"] / together["median_s"])
+            row["torch"] = _ddp_row(w, m, bk, group)
             rows.append(row)
     everyone = group.gather(rows)
     if group.rank == 0:
         report["results"] = [r for ranks in everyone for r in ranks]
         for r in report["results"]:
+            ddp = r["torch"]
+            peer = (f"  | DDP alone {ddp['alone']['median_s'] * 1e3:8.3f} ms  distributed "
+                    f"{ddp['median_s'] * 1e3:8.3f} ms  {ddp['throughput']:12.1f} samples/s  "
+                    f"efficiency {ddp['scaling_efficiency']:.2f}"
+                    if ddp.get("status") == "ok" else f"  | DDP {ddp.get('status')}")
             progress(f"rank {r['rank']} {r['device']:12s} {r['workload']:10s} {r['case']:20s} "
                      f"alone {r['alone']['median_s'] * 1e3:9.3f} ms  distributed "
                      f"{r['median_s'] * 1e3:9.3f} ms  {r['throughput']:12.1f} samples/s  "
-                     f"efficiency {r['scaling_efficiency']:.2f}")
+                     f"efficiency {r['scaling_efficiency']:.2f}" + peer)
     return report
+
+
+def _ddp_row(workload, m, bk, group):
+    """PyTorch DDP's figures of the same case (torch_ddp_case), where torch and CUDA are
+    here and every rank is a CUDA device: its step alone and distributed, throughput and
+    efficiency as ours; else why not."""
+    torch_device, reason = _torch_device(bk)
+    if not all(d.startswith("cuda") for d in group.devices):
+        torch_device, reason = None, "DDP is timed on jobs of CUDA ranks"
+    if torch_device is None or not torch_device.startswith("cuda"):
+        return {"status": "unavailable", "reason": reason or "DDP is timed on CUDA"}
+    try:
+        t = torch_ddp_case(workload, m, torch_device, group)
+    except Exception as e:
+        return {"status": "failed", "error": _error(e)}
+    return {"status": "ok", "device": torch_device, **t["distributed"], "alone": t["alone"],
+            "throughput": group.size * m / t["distributed"]["median_s"],
+            "scaling_efficiency": t["alone"]["median_s"] / t["distributed"]["median_s"]}
 
 
 def _error(e):

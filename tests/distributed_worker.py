@@ -1,4 +1,5 @@
-"""One rank of a distributed test job (tests/test_distributed.py runs it under mpiexec),
+"""One rank of a distributed test job (tests/test_distributed.py runs it under mpiexec, or
+as torchrun and srun would, each process told its rank),
 or, with --alone, the one-process run it is compared with: trains a model two epochs on
 a Fashion-MNIST subset and writes its weights to OUT/<rank>.npz."""
 import argparse
@@ -41,7 +42,7 @@ def main():
     opt = pn.SGD(0.05, 0.9) if args.optimizer == "sgd" else pn.Adam(0.002)
     history = net.fit(x, y, epochs=2, batch_size=args.batch, optimizer=opt, seed=5)
     np.savez(f"{args.out}/{rank}.npz", device=net.backend.name, loss=history["loss"],
-             **net.get_weights())
+             engine=group.engine if group else "alone", **net.get_weights())
 
 
 if __name__ == "__main__":

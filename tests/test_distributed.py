@@ -2,10 +2,13 @@
 oversubscribed on two cores) train a Fashion-MNIST subset two epochs, and every rank's
 weights equal a one-process run over the same global batches within 1e-5 (relative, per
 tensor), for the MLP and a LeNet, with SGD and Adam, with uneven shares (a short last
-batch, balance), and in a mixed job of a cpu rank and a PoCL rank."""
+batch, balance), and in a mixed job of a cpu rank and a PoCL rank. The same without MPI:
+processes started as torchrun and srun start them (their variables and a rendezvous),
+also as two groups, as two hosts would be."""
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +17,7 @@ import numpy as np
 import pytest
 
 import portanet as pn
-from portanet import distributed
+from portanet import distributed, launch
 from portanet.errors import InputError
 
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -63,7 +66,7 @@ def run(tmp_path, model, ranks, devices="cpu", samples=600, batch=50, optimizer=
 
 
 def assert_same(ranks, alone):
-    names = [k for k in alone if k not in ("device", "loss")]
+    names = [k for k in alone if k not in ("device", "loss", "engine")]
     for r, got in enumerate(ranks):
         for name in names:
             err = np.linalg.norm(got[name] - alone[name]) / max(np.linalg.norm(alone[name]),
@@ -308,3 +311,127 @@ def test_an_empty_share_averages_in_backwards_order(monkeypatch, precision):
     stepped, sizes[:] = list(sizes), []
     net.plan.state.others_update()
     assert sizes == stepped and len(stepped) == 6
+
+
+# -- launched as torchrun and srun launch: no MPI ------------------------------------------
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def launched_job(args, local_ranks, devices="cpu", slurm=False, check=True):
+    """The processes of a job started as torchrun starts them (RANK, WORLD_SIZE,
+    LOCAL_RANK, MASTER_ADDR, MASTER_PORT; with slurm, srun's SLURM_* names instead), one per
+    entry of local_ranks: [(returncode, stdout, stderr)] in rank order."""
+    port = _free_port()
+    jobs = []
+    for rank, local in enumerate(local_ranks):
+        names = (("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID") if slurm
+                 else ("RANK", "WORLD_SIZE", "LOCAL_RANK"))
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "PORTANET_PORT")
+               and not k.startswith(("SLURM_", "OMPI_", "PMI"))}
+        env.update(zip(names, map(str, (rank, len(local_ranks), local))),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port - 1),    # ours: + 1
+                   PORTANET_DEVICE=devices)
+        jobs.append(subprocess.Popen([sys.executable, *map(str, args)], env=env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    out = []
+    for job in jobs:
+        try:
+            stdout, stderr = job.communicate(timeout=300)
+        except subprocess.TimeoutExpired:
+            for j in jobs:
+                j.kill()
+            raise
+        out.append((job.returncode, stdout, stderr))
+    if check:
+        for rank, (code, stdout, stderr) in enumerate(out):
+            assert code == 0, f"rank {rank}: {stdout}{stderr}"
+    return out
+
+
+def alone_run(tmp_path, model, samples, batch, optimizer):
+    alone = tmp_path / "alone"
+    alone.mkdir()
+    single = subprocess.run([sys.executable, str(WORKER), model, "--samples", str(samples),
+                             "--optimizer", optimizer, str(alone), "--alone", "--batch",
+                             str(batch)],
+                            env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
+                            text=True, timeout=600)
+    assert single.returncode == 0, single.stdout + single.stderr
+    return dict(np.load(alone / "0.npz"))
+
+
+@pytest.mark.parametrize("model, optimizer, local_ranks, slurm", [
+    ("mlp", "adam", (0, 1), False),
+    ("lenet", "sgd", (0, 1), True),
+    ("mlp", "sgd", (0, 1, 0, 1), False)])       # two groups, as on two hosts
+def test_a_job_without_mpi_trains_as_one_process(tmp_path, model, optimizer, local_ranks,
+                                                 slurm):
+    try:
+        pn.load_dataset("fashion-mnist")
+    except pn.DataError as e:
+        pytest.skip(f"Fashion-MNIST is not installed here: {e}")
+    ranks = len(local_ranks)
+    launched_job([WORKER, model, "--samples", 600, "--optimizer", optimizer, tmp_path,
+                  "--batch", 200 // ranks], local_ranks, devices="cpu,cpu", slurm=slurm)
+    got = [dict(np.load(tmp_path / f"{r}.npz")) for r in range(ranks)]
+    assert all(str(g["engine"]) == "tcp" for g in got)      # auto, on cpu ranks
+    assert_same(got, alone_run(tmp_path, model, 600, 200, optimizer))
+
+
+def test_a_failing_rank_ends_a_job_without_mpi(tmp_path):
+    try:
+        pn.load_dataset("fashion-mnist")
+    except pn.DataError as e:
+        pytest.skip(f"Fashion-MNIST is not installed here: {e}")
+    (code0, _, err0), (code1, _, err1) = launched_job(
+        [WORKER, "mlp", tmp_path, "--samples-by-rank"], (0, 1), check=False)
+    assert code1 != 0 and "rank 1 is not training what rank 0 is (samples: 599 here" in err1
+    assert code0 != 0 and "rank 1 left the job without finishing" in err0
+
+
+def test_launch_reads_torchrun_and_slurm():
+    assert launch.numbers({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}) == (3, 4, 1)
+    assert launch.numbers({"SLURM_PROCID": "2", "SLURM_NTASKS": "3",
+                           "SLURM_LOCALID": "0"}) == (2, 3, 0)
+    assert launch.numbers({"LOCAL_RANK": "1"}) == (None, None, 1)      # an mpiexec's
+    assert launch.numbers({}) is None
+    with pytest.raises(InputError, match="RANK=4 but WORLD_SIZE=4"):
+        launch.numbers({"RANK": "4", "WORLD_SIZE": "4"})
+    with pytest.raises(InputError, match="WORLD_SIZE='two' must be a whole number"):
+        launch.numbers({"RANK": "0", "WORLD_SIZE": "two"})
+    assert launch.rendezvous({"MASTER_ADDR": "node7", "MASTER_PORT": "29500"}) == \
+        ("node7", 29501)
+    assert launch.rendezvous({"MASTER_ADDR": "node7", "MASTER_PORT": "29500",
+                              "PORTANET_PORT": "4000"}) == ("node7", 4000)
+    assert launch.rendezvous({"MASTER_PORT": "29500"}) is None
+
+
+def test_a_rank_that_cannot_reach_rank_0_says_so():
+    ch = None
+    with pytest.raises(InputError, match="rank 1 could not reach rank 0 at 127.0.0.1:"):
+        ch = launch.TcpChannel(1, 2, "127.0.0.1", _free_port(), connect_s=0.5)
+    assert ch is None
+
+
+@pytest.mark.parametrize("model, optimizer", [("mlp", "adam"), ("lenet", "sgd")])
+def test_nccl_without_mpi(tmp_path, model, optimizer):
+    """Two CUDA GPUs started as torchrun starts them: engine auto is NCCL, its rendezvous
+    portanet's own, its steps recorded; as ever, the one-process run."""
+    pytest.importorskip("nccl.core")
+    try:
+        pn.device("cuda:1")
+        pn.load_dataset("fashion-mnist")
+    except (pn.DeviceError, pn.DataError) as e:
+        pytest.skip(f"NCCL's test needs two CUDA GPUs and Fashion-MNIST: {e}")
+    launched_job([WORKER, model, "--samples", 600, "--optimizer", optimizer, tmp_path,
+                  "--batch", 100], (0, 1), devices="cuda:{local_rank}")
+    got = [dict(np.load(tmp_path / f"{r}.npz")) for r in range(2)]
+    assert [str(g["device"]) for g in got] == ["cuda:0", "cuda:1"]
+    assert all(str(g["engine"]) == "nccl" for g in got)
+    assert_same(got, alone_run(tmp_path, model, 600, 200, optimizer))
