@@ -1,39 +1,40 @@
 #!/usr/bin/env bash
-# Data-parallel training on a GPU host, one part per call. Carry .gpu, .whl (with .whl/mpi:
-# mpi4py and mpich, and .whl/nccl: nccl4py, as cp312 wheels, `pip download --only-binary=:all:
-# --python-version 3.12 --no-deps ...`) and .data; the wheels go in only where an import
-# fails. NVLink multicast stays off (NCCL_NVLS_ENABLE=0). Results under $OUT.
-#   bash bench/gpu_distributed.sh scaling   (two or more GPUs) the distributed tests, then
-#                                           `portanet bench --distributed` of mlp-big over
-#                                           NCCL and over MPI through host memory (throughput,
-#                                           scaling efficiency: bench-nccl.json,
-#                                           bench-mpi.json), and the LeNet epoch on 1 and 2
-#                                           GPUs over NCCL (lenet-epoch.txt)
+# Data-parallel training on a GPU host, one part per call. Carry .gpu, .whl and .data
+# (bench/gpu_setup.sh says what each holds). NVLink multicast stays off (NCCL_NVLS_ENABLE=0).
+# Results under $OUT.
+#   bash bench/gpu_distributed.sh scaling   (two or more GPUs: all of them) the distributed
+#                                           tests; `portanet bench --distributed` under
+#                                           torchrun (NCCL, no MPI) of lenet-step, resnet-step
+#                                           and mlp-big beside PyTorch DDP (bench-nccl-N.json);
+#                                           mlp-big over MPI through host memory
+#                                           (bench-mpi.json); the LeNet run on 1 GPU at 64 and
+#                                           128 and on 2 at 64 a rank (lenet-epoch.jsonl)
 #   bash bench/gpu_distributed.sh mixed     (one GPU) a job of a cuda rank and an OpenCL rank
 #                                           (opencl:0:0) trains the MLP 5 epochs at 2 x 64,
 #                                           then with --balance, beside one process on cuda at
 #                                           128 (mixed-vendor-job.jsonl)
 source bench/gpu_setup.sh
-python3 -c "import nccl.core" 2>/dev/null || python3 -m pip install -q --no-index --no-deps \
-    --target /tmp/site .whl/nccl/*.whl 2>/dev/null
-command -v mpiexec > /dev/null || { python3 -m pip install -q --no-index --no-deps \
-    --target /tmp/site .whl/mpi/*.whl && export PATH=/tmp/site/bin:$PATH; } || exit 1
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # Open MPI, run as root
+torchrun() { python3 -m torch.distributed.run --standalone --nproc_per_node "$@"; }
 case "$1" in
 scaling)
-    timeout 300 python3 -m pytest -q -rs tests/test_distributed.py -p no:cacheprovider 2>&1 \
-        | tail -15 | tee "$OUT/distributed-tests.txt"
-    for engine in nccl mpi; do
-        PORTANET_DIST=$engine PORTANET_DEVICE="cuda:{local_rank}" timeout 200 mpiexec -n 2 \
-            python3 -m portanet.cli bench --distributed --workload mlp-big \
-            --json "$OUT/bench-$engine.json" 2>&1 | grep -v Warning | tee -a "$OUT/bench.txt"
+    n=$(nvidia-smi -L | wc -l)
+    timeout ${TEST_S:-300} python3 -m pytest -q -rs tests/test_distributed.py \
+        -p no:cacheprovider 2>&1 | tail -15 | tee "$OUT/distributed-tests.txt"
+    PORTANET_DEVICE="cuda:{local_rank}" timeout 400 torchrun $n -m portanet.cli bench \
+        --distributed --workload lenet-step --workload resnet-step --workload mlp-big \
+        --json "$OUT/bench-nccl-$n.json" 2>&1 | grep -v Warning | tee -a "$OUT/bench.txt"
+    PORTANET_DIST=mpi PORTANET_DEVICE="cuda:{local_rank}" timeout 200 mpiexec -n 2 \
+        python3 -m portanet.cli bench --distributed --workload mlp-big --no-torch \
+        --json "$OUT/bench-mpi.json" 2>&1 | grep -v Warning | tee -a "$OUT/bench.txt"
+    train="-m portanet.cli train --model lenet --epochs 3 --json"
+    for b in 64 128; do
+        timeout 200 python3 $train --device cuda --batch-size $b 2>/dev/null | tail -1 \
+            | tee -a "$OUT/lenet-epoch.jsonl"
     done
-    for n in 1 2; do
-        PORTANET_DIST=nccl PORTANET_DEVICE="cuda:{local_rank}" timeout 200 mpiexec -n $n \
-            python3 -m portanet.cli train --model lenet --epochs 2 --distributed --json \
-            2>&1 | grep -v Warning | tail -3 | sed "s/^/$n GPU: /" | tee -a "$OUT/lenet-epoch.txt"
-    done ;;
+    PORTANET_DEVICE="cuda:{local_rank}" timeout 200 torchrun 2 $train --distributed \
+        --batch-size 64 2>/dev/null | tail -1 | tee -a "$OUT/lenet-epoch.jsonl" ;;
 mixed)
     run() { timeout 280 "$@" --model mlp --epochs 5 --json 2>/dev/null | tail -1; }
     PORTANET_DEVICE=cuda:0,opencl:0:0 run mpiexec -n 2 python3 -m portanet.cli train \

@@ -329,7 +329,8 @@ def _torch_model(torch, workload, m, device):
         model = torch.nn.Sequential(*layers).to(device)
         x = torch.randn(m, sizes[0], device=device)
         if loss == "softmax_cross_entropy":
-            y, loss_fn = torch.randint(0, sizes[-1], (m,), device=device), torch.nn.CrossEntropyLoss()
+            y = torch.randint(0, sizes[-1], (m,), device=device)
+            loss_fn = torch.nn.CrossEntropyLoss()
         else:
             y = (torch.rand(m, sizes[-1], device=device) > 0.5).float()
             loss_fn = torch.nn.BCEWithLogitsLoss()
@@ -527,12 +528,13 @@ def _device_rows(bk, spec, workloads, peer, progress):
     return rows
 
 
-def run_distributed(workloads=None, progress=print):
-    """The training-step workloads on every rank of a distributed job (mpiexec; see
-    distributed.py), each rank on its device with its own batch of the workload's size
-    (weak scaling: the global batch is ranks x batch): each case's step alone (the ranks
-    not averaging: one device's time) and as a distributed step, whose throughput is the
-    global batch's samples a second and whose scaling efficiency is alone / distributed.
+def run_distributed(workloads=None, progress=print, peer=True):
+    """The training-step workloads on every rank of a distributed job (torchrun, srun or
+    mpiexec; see distributed.py), each rank on its device with its own batch of the
+    workload's size (weak scaling: the global batch is ranks x batch): each case's step
+    alone (the ranks not averaging: one device's time) and as a distributed step, whose
+    throughput is the global batch's samples a second and whose scaling efficiency is
+    alone / distributed; with peer, PyTorch DDP's alike in "torch" (torch_ddp_case).
     Every rank returns the report; rank 0's has every rank's rows."""
     from . import distributed
     group = distributed.init()
@@ -566,7 +568,8 @@ def run_distributed(workloads=None, progress=print):
                        throughput=group.size * m / together["median_s"],
                        throughput_unit="samples/s (all ranks)",
                        scaling_efficiency=alone["median_s"] / together["median_s"])
-            row["torch"] = _ddp_row(w, m, bk, group)
+            row["torch"] = _ddp_row(w, m, bk, group) if peer else \
+                {"status": "unavailable", "reason": "--no-torch"}
             rows.append(row)
     everyone = group.gather(rows)
     if group.rank == 0:

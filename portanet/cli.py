@@ -169,7 +169,8 @@ def warmup(specs, precision_names, model_names, batch_sizes):
 @click.option("--download", is_flag=True, help="download the dataset if it is missing")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line of results")
 @click.option("--distributed", "dist", is_flag=True,
-              help="data-parallel over the ranks mpiexec started (--batch-size per rank; "
+              help="data-parallel over the ranks a launcher started (torchrun, srun or "
+                   "mpiexec; --batch-size per rank; "
                    "PORTANET_DEVICE may name a device per local rank); rank 0 prints, tests "
                    "and saves")
 @click.option("--balance", is_flag=True,
@@ -333,8 +334,9 @@ def make_optimizer(name, lr, momentum, nesterov, weight_decay):
                    "$PORTANET_PRECISION, else fp32). PyTorch's peer rows compute alike (TF32 "
                    "allowed, or autocast to bf16 or fp16)")
 @click.option("--distributed", "dist", is_flag=True,
-              help="under mpiexec: each rank times the training steps on its device alone "
-                   "and averaged over the ranks (throughput, scaling efficiency); rank 0 "
+              help="under torchrun, srun or mpiexec: each rank times the training steps on "
+                   "its device alone and averaged over the ranks (throughput, scaling "
+                   "efficiency), beside PyTorch DDP's where torch and CUDA are here; rank 0 "
                    "prints and writes --json")
 def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisions, dist):
     """Time the same workloads on every device, beside PyTorch where it is importable."""
@@ -346,7 +348,8 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
                                    "PORTANET_PRECISION, and draws no plot")
         try:
             check_outputs(("--json", json_path, "the benchmark report"))
-            report = bench_module.run_distributed(workloads, progress=click.echo)
+            report = bench_module.run_distributed(workloads, progress=click.echo,
+                                                  peer=not no_torch)
             if json_path and distributed.leader():
                 bench_module.write_json(report, json_path)
         except PortanetError as e:

@@ -97,11 +97,11 @@ def _engine(asked, channel, devices, nccl_everywhere):
 
 
 def _has_nccl():
+    import importlib.util
     try:
-        import nccl.core  # noqa: F401
-    except ImportError:
+        return importlib.util.find_spec("nccl.core") is not None
+    except ImportError:         # no package nccl at all
         return False
-    return True
 
 
 def current():
