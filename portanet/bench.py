@@ -353,6 +353,7 @@ def torch_ddp_case(workload, m, device, group):
 
     import torch
     import torch.distributed as dist
+    torch.cuda.set_device(device)
     if not dist.is_initialized():
         where = None
         if group.rank == 0:
@@ -363,7 +364,6 @@ def torch_ddp_case(workload, m, device, group):
         dist.init_process_group("nccl", init_method=f"tcp://{host}:{port}", rank=group.rank,
                                 world_size=group.size)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    torch.cuda.set_device(device)
     sync = torch.cuda.synchronize
     out = {}
     for name in ("alone", "distributed"):
