@@ -376,7 +376,8 @@ def torch_ddp_case(workload, m, device, group):
             opt.zero_grad()
             loss_fn(model(x), y).backward()
             opt.step()
-        out[name] = measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S)
+        out[name] = measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S) \
+            if name == "alone" else measure(step, sync, **_in_step(group, out["alone"]))
     return out
 
 
@@ -560,7 +561,8 @@ def run_distributed(workloads=None, progress=print, peer=True):
                 step()                                            # the averaging's first
                 bk.synchronize()
                 averages = group.averages - before
-                together = _step_timing(bk, step)
+                together = measure(step, bk.synchronize, **_in_step(group, alone),
+                                   events=_cuda_events(bk) if bk.kind == "cuda" else None)
             finally:
                 net.free()
             row = _row(w, f"batch {m} per rank", bk.name, timing=together)
@@ -571,20 +573,36 @@ def run_distributed(workloads=None, progress=print, peer=True):
             row["torch"] = _ddp_row(w, m, bk, group) if peer else \
                 {"status": "unavailable", "reason": "--no-torch"}
             rows.append(row)
+            if group.rank == 0:             # as it goes; every rank's at the end
+                progress(_distributed_line(row))
     everyone = group.gather(rows)
     if group.rank == 0:
         report["results"] = [r for ranks in everyone for r in ranks]
+        progress("every rank:")
         for r in report["results"]:
-            ddp = r["torch"]
-            peer = (f"  | DDP alone {ddp['alone']['median_s'] * 1e3:8.3f} ms  distributed "
-                    f"{ddp['median_s'] * 1e3:8.3f} ms  {ddp['throughput']:12.1f} samples/s  "
-                    f"efficiency {ddp['scaling_efficiency']:.2f}"
-                    if ddp.get("status") == "ok" else f"  | DDP {ddp.get('status')}")
-            progress(f"rank {r['rank']} {r['device']:12s} {r['workload']:10s} {r['case']:20s} "
-                     f"alone {r['alone']['median_s'] * 1e3:9.3f} ms  distributed "
-                     f"{r['median_s'] * 1e3:9.3f} ms  {r['throughput']:12.1f} samples/s  "
-                     f"efficiency {r['scaling_efficiency']:.2f}" + peer)
+            progress(_distributed_line(r))
     return report
+
+
+def _distributed_line(r):
+    ddp = r["torch"]
+    peer = (f"  | DDP alone {ddp['alone']['median_s'] * 1e3:8.3f} ms  distributed "
+            f"{ddp['median_s'] * 1e3:8.3f} ms  {ddp['throughput']:12.1f} samples/s  "
+            f"efficiency {ddp['scaling_efficiency']:.2f}"
+            if ddp.get("status") == "ok" else
+            f"  | DDP {ddp.get('status')}: {ddp.get('reason') or ddp.get('error')}")
+    return (f"rank {r['rank']} {r['device']:12s} {r['workload']:10s} {r['case']:20s} "
+            f"alone {r['alone']['median_s'] * 1e3:9.3f} ms  distributed "
+            f"{r['median_s'] * 1e3:9.3f} ms  {r['throughput']:12.1f} samples/s  "
+            f"efficiency {r['scaling_efficiency']:.2f}" + peer)
+
+
+def _in_step(group, alone):
+    """measure's arguments for a distributed step: every rank the same calls (each is a
+    collective that waits for the others' matching one), as many a sample as the slowest
+    rank's timing alone took, and no early end."""
+    return {"repeats": 10, "inner": max(group.channel.allgather(alone["inner"])),
+            "budget_s": math.inf}
 
 
 def _ddp_row(workload, m, bk, group):
