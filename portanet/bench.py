@@ -348,13 +348,18 @@ def torch_ddp_case(workload, m, device, group):
     float32 SGD step on m samples a rank, alone and wrapped in DistributedDataParallel
     (buckets overlapped with backward, as DDP does by default), each timed as the bench
     times ours: {"alone": figures, "distributed": figures}. torch.distributed joins once a
-    process, at an address rank 0 gives through the job's channel."""
+    process: at the launcher's MASTER_ADDR and MASTER_PORT, or under MPI at an address rank
+    0 gives through the job's channel."""
     import socket
 
     import torch
     import torch.distributed as dist
     torch.cuda.set_device(device)
-    if not dist.is_initialized():
+    if not dist.is_initialized() and group.channel.kind == "tcp":
+        # torchrun's store (or rank 0's, under srun) at MASTER_ADDR:MASTER_PORT
+        dist.init_process_group("nccl", init_method="env://", rank=group.rank,
+                                world_size=group.size)
+    elif not dist.is_initialized():
         where = None
         if group.rank == 0:
             with socket.socket() as s:
