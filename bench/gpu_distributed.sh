@@ -16,13 +16,13 @@
 source bench/gpu_setup.sh
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1   # Open MPI, run as root
-torchrun() { python3 -m torch.distributed.run --standalone --nproc_per_node "$@"; }
 case "$1" in
 scaling)
     n=$(nvidia-smi -L | wc -l)
     timeout ${TEST_S:-300} python3 -m pytest -q -rs tests/test_distributed.py \
         -p no:cacheprovider 2>&1 | tail -15 | tee "$OUT/distributed-tests.txt"
-    PORTANET_DEVICE="cuda:{local_rank}" timeout 400 torchrun $n -m portanet.cli bench \
+    ranks="torchrun --standalone --nproc_per_node"
+    PORTANET_DEVICE="cuda:{local_rank}" timeout 400 $ranks $n -m portanet.cli bench \
         --distributed --workload lenet-step --workload resnet-step --workload mlp-big \
         --json "$OUT/bench-nccl-$n.json" 2>&1 | grep -v Warning | tee -a "$OUT/bench.txt"
     PORTANET_DIST=mpi PORTANET_DEVICE="cuda:{local_rank}" timeout 200 mpiexec -n 2 \
@@ -33,7 +33,7 @@ scaling)
         timeout 200 python3 $train --device cuda --batch-size $b 2>/dev/null | tail -1 \
             | tee -a "$OUT/lenet-epoch.jsonl"
     done
-    PORTANET_DEVICE="cuda:{local_rank}" timeout 200 torchrun 2 $train --distributed \
+    PORTANET_DEVICE="cuda:{local_rank}" timeout 200 $ranks 2 $train --distributed \
         --batch-size 64 2>/dev/null | tail -1 | tee -a "$OUT/lenet-epoch.jsonl" ;;
 mixed)
     run() { timeout 280 "$@" --model mlp --epochs 5 --json 2>/dev/null | tail -1; }
