@@ -45,6 +45,7 @@ from .errors import InputError
 ENGINES = ("auto", "nccl", "mpi", "tcp")
 FIRST_BUCKET_BYTES = 1 << 20    # DDP's first bucket: the first all-reduce starts early
 BUCKET_BYTES = 25 << 20         # DDP's bucket_cap_mb: few launches, yet overlap with backward
+CHUNK_BYTES = 8 << 20           # host staging's piece: its copies and sum overlap the next's
 
 _group = None
 
@@ -286,28 +287,80 @@ class Buckets:
 
 class _Host:
     """Host staging over the job's channel (MPI or portanet's rendezvous), for any mix of
-    backends: a bucket's targets downloaded into one host vector, scaled by the weight,
-    summed over the ranks, written back."""
+    backends. On a device, a bucket's targets are scaled by the weight there and copied
+    down in pieces of CHUNK_BYTES into pinned host memory kept for that bucket (`fetch`,
+    in order after backward wrote them); a worker thread then, piece by piece, waits for
+    the copy, sums it over the ranks in place and copies it back up (in the backend's
+    order: before the updates, which `join` lets go only once the worker is done). So the
+    copies down, the sums and the copies up of a bucket overlap one another and the
+    backward of the layers below. On the NumPy reference the targets are summed where
+    they are. The worker is the only thread calling the channel while a step averages."""
 
     def __init__(self, group):
         self.channel = group.channel
+        self.pinned = {}                # (bucket of the step, dtype) -> host vector
+        self.sent = 0                   # buckets of this step so far
+        self.jobs = self.worker = None
+        self.failed = None
 
     def reduce(self, backend, targets, weight):
-        parts = [x if isinstance(x, np.ndarray) else backend.download(x) for x in targets]
-        host = np.concatenate([p.ravel() for p in parts])
-        host *= host.dtype.type(weight)
-        self.channel.sum(host)
-        start = 0
-        for x, part in zip(targets, parts):
-            values = host[start:start + part.size].reshape(part.shape)
-            start += part.size
-            if isinstance(x, np.ndarray):
-                x[...] = values
-            else:
-                backend.write(x, values)
+        if backend.kind == "cpu":
+            for x in targets:
+                x *= x.dtype.type(weight)
+                self.channel.sum(x.reshape(-1))
+            return
+        dtype = np.dtype(targets[0].dtype)
+        pieces = [(x, start, min(CHUNK_BYTES // dtype.itemsize, x.size - start))
+                  for x in targets for start in range(0, x.size, CHUNK_BYTES // dtype.itemsize)]
+        host = self._host(backend, sum(n for _, _, n in pieces), dtype)
+        self.sent += 1
+        at, work = 0, []
+        for x in targets:
+            backend.scal(weight, x)
+        for x, start, n in pieces:
+            view, out = backend.view(x, (n,), start), host[at:at + n]
+            work.append((view, out, backend.fetch(view, out)))
+            at += n
+        self._start()
+        self.jobs.put((backend, work))
 
     def join(self, backend):
-        pass            # reduce waited for the sum and wrote the values back
+        if self.jobs is not None:
+            self.jobs.join()
+        self.sent = 0
+        if self.failed is not None:
+            failed, self.failed = self.failed, None
+            raise failed
+
+    def _host(self, backend, n, dtype):
+        key = (self.sent, dtype)
+        held = self.pinned.get(key)
+        if held is None or held.size < n:
+            held = self.pinned[key] = backend.host_empty((n,), dtype)
+        return held[:n]
+
+    def _start(self):
+        if self.worker is None:
+            import queue
+            import threading
+            self.jobs = queue.Queue()
+            self.worker = threading.Thread(target=self._work, daemon=True,
+                                           name="portanet-averaging")
+            self.worker.start()
+
+    def _work(self):
+        while True:
+            backend, work = self.jobs.get()
+            try:
+                if self.failed is None:
+                    for view, out, ticket in work:
+                        backend.landed(ticket)
+                        self.channel.sum(out)
+                        backend.write(view, out, wait=False)    # out stays until next step's
+            except BaseException as e:      # given to the step's thread at join
+                self.failed = e
+            finally:
+                self.jobs.task_done()
 
 
 def step_rate(net, x, y, optimizer, steps=5):

@@ -224,6 +224,16 @@ class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, UpdateOps):
         out = self._check_download(x, out)
         out[...] = self.download(x).reshape(out.shape)
 
+    def fetch(self, x, out):
+        """download_into(x, out), and a ticket for `landed`: out holds x once
+        landed(ticket) returns (here at once: the copy is done)."""
+        self.download_into(x, out)
+
+    def landed(self, ticket):
+        """Wait until the copy of the `fetch` that gave ticket is in host memory. Any
+        thread may wait here while others use the backend (host staging's worker does)."""
+    landed.serialised = True        # waits outside the lock (Backend.serialised)
+
     @staticmethod
     def _check_download(x, out):
         if out.size != x.size or out.dtype != x.dtype or not out.flags.c_contiguous:

@@ -101,8 +101,13 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
     # the runtime's public verbs, each run holding the backend's lock (Backend.serialised)
     empty, write, download, download_into = (serialised_verb(name) for name in (
         "empty", "write", "download", "download_into"))
-    synchronize, capture, memory_info, profiling = (serialised_verb(name) for name in (
-        "synchronize", "capture", "memory_info", "profiling"))
+    synchronize, capture, memory_info, profiling, fetch = (serialised_verb(name) for name in (
+        "synchronize", "capture", "memory_info", "profiling", "fetch"))
+
+    def landed(self, ticket):
+        self.runtime.landed(ticket)
+    landed.serialised = True        # waits outside the lock (Backend.serialised)
+    landed.__doc__ = Backend.landed.__doc__
 
     def _attach(self, runtime):
         """Take `runtime`'s verbs as this backend's own: the ones the ops call in their

@@ -45,6 +45,16 @@ class Runtime:
         after the next synchronize."""
         raise NotImplementedError
 
+    def fetch(self, x, out):
+        """download_into(x, out) in the background, and what `landed` waits on: an event
+        after the copy, the queue sent on so that another thread may wait for it."""
+        raise NotImplementedError
+
+    @staticmethod
+    def landed(ticket):
+        """Wait for fetch's copy (from any thread, without the backend's lock)."""
+        raise NotImplementedError
+
     def kernel(self, family, name, options=()):
         """compile: kernel `name` of the kernel family `family` (a file stem of kernels_cl/
         or kernels_cu/, sources.load) built with `options` besides the runtime's own; each

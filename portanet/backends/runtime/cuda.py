@@ -212,6 +212,14 @@ class CudaRuntime(Runtime):
         driver returns only once the copy is done."""
         drv.memcpy_dtoh_async(self.backend._check_download(x, out), self.address(x), self.stream)
 
+    def fetch(self, x, out):
+        self.download_into(x, out)
+        return self.marker()
+
+    @staticmethod
+    def landed(ticket):
+        ticket.synchronize()        # cuEventSynchronize: no context needs to be current
+
     def host_empty(self, shape, dtype=None):
         """A host array in pinned memory, which the device copies into fastest."""
         return drv.pagelocked_empty(shape, dtype or self.dtype)

@@ -459,6 +459,18 @@ class OpenCLRuntime(Runtime):
         self._pending_copy(cl.enqueue_copy(self.queue, out, x.buf, is_blocking=False,
                                            src_offset=x.offset * x.dtype.itemsize), False)
 
+    def fetch(self, x, out):
+        self._not_recording("a copy from the device")
+        out = self.backend._check_download(x, out)
+        copied = cl.enqueue_copy(self.queue, out, x.buf, is_blocking=False,
+                                 src_offset=x.offset * x.dtype.itemsize)
+        self.queue.flush()          # sent, so that a thread waiting for it does not wait for ever
+        return copied
+
+    @staticmethod
+    def landed(ticket):
+        ticket.wait()
+
     def _pending_copy(self, event, done):
         """Keep a background copy's event (pyopencl's, which holds the host array and
         waits for the copy when dropped) until the copy is surely done: at the next
