@@ -321,6 +321,9 @@ class _Host:
             view, out = backend.view(x, (n,), start), host[at:at + n]
             work.append((view, out, backend.fetch(view, out)))
             at += n
+        if not self.channel.threads:    # an MPI without threads: here, at once
+            self._run(backend, work)
+            return
         self._start()
         self.jobs.put((backend, work))
 
@@ -353,14 +356,17 @@ class _Host:
             backend, work = self.jobs.get()
             try:
                 if self.failed is None:
-                    for view, out, ticket in work:
-                        backend.landed(ticket)
-                        self.channel.sum(out)
-                        backend.write(view, out, wait=False)    # out stays until next step's
+                    self._run(backend, work)
             except BaseException as e:      # given to the step's thread at join
                 self.failed = e
             finally:
                 self.jobs.task_done()
+
+    def _run(self, backend, work):
+        for view, out, ticket in work:
+            backend.landed(ticket)
+            self.channel.sum(out)
+            backend.write(view, out, wait=False)    # out stays as it is until the next step
 
 
 def step_rate(net, x, y, optimizer, steps=5):

@@ -101,6 +101,11 @@ class MpiChannel:
     def local_rank(self):
         return self.comm.Split_type(self.MPI.COMM_TYPE_SHARED).Get_rank()
 
+    @property
+    def threads(self):
+        """Whether a thread other than the main one may call it (one at a time)."""
+        return self.MPI.Query_thread() >= self.MPI.THREAD_SERIALIZED
+
     def gather(self, obj):
         return self.comm.gather(obj, root=0)
 
@@ -132,6 +137,7 @@ class TcpChannel:
     a rank may be saving a checkpoint while the others wait for the epoch's sums."""
 
     kind = "tcp"
+    threads = True              # any thread may call it, one at a time
 
     def __init__(self, rank, size, address, port, connect_s=CONNECT_S):
         self.rank, self.size, self.address, self.port = rank, size, address, port

@@ -448,3 +448,28 @@ def test_nccl_without_mpi(tmp_path, model, optimizer):
     assert [str(g["device"]) for g in got] == ["cuda:0", "cuda:1"]
     assert all(str(g["engine"]) == "nccl" for g in got)
     assert_same(got, alone_run(tmp_path, model, 600, 200, optimizer))
+
+
+@pytest.mark.parametrize("threads", [True, False])
+def test_host_staging_in_pieces(monkeypatch, threads):
+    """A bucket of two targets on a CPU OpenCL device, in pieces of 1000 bytes: each
+    scaled, summed (by a channel of two ranks that hold the same) and written back, on the
+    worker thread or, where the channel takes no threads, at once."""
+    bk = pn.device(_opencl_cpu())
+    monkeypatch.setattr(distributed, "CHUNK_BYTES", 1000)
+
+    class Twice:                    # two ranks holding the same values
+        def sum(self, array):
+            array *= 2
+    channel = Twice()
+    channel.threads = threads
+    engine = distributed._Host(type("Group", (), {"channel": channel})())
+    rng = np.random.default_rng(0)
+    values = [rng.standard_normal(n).astype(np.float32) for n in (1001, 77)]
+    targets = [bk.upload(v) for v in values]
+    for step in range(2):           # the pinned vectors kept are used again
+        engine.reduce(bk, targets, 0.25)
+        engine.join(bk)
+        values = [v * np.float32(0.25) * 2 for v in values]
+        for x, v in zip(targets, values):
+            np.testing.assert_allclose(bk.download(x), v, rtol=1e-6)
