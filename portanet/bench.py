@@ -555,31 +555,32 @@ def run_distributed(workloads=None, progress=print, peer=True):
               "results": []}
     rng = np.random.default_rng(group.rank)
     rows = []
-    for w in sorted(workloads):
-        for m in step_batches(w, bk):
-            net, step = training_step(w, bk, m, rng)
-            try:
-                with distributed.paused():
-                    alone = _step_timing(bk, step)
-                net.optimizer_state.share = 1.0 / group.size     # equal batches
-                before = group.averages
-                step()                                            # the averaging's first
-                bk.synchronize()
-                averages = group.averages - before
-                together = measure(step, bk.synchronize, **_in_step(group, alone),
-                                   events=_cuda_events(bk) if bk.kind == "cuda" else None)
-            finally:
-                net.free()
-            row = _row(w, f"batch {m} per rank", bk.name, timing=together)
-            row.update(rank=group.rank, alone=alone, averages_per_step=averages,
-                       throughput=group.size * m / together["median_s"],
-                       throughput_unit="samples/s (all ranks)",
-                       scaling_efficiency=alone["median_s"] / together["median_s"])
-            row["torch"] = _ddp_row(w, m, bk, group) if peer else \
-                {"status": "unavailable", "reason": "--no-torch"}
-            rows.append(row)
-            if group.rank == 0:             # as it goes; every rank's at the end
-                progress(_distributed_line(row))
+    # rank 0's cases on every rank (a slow device times fewer alone): each is collective
+    cases = group.channel.bcast([(w, m) for w in sorted(workloads) for m in step_batches(w, bk)])
+    for w, m in cases:
+        net, step = training_step(w, bk, m, rng)
+        try:
+            with distributed.paused():
+                alone = _step_timing(bk, step)
+            net.optimizer_state.share = 1.0 / group.size     # equal batches
+            before = group.averages
+            step()                                            # the averaging's first
+            bk.synchronize()
+            averages = group.averages - before
+            together = measure(step, bk.synchronize, **_in_step(group, alone),
+                               events=_cuda_events(bk) if bk.kind == "cuda" else None)
+        finally:
+            net.free()
+        row = _row(w, f"batch {m} per rank", bk.name, timing=together)
+        row.update(rank=group.rank, alone=alone, averages_per_step=averages,
+                   throughput=group.size * m / together["median_s"],
+                   throughput_unit="samples/s (all ranks)",
+                   scaling_efficiency=alone["median_s"] / together["median_s"])
+        row["torch"] = _ddp_row(w, m, bk, group) if peer else \
+            {"status": "unavailable", "reason": "--no-torch"}
+        rows.append(row)
+        if group.rank == 0:             # as it goes; every rank's at the end
+            progress(_distributed_line(row))
     everyone = group.gather(rows)
     if group.rank == 0:
         report["results"] = [r for ranks in everyone for r in ranks]
@@ -617,12 +618,17 @@ def _ddp_row(workload, m, bk, group):
     torch_device, reason = _torch_device(bk)
     if not all(d.startswith("cuda") for d in group.devices):
         torch_device, reason = None, "DDP is timed on jobs of CUDA ranks"
-    if torch_device is None or not torch_device.startswith("cuda"):
-        return {"status": "unavailable", "reason": reason or "DDP is timed on CUDA"}
+    elif torch_device is None or not torch_device.startswith("cuda"):
+        torch_device, reason = None, reason or "DDP is timed on CUDA"
+    # every rank times DDP or none does: its steps are collectives
+    if not all(group.channel.allgather(torch_device is not None)):
+        return {"status": "unavailable", "reason": reason or "a rank cannot time DDP"}
     try:
-        t = torch_ddp_case(workload, m, torch_device, group)
+        t, error = torch_ddp_case(workload, m, torch_device, group), None
     except Exception as e:
-        return {"status": "failed", "error": _error(e)}
+        t, error = None, _error(e)
+    if not all(group.channel.allgather(error is None)):
+        return {"status": "failed", "error": error or "DDP failed on another rank"}
     return {"status": "ok", "device": torch_device, **t["distributed"], "alone": t["alone"],
             "throughput": group.size * m / t["distributed"]["median_s"],
             "scaling_efficiency": t["alone"]["median_s"] / t["distributed"]["median_s"]}

@@ -89,8 +89,8 @@ def _engine(asked, channel, devices, nccl_everywhere):
                          "or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT")
     if asked == "nccl" and not cuda:
         raise InputError(f"PORTANET_DIST=nccl takes CUDA devices only; this job's are "
-                         f"{', '.join(devices)}: use PORTANET_DIST=mpi (or auto) for a job of "
-                         f"other devices")
+                         f"{', '.join(devices)}: leave PORTANET_DIST unset (auto: host "
+                         f"staging over the launcher's channel) for a job of other devices")
     if asked == "nccl" and not nccl_everywhere:
         raise InputError("PORTANET_DIST=nccl needs nccl4py and NCCL on every rank: pip "
                          "install 'portanet[nccl]'")
@@ -98,11 +98,12 @@ def _engine(asked, channel, devices, nccl_everywhere):
 
 
 def _has_nccl():
-    import importlib.util
+    import importlib
     try:
-        return importlib.util.find_spec("nccl.core") is not None
-    except ImportError:         # no package nccl at all
+        importlib.import_module("nccl.core")    # imported whole: a broken install is not NCCL
+    except Exception:
         return False
+    return True
 
 
 def current():
@@ -128,8 +129,11 @@ def paused():
 
 
 def shutdown():
-    """Leave the group (fit trains alone again); MPI itself ends with the process."""
+    """Leave the group (fit trains alone again) and its channel (portanet's rendezvous
+    closes its lines; MPI itself ends with the process)."""
     global _group
+    if _group is not None:
+        _group.channel.close()
     _group = None
 
 
@@ -304,14 +308,17 @@ class _Host:
         self.failed = None
 
     def reduce(self, backend, targets, weight):
+        dtype = np.dtype(targets[0].dtype)
+        step = CHUNK_BYTES // dtype.itemsize
+        # the same pieces on every backend: each is one sum, which the ranks' must pair
+        pieces = [(x, start, min(step, x.size - start))
+                  for x in targets for start in range(0, x.size, step)]
         if backend.kind == "cpu":
             for x in targets:
                 x *= x.dtype.type(weight)
-                self.channel.sum(x.reshape(-1))
+            for x, start, n in pieces:
+                self.channel.sum(x.reshape(-1)[start:start + n])
             return
-        dtype = np.dtype(targets[0].dtype)
-        pieces = [(x, start, min(CHUNK_BYTES // dtype.itemsize, x.size - start))
-                  for x in targets for start in range(0, x.size, CHUNK_BYTES // dtype.itemsize)]
         host = self._host(backend, sum(n for _, _, n in pieces), dtype)
         self.sent += 1
         at, work = 0, []
@@ -425,13 +432,17 @@ class _Nccl:
     scaling: bench/gpu_distributed.sh, docs/benchmarks-multi-gpu.md."""
 
     def __init__(self, group):
-        import nccl.core as nccl
+        try:
+            import nccl.core as nccl
+        except ImportError as e:
+            raise InputError("PORTANET_DIST=nccl needs nccl4py and NCCL: pip install "
+                             "'portanet[nccl]'") from e
         from . import backends
         backend = backends.device()
         if backend.kind != "cuda":
             raise InputError(f"PORTANET_DIST=nccl takes CUDA devices only; rank {group.rank} "
-                             f"is on {backend.name}: use PORTANET_DIST=mpi for a job of "
-                             f"other devices")
+                             f"is on {backend.name}: leave PORTANET_DIST unset (auto) for a "
+                             f"job of other devices")
         self.nccl = nccl
         # bytes(UniqueId): nccl4py's documented form (as_bytes is a property there)
         uid = group.channel.bcast(bytes(nccl.get_unique_id()) if group.rank == 0 else None)

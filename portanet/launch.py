@@ -29,16 +29,29 @@ import numpy as np
 from .errors import InputError
 
 CONNECT_S = 300         # how long a rank keeps trying to reach rank 0 (they start apart)
+HELLO_S = 10            # how long rank 0 waits for a new connection to say who it is
 BYE = b"bye"            # what a rank sends on its watch line as it leaves the job whole
+MAGIC = b"portanet-rendezvous-1"
+# a connection's first words: MAGIC, the job's token (16 bytes), the line (t or w), the
+# rank and the job's size; anything else is not one of the job's ranks and is dropped
+HELLO = struct.Struct(f"<{len(MAGIC)}s16sc2q")
+
+
+# what mpiexec (Hydra, Open MPI) sets in each rank: then SLURM's variables, where present,
+# are the batch script's or a proxy's, not the rank's
+MPI_RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK")
 
 
 def numbers(environ=None):
     """(rank, size, local rank) as torchrun or SLURM gave them, or None where neither did
     (MPI's launchers then: MpiChannel asks MPI). LOCAL_RANK without RANK (as some mpiexec
-    wrappers set it) names the local rank alone: (None, None, local)."""
+    wrappers set it) names the local rank alone: (None, None, local). Under mpiexec SLURM's
+    variables are not the rank's and are not read."""
     env = os.environ if environ is None else environ
-    for rank, size, local in (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-                              ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")):
+    names = [("RANK", "WORLD_SIZE", "LOCAL_RANK")]
+    if not any(env.get(v, "").strip() for v in MPI_RANK_VARIABLES):
+        names.append(("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"))
+    for rank, size, local in names:
         if env.get(rank, "").strip() and env.get(size, "").strip():
             r, n = _count(env, rank), _count(env, size)
             if r >= n:
@@ -73,7 +86,7 @@ def channel(use_mpi=False, environ=None):
         return TcpChannel(rank, size, *meet), local
     if said is not None and said[0] is None:
         said = (None, None, said[2])
-    ch = MpiChannel()
+    ch = MpiChannel(rendezvous_given=meet is not None)
     if said is not None and said[1] is not None and said[1] != ch.size:
         raise InputError(f"the launcher says {said[1]} ranks but MPI sees {ch.size} "
                          f"process(es): launch with mpiexec -n {said[1]}, or give "
@@ -87,10 +100,14 @@ class MpiChannel:
 
     kind = "mpi"
 
-    def __init__(self):
+    def __init__(self, rendezvous_given=False):
         try:
             from mpi4py import MPI
         except ImportError as e:
+            if rendezvous_given:
+                raise InputError("PORTANET_DIST=mpi needs mpi4py and an MPI: pip install "
+                                 "'portanet[mpi]', or leave PORTANET_DIST unset to meet at "
+                                 "MASTER_ADDR without MPI") from e
             raise InputError("this job has no rendezvous (MASTER_ADDR and MASTER_PORT, as "
                              "torchrun sets them) and MPI is not here: launch with torchrun "
                              "or srun and those variables, or pip install 'portanet[mpi]' "
@@ -126,6 +143,9 @@ class MpiChannel:
     def abort(self, code):
         self.comm.Abort(code)
 
+    def close(self):
+        """MPI itself ends with the process."""
+
 
 class TcpChannel:
     """The host channel over TCP: rank 0 listens at the rendezvous, every other rank
@@ -139,9 +159,10 @@ class TcpChannel:
     kind = "tcp"
     threads = True              # any thread may call it, one at a time
 
-    def __init__(self, rank, size, address, port, connect_s=CONNECT_S):
+    def __init__(self, rank, size, address, port, connect_s=CONNECT_S, token=None):
         self.rank, self.size, self.address, self.port = rank, size, address, port
-        self._talk, self._watch, self._leaving = {}, {}, False
+        self.token = (job_token() if token is None else token).encode()[:16].ljust(16, b"\0")
+        self._talk, self._watch, self._leaving, self._failed = {}, {}, False, False
         if size == 1:
             return
         if rank == 0:
@@ -150,6 +171,12 @@ class TcpChannel:
             self._talk[0] = self._connect(connect_s, b"t")
             self._watch[0] = self._connect(connect_s, b"w")
         atexit.register(self._leave)
+        hook = sys.excepthook
+
+        def failing(*args):             # an uncaught error: no goodbye at exit (_leave)
+            self._failed = True
+            hook(*args)
+        sys.excepthook = failing
         threading.Thread(target=self._watching, daemon=True,
                          name="portanet-watch").start()
 
@@ -202,23 +229,46 @@ class TcpChannel:
             raise InputError(f"rank 0 cannot listen on port {self.port} for portanet's "
                              f"rendezvous ({e}): set PORTANET_PORT (or MASTER_PORT) to a "
                              f"free port") from e
-        server.settimeout(connect_s)
+        deadline = time.monotonic() + connect_s
         try:
             while len(self._talk) + len(self._watch) < 2 * (self.size - 1):
+                server.settimeout(max(deadline - time.monotonic(), 0.01))
                 try:
                     conn, _ = server.accept()
                 except socket.timeout as e:
-                    missing = sorted(set(range(1, self.size)) - set(self._talk))
+                    missing = sorted(r for r in range(1, self.size)
+                                     if r not in self._talk or r not in self._watch)
                     raise InputError(f"rank 0 waited {connect_s} s at port {self.port} for "
                                      f"rank(s) {missing} of {self.size}: start every rank "
                                      f"with the same MASTER_ADDR, MASTER_PORT and "
                                      f"WORLD_SIZE") from e
-                conn.settimeout(None)
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                line, rank = _receive(conn, "a new rank")
-                (self._talk if line == b"t" else self._watch)[rank] = conn
+                self._admit(conn)
         finally:
             server.close()
+
+    def _admit(self, conn):
+        """Keep conn as a rank's line if it says it is one of this job's; else drop it (a
+        stray connection, another job on the port) and go on waiting. A rank of this job
+        that gives another size is an error: the job was started two ways."""
+        try:
+            conn.settimeout(HELLO_S)
+            magic, token, line, rank, size = HELLO.unpack(_exactly(conn, HELLO.size, "?"))
+        except (OSError, ConnectionError, struct.error):
+            conn.close()
+            return
+        lines = {b"t": self._talk, b"w": self._watch}
+        if magic != MAGIC or token != self.token or line not in lines:
+            conn.close()
+            return
+        if size != self.size:
+            raise InputError(f"rank {rank} says the job has {size} ranks, rank 0 "
+                             f"{self.size}: start every rank with the same WORLD_SIZE")
+        if not 0 < rank < self.size or rank in lines[line]:
+            conn.close()
+            return
+        conn.settimeout(None)
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        lines[line][rank] = conn
 
     def _connect(self, connect_s, line):
         deadline = time.monotonic() + connect_s
@@ -235,11 +285,21 @@ class TcpChannel:
                 time.sleep(0.2)
         conn.settimeout(None)
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        _send(conn, (line, self.rank))
+        conn.sendall(HELLO.pack(MAGIC, self.token, line, self.rank, self.size))
         return conn
 
+    def close(self):
+        """Leave the job whole (a goodbye on every watch line) and close the lines."""
+        self._leave()
+        for conn in list(self._talk.values()) + list(self._watch.values()):
+            conn.close()
+        self._talk, self._watch = {}, {}
+
     def _leave(self):
-        """At exit: a goodbye on every watch line, so that ranks still finishing go on."""
+        """At a normal exit: a goodbye on every watch line, so that ranks still finishing
+        go on. After an uncaught error none: the line closes, and the job ends."""
+        if self._failed:
+            return
         self._leaving = True
         for conn in self._watch.values():
             try:
@@ -250,12 +310,22 @@ class TcpChannel:
     def _watching(self):
         """Ends this process when a watch line closes without a goodbye."""
         selector = selectors.DefaultSelector()
+        heard = {}
         for rank, conn in self._watch.items():
             selector.register(conn, selectors.EVENT_READ, rank)
+            heard[rank] = b""
         while selector.get_map():
-            for key, _ in selector.select():
-                data = key.fileobj.recv(16)
-                if data.startswith(BYE):
+            try:
+                ready = selector.select()
+            except (OSError, ValueError):   # closed here (close)
+                return
+            for key, _ in ready:
+                try:
+                    data = key.fileobj.recv(16)
+                except OSError:             # reset: closed, as far as the job goes
+                    data = b""
+                heard[key.data] += data
+                if heard[key.data].startswith(BYE):
                     selector.unregister(key.fileobj)
                 elif not data:
                     if self._leaving:
@@ -265,6 +335,14 @@ class TcpChannel:
                              f"portanet: {who} left the job without finishing; rank "
                              f"{self.rank} ends too\n".encode())
                     os._exit(1)
+
+
+def job_token(environ=None):
+    """What names this job among others that may meet on the same port: torchrun's run id
+    or SLURM's job and step, else nothing."""
+    env = os.environ if environ is None else environ
+    return (env.get("TORCHELASTIC_RUN_ID") or
+            ".".join(env.get(v, "") for v in ("SLURM_JOB_ID", "SLURM_STEP_ID")).strip("."))
 
 
 def _send(conn, obj):

@@ -257,9 +257,11 @@ class Plan:
     @property
     def whole_workspace(self):
         """Whether every layer has its own part of the gradient workspace: with loss scaling
-        (one check of all of it) and in a distributed job (buckets of several layers'
-        gradients are averaged while backward goes on)."""
-        return self.scaling is not None or distributed.current() is not None
+        (one check of all of it), in a distributed job (buckets of several layers'
+        gradients are averaged while backward goes on), and where the state held was made
+        so (it serves alone as well)."""
+        return (self.scaling is not None or distributed.current() is not None
+                or bool(self.state is not None and self.state.whole))
 
     def state_buffers(self, optimizer):
         """[(owner, Buffer)] of an optimizer's state for this network; owner None for the

@@ -66,6 +66,7 @@ class OptimizerState:
         self._pending = []                  # layers whose update waits for finish()
         self._averaging = None              # in a distributed job: its Buckets
         # [(owner, Buffer, device array)], which the plan counts as held
+        self.whole = plan.whole_workspace   # each layer its own part of the workspace
         self.arrays = plan.allocate(plan.state_buffers(optimizer))
         self.workspace = self.scalars = self.loss_scale = self.steps = None
         bk = self.backend
@@ -86,7 +87,7 @@ class OptimizerState:
             if self.workspace is not None:  # whole: each layer its own part of it
                 views[None] = _named_views(bk, layer, bk.view(self.workspace,
                                                               (flat_size(layer),), start))
-                start += flat_size(layer) if plan.whole_workspace else 0
+                start += flat_size(layer) if self.whole else 0
             layer.grad_views = views
             layer.grad_flat = {slot: views[slot]["flat"] for slot in views}
 
@@ -199,10 +200,8 @@ class OptimizerState:
 
 
 def state_kind(optimizer, scaling):
-    """What decides an optimizer's buffers: equal kinds share them (and their values). In
-    a distributed job the gradient workspace is the whole network's (Plan.whole_workspace)."""
-    return (type(optimizer), optimizer.slots(), optimizer.uses_workspace, scaling,
-            distributed.current() is not None)
+    """What decides an optimizer's buffers: equal kinds share them (and their values)."""
+    return type(optimizer), optimizer.slots(), optimizer.uses_workspace, scaling
 
 
 
@@ -218,7 +217,10 @@ def prepare(net, optimizer):
     optimizer = optim.get(optimizer)
     plan = net.plan
     state = plan.state
-    if state is None or state.kind != state_kind(optimizer, plan.scaling):
+    # a distributed job needs the whole network's gradient workspace (Plan.whole_workspace):
+    # a state made alone with one layer's is made again, a whole one serves alone too
+    if state is None or state.kind != state_kind(optimizer, plan.scaling) \
+            or (optimizer.uses_workspace and plan.whole_workspace and not state.whole):
         memory = plan.memory(plan.capacity, optimizer)
         if not memory.fits:
             raise refuse(memory, f"training with {optimizer.describe()}")

@@ -425,6 +425,77 @@ def test_launch_reads_torchrun_and_slurm():
     assert launch.rendezvous({"MASTER_PORT": "29500"}) is None
 
 
+def test_mpiexec_inside_a_slurm_job_is_not_slurm_s_rank():
+    # an sbatch script's variables, then mpiexec's ranks
+    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0",
+           "PMI_RANK": "1", "MASTER_ADDR": "node7", "MASTER_PORT": "29500"}
+    assert launch.numbers(env) is None
+    assert launch.numbers(dict(env, OMPI_COMM_WORLD_RANK="1", PMI_RANK="")) is None
+    assert launch.numbers(dict(env, PMI_RANK="")) == (0, 1, 0)      # srun's own task
+
+
+def _rank_0(port, size=2, token="job-a"):
+    """A TcpChannel of rank 0 set up in a thread: (thread, {"channel" or "error": ...})."""
+    import threading
+    out = {}
+
+    def listen():
+        try:
+            out["channel"] = launch.TcpChannel(0, size, "127.0.0.1", port, connect_s=20,
+                                               token=token)
+        except Exception as e:
+            out["error"] = e
+    thread = threading.Thread(target=listen, daemon=True)
+    thread.start()
+    return thread, out
+
+
+def test_the_rendezvous_drops_what_is_not_a_rank_of_its_job():
+    import time
+    port = _free_port()
+    thread, out = _rank_0(port)
+    time.sleep(0.3)
+    with socket.create_connection(("127.0.0.1", port)):
+        pass                                            # connects and leaves
+    stray = socket.create_connection(("127.0.0.1", port))
+    stray.sendall(b"GET / HTTP/1.0\r\n\r\n" + b"x" * 64)      # not a rank's words
+    other_job = launch.TcpChannel.__new__(launch.TcpChannel)
+    other_job.rank, other_job.size, other_job.address, other_job.port = 1, 2, "127.0.0.1", port
+    other_job.token = b"job-b".ljust(16, b"\0")
+    other_job._connect(5, b"t").close()                 # another job on the port
+    rank_1 = launch.TcpChannel(1, 2, "127.0.0.1", port, connect_s=20, token="job-a")
+    thread.join(20)
+    stray.close()
+    assert "channel" in out, out
+    ch = out["channel"]
+    import threading
+    got = {}
+    peer = threading.Thread(target=lambda: got.update(one=rank_1.allgather("one")))
+    peer.start()
+    assert ch.allgather("zero") == ["zero", "one"]
+    peer.join(10)
+    assert got["one"] == ["zero", "one"]
+    rank_1.close()                  # both leave whole: no watch line ends this process
+    ch.close()
+
+
+def test_ranks_that_disagree_on_the_size_are_refused():
+    import time
+    port = _free_port()
+    thread, out = _rank_0(port, size=2)
+    time.sleep(0.3)
+    # rank 1 in a process of its own: rank 0's refusal ends it (its watch line closes, or
+    # rank 0 stopped listening before rank 1's second line)
+    rank_1 = subprocess.run([sys.executable, "-c", "import time; from portanet import launch; "
+                             f"launch.TcpChannel(1, 3, '127.0.0.1', {port}, connect_s=5, "
+                             "token='job-a'); time.sleep(30)"],
+                            capture_output=True, text=True, timeout=60)
+    thread.join(20)
+    assert "rank 1 says the job has 3 ranks, rank 0 2" in str(out.get("error"))
+    assert rank_1.returncode != 0 and ("rank 0 left the job without finishing" in rank_1.stderr
+                                       or "could not reach rank 0" in rank_1.stderr)
+
+
 def test_a_rank_that_cannot_reach_rank_0_says_so():
     ch = None
     with pytest.raises(InputError, match="rank 1 could not reach rank 0 at 127.0.0.1:"):
@@ -459,7 +530,11 @@ def test_host_staging_in_pieces(monkeypatch, threads):
     monkeypatch.setattr(distributed, "CHUNK_BYTES", 1000)
 
     class Twice:                    # two ranks holding the same values
+        def __init__(self):
+            self.sizes = []
+
         def sum(self, array):
+            self.sizes.append(array.size)
             array *= 2
     channel = Twice()
     channel.threads = threads
@@ -473,3 +548,38 @@ def test_host_staging_in_pieces(monkeypatch, threads):
         values = [v * np.float32(0.25) * 2 for v in values]
         for x, v in zip(targets, values):
             np.testing.assert_allclose(bk.download(x), v, rtol=1e-6)
+    # a cpu rank sums the same pieces, which the ranks' sums must pair
+    device_sizes, channel.sizes = channel.sizes, []
+    engine.reduce(pn.device("cpu"), [v.copy() for v in values], 0.25)
+    engine.join(None)
+    assert device_sizes == 2 * channel.sizes == 2 * [250, 250, 250, 250, 1, 77]
+
+
+def test_joining_a_job_keeps_sgd_s_state_and_makes_adam_s_workspace_whole(monkeypatch):
+    from portanet import training
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal((8, 6)).astype(np.float32), np.arange(8) % 3
+    net = pn.mlp((6,), classes=3, hidden=(8,), device="cpu")
+    sgd, adam = pn.SGD(0.1, 0.9), pn.Adam(0.01)
+    net.train_batch(x, y, sgd)
+    alone = net.plan.state
+    monkeypatch.setattr(distributed, "current", lambda: object())      # in a job
+    assert training.prepare(net, sgd) is alone and alone.t == 1       # momentum goes on
+    training.prepare(net, adam)
+    whole = net.plan.state
+    assert whole.whole and whole.workspace.size == sum(
+        training.flat_size(layer) for _, layer in training.trainable(net.plan.layers))
+    monkeypatch.setattr(distributed, "current", lambda: None)         # alone again
+    assert training.prepare(net, adam) is whole                       # it serves alone
+
+
+def test_an_uncaught_error_on_a_rank_ends_a_job_without_mpi():
+    # rank 1 fails outside any collective: no goodbye, so rank 0's watch ends it
+    script = ("import time, portanet as pn\n"
+              "group = pn.distributed.init()\n"
+              "if group.rank == 1:\n"
+              "    raise ValueError('rank 1 broke')\n"
+              "time.sleep(60)\n")
+    (code0, _, err0), (code1, _, err1) = launched_job(["-c", script], (0, 1), check=False)
+    assert code1 != 0 and "rank 1 broke" in err1
+    assert code0 != 0 and "rank 1 left the job without finishing" in err0
