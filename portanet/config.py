@@ -9,7 +9,9 @@ PORTANET_DIST    the engine of a distributed job: auto (the default: nccl where 
 RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT  torchrun's numbers of a distributed
                  job's process and its rendezvous (SLURM_PROCID, SLURM_NTASKS and
                  SLURM_LOCALID stand for the first three under srun); portanet's rendezvous
-                 listens on MASTER_PORT + 1, or PORTANET_PORT (launch.py)
+                 listens on MASTER_PORT + 1, or PORTANET_PORT (launch.py); TORCHELASTIC_RUN_ID
+                 or SLURM_JOB_ID and SLURM_STEP_ID name the job to it; under mpiexec
+                 (PMI_RANK, OMPI_COMM_WORLD_RANK) SLURM's variables are not read
 PORTANET_GEMM    GEMM path on GPU backends: auto (the default: each shape to the path
                  measured fastest on the device; likewise whether gemv splits few long
                  rows into pieces), vendor (CLBlast / cuBLAS) or own (portanet's tiled

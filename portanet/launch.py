@@ -150,7 +150,8 @@ class MpiChannel:
 class TcpChannel:
     """The host channel over TCP: rank 0 listens at the rendezvous, every other rank
     connects to it twice, once to talk (the collectives, rank 0 in the middle: it gathers,
-    reduces in rank order and sends back) and once to watch. A watch line that closes
+    reduces in rank order and sends back) and once to watch, each line opening with HELLO
+    (anything else is dropped: a stray connection, another job on the port). A watch line that closes
     without a goodbye means its process died: rank 0 then ends the job, which closes its
     lines, which ends every other rank (a rank waiting in an all-reduce on its GPU would
     wait for ever, as MPI's Abort prevents). The collectives wait as long as the job needs:
