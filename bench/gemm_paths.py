@@ -148,7 +148,7 @@ def tensor_table(sizes=(4096, 8192)):
     """Our tensor-core GEMM from 16-bit inputs against cuBLAS's on the same operands (op(a)
     and op(b)^T K-major, as _kmajor16 copies them; c float32), in bf16 and fp16: {case:
     {impl: result}}, printed with each rate as a share of cuBLAS's."""
-    from portanet.bench import _cuda_events
+    from portanet.timing import cuda_events
     import torch
     table = {}
     for precision in ("bf16", "fp16"):
@@ -156,7 +156,7 @@ def tensor_table(sizes=(4096, 8192)):
         if not bk.tensor_gemm:
             print(f"tensor {precision}: no tensor-core GEMM of ours on this GPU")
             continue
-        events, rng = _cuda_events(bk), np.random.default_rng(0)
+        events, rng = cuda_events(bk), np.random.default_rng(0)
         for n in sizes:
             a, b = (bk.upload(rng.standard_normal((n, n), dtype=np.float32)) for _ in range(2))
             c = bk.empty((n, n))

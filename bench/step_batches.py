@@ -14,7 +14,7 @@ import json
 
 import numpy as np
 
-from portanet import backends, bench
+from portanet import backends, bench, peer
 
 
 def main():
@@ -49,7 +49,7 @@ def main():
 
 
 def torch_step(workload, bk, m, precision):
-    torch_device, reason = bench._torch_device(bk)
+    torch_device, reason = peer.device_of(bk)
     if not torch_device:
         return {"torch": reason}
     import torch
@@ -58,7 +58,7 @@ def torch_step(workload, bk, m, precision):
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
         before = torch.cuda.memory_allocated()
-    t = bench.torch_case(workload, f"batch {m}", torch_device, precision=precision)
+    t = peer.torch_case(workload, f"batch {m}", torch_device, precision=precision)
     out = {"torch_ms": round(1e3 * t["median_s"], 4)}
     if cuda:
         out["torch_peak_mib"] = round((torch.cuda.max_memory_allocated() - before) / 2**20, 1)

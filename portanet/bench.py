@@ -1,88 +1,26 @@
-"""`portanet bench`: the same workloads on every device, timed the same way, beside
-PyTorch where it is importable. The JSON it writes is documented in docs/benchmarks.md.
-
-Timing: warm-up calls excluded (program builds, first allocations); device completion
-awaited (CUDA: events on the backend's stream; elsewhere synchronize and the host clock);
-repeated samples, median with min and max. Slow devices get fewer samples (at least 3).
+"""`portanet bench`: the same workloads on every device, timed the same way (timing.py),
+beside PyTorch where it is importable (peer.py). Slow devices get fewer samples (at least
+3). The JSON it writes is documented in docs/benchmarks.md.
 """
 import json
 import math
 import platform
-import statistics
 import sys
 import time
 
 import numpy as np
 
 from . import __version__, backends, files, models, training
+from . import peer as torch_peer
 from . import precision as precision_module
 from .errors import PortanetError
 from .layers import Dense
+from .models import MLPS
 from .network import Sequential
 from .optim import SGD
+from .timing import STEP_SAMPLE_S, cuda_events, in_step, measure
 
 SCHEMA = "portanet-bench-2"          # 2: rows have a precision; peak_gflops by precision
-# training steps (ours and PyTorch's) are timed in samples of at least this long (measure)
-STEP_SAMPLE_S = 0.005
-MAX_INNER = 200
-
-
-# -- timing ------------------------------------------------------------------------------
-
-def measure(fn, sync, repeats=10, inner=1, warmup=2, budget_s=20.0, events=None,
-            sample_s=None):
-    """Seconds per call of fn: up to `repeats` samples of `inner` calls. A call slower than
-    budget_s / 20 gets one warm-up and samples of one call, and samples stop at 3 once the
-    rest would blow budget_s. events: a CUDA event timer (see _cuda_events). sample_s: at
-    least that long a sample, in more calls (at most MAX_INNER) where `inner` are shorter,
-    so that a short call, as a training loop runs it back to back, does not carry the
-    host's wait for the device at each sample's end."""
-    sync()
-    start = time.perf_counter()
-    fn()                                    # the first warm-up: builds, first allocations
-    sync()
-    if time.perf_counter() - start > budget_s / 20:
-        warmup, inner = 1, 1
-    for _ in range(warmup - 1):
-        fn()
-    sync()
-    if sample_s and inner > 1:
-        start = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        sync()
-        once = (time.perf_counter() - start) / inner
-        inner = max(inner, min(MAX_INNER, math.ceil(sample_s / max(once, 1e-9))))
-    samples = []
-    while len(samples) < repeats:
-        if events:
-            seconds = events(fn, inner)
-        else:
-            sync()
-            start = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            sync()
-            seconds = time.perf_counter() - start
-        samples.append(seconds / inner)
-        if len(samples) >= 3 and sum(samples) * inner * repeats / len(samples) > budget_s:
-            break
-    return {"median_s": statistics.median(samples), "min_s": min(samples),
-            "max_s": max(samples), "repeats": len(samples), "inner": inner}
-
-
-def _cuda_events(backend):
-    import pycuda.driver as drv
-    start, end = drv.Event(), drv.Event()
-
-    def timed(fn, inner):
-        start.record(backend.stream)
-        for _ in range(inner):
-            fn()
-        end.record(backend.stream)
-        end.synchronize()
-        return end.time_since(start) / 1000.0
-    return timed
 
 
 # -- workloads ---------------------------------------------------------------------------
@@ -90,12 +28,6 @@ def _cuda_events(backend):
 def _is_slow(bk):
     """Devices that are not GPUs run the big workloads at a smaller size (see `case`)."""
     return not bk.is_gpu
-
-
-MLPS = {"mlp-big": ([10000, 5000, 1000, 10], ["tanh", "sigmoid", "sigmoid"],
-                    "binary_cross_entropy", 10000),
-        "mlp-small": ([1000, 500, 100, 10], ["relu", "relu", "softmax"],
-                      "softmax_cross_entropy", 1000)}
 
 
 def _targets(loss, n_out, m, rng):
@@ -114,7 +46,7 @@ def wl_gemm(bk, rng):
             try:
                 t = measure(lambda: bk.gemm(1.0, a, b, 0.0, c), bk.synchronize,
                             repeats=10, inner=3,
-                            events=_cuda_events(bk) if bk.kind == "cuda" else None)
+                            events=cuda_events(bk) if bk.kind == "cuda" else None)
             finally:
                 for x in (a, b, c):
                     bk.free(x)
@@ -149,7 +81,7 @@ def training_step(workload, bk, batch, rng, eager=False):
 
 def _step_timing(bk, step, flops=None, repeats=10, inner=3):
     t = measure(step, bk.synchronize, repeats=repeats, inner=inner, sample_s=STEP_SAMPLE_S,
-                events=_cuda_events(bk) if bk.kind == "cuda" else None)
+                events=cuda_events(bk) if bk.kind == "cuda" else None)
     if flops:
         t["gflops"] = flops / t["median_s"] / 1e9
     return t
@@ -234,199 +166,6 @@ GEMM_BOUND = {"gemm", "mlp-big", "mlp-small", "lenet-step", "resnet-step"}
 STEPS = {"mlp-big", "mlp-small", "lenet-step", "resnet-step"}     # the training-step workloads
 
 
-# -- PyTorch as the peer -----------------------------------------------------------------
-
-def _torch_device(bk):
-    """The torch device string matching a portanet backend, or (None, reason)."""
-    try:
-        import torch
-    except ImportError:
-        return None, "PyTorch is not installed (pip install torch, for this column alone)"
-    if bk.kind == "cpu":
-        return "cpu", None
-    if bk.kind == "cuda":
-        if torch.cuda.is_available():
-            return f"cuda:{bk.name.split(':')[1]}", None
-        return None, "PyTorch has no CUDA here"
-    return None, "PyTorch has no OpenCL device"
-
-
-def torch_case(workload, case, device, graph=False, precision="fp32"):
-    """Seconds of the same workload and case in PyTorch float32 computing as `precision`
-    asks: TF32 allowed (tf32) or not, under autocast to bfloat16 or float16 (bf16, fp16;
-    fp16's loss scaled by a GradScaler): eager, or with graph=True the whole training step
-    captured once in a CUDA graph and replayed (the strongest peer of a small step, whose
-    eager time is mostly Python and launches). On CUDA the figures hold `peak_bytes` too:
-    torch.cuda.max_memory_allocated() over the warm-up and timed calls, less what was
-    allocated before the case made its model and batch (as portanet's peak counts its
-    own, the batch included)."""
-    import torch
-    cuda = device.startswith("cuda")
-    if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.reset_peak_memory_stats(device)
-        base = torch.cuda.memory_allocated(device)
-    figures = _torch_figures(torch, workload, case, device, graph, precision)
-    if cuda:
-        torch.cuda.synchronize(device)
-        figures["peak_bytes"] = torch.cuda.max_memory_allocated(device) - base
-    return figures
-
-
-def _torch_figures(torch, workload, case, device, graph, precision):
-    """torch_case's timing (see there)."""
-    import contextlib
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
-    torch.backends.cudnn.allow_tf32 = precision == "tf32"
-    half = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
-    autocast = ((lambda: torch.autocast(device.split(":")[0], dtype=half)) if half else
-                contextlib.nullcontext)
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    if workload == "gemm":
-        n = int(case.split("^")[0])
-        a, b = (torch.randn(n, n, device=device) for _ in range(2))
-        if half:
-            a, b = a.to(half), b.to(half)
-        c = torch.empty(n, n, device=device, dtype=a.dtype)
-        return measure(lambda: torch.mm(a, b, out=c), sync, repeats=10, inner=3)
-    m = int(case.split()[1]) if case.startswith("batch") else int(case.split()[0])
-    model, x, y, loss_fn = _torch_model(torch, workload, m, device)
-    if workload == "lenet-infer":
-        host = x.cpu().numpy()
-
-        def infer():
-            with torch.no_grad(), autocast():
-                model(torch.from_numpy(host).to(device)).softmax(1).cpu()
-        return measure(infer, sync, repeats=5)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    scaler = torch.amp.GradScaler(enabled=precision == "fp16")
-
-    def step():
-        opt.zero_grad()
-        with autocast():
-            loss = loss_fn(model(x), y)
-        scaler.scale(loss).backward()
-        scaler.step(opt)
-        scaler.update()
-    if graph:
-        if precision == "fp16":
-            raise PortanetError("GradScaler's step reads its overflow check on the host, "
-                                "which a CUDA graph cannot capture")
-        step = _torch_graph(torch, step, opt)
-    return measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S)
-
-
-def _torch_model(torch, workload, m, device):
-    """(model, x, y, loss function) of a step or inference workload on m samples."""
-    if workload in MLPS:
-        sizes, acts, loss, _ = MLPS[workload]
-        layers = []
-        for i, a in enumerate(acts):
-            layers.append(torch.nn.Linear(sizes[i], sizes[i + 1]))
-            if i < len(acts) - 1:
-                layers.append({"tanh": torch.nn.Tanh, "sigmoid": torch.nn.Sigmoid,
-                               "relu": torch.nn.ReLU}[a]())
-        model = torch.nn.Sequential(*layers).to(device)
-        x = torch.randn(m, sizes[0], device=device)
-        if loss == "softmax_cross_entropy":
-            y = torch.randint(0, sizes[-1], (m,), device=device)
-            loss_fn = torch.nn.CrossEntropyLoss()
-        else:
-            y = (torch.rand(m, sizes[-1], device=device) > 0.5).float()
-            loss_fn = torch.nn.BCEWithLogitsLoss()
-        return model, x, y, loss_fn
-    model = (_torch_resnet(torch) if workload == "resnet-step" else torch.nn.Sequential(
-        torch.nn.Conv2d(1, 16, 3), torch.nn.ReLU(), torch.nn.Conv2d(16, 32, 3),
-        torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
-        torch.nn.Linear(4608, 10))).to(device)
-    x = torch.rand(m, 1, 28, 28, device=device)
-    return model, x, torch.randint(0, 10, (m,), device=device), torch.nn.CrossEntropyLoss()
-
-
-def torch_ddp_case(workload, m, device, group):
-    """PyTorch's DDP (NCCL) on the same job as portanet's distributed bench: the workload's
-    float32 SGD step on m samples a rank, alone and wrapped in DistributedDataParallel
-    (buckets overlapped with backward, as DDP does by default), each timed as the bench
-    times ours: {"alone": figures, "distributed": figures}. torch.distributed joins once a
-    process: at the launcher's MASTER_ADDR and MASTER_PORT, or under MPI at an address rank
-    0 gives through the job's channel."""
-    import socket
-
-    import torch
-    import torch.distributed as dist
-    torch.cuda.set_device(device)
-    if not dist.is_initialized() and group.channel.kind == "tcp":
-        # torchrun's store (or rank 0's, under srun) at MASTER_ADDR:MASTER_PORT
-        dist.init_process_group("nccl", init_method="env://", rank=group.rank,
-                                world_size=group.size)
-    elif not dist.is_initialized():
-        where = None
-        if group.rank == 0:
-            with socket.socket() as s:
-                s.bind(("", 0))
-                where = (socket.gethostname(), s.getsockname()[1])
-        host, port = group.channel.bcast(where)
-        dist.init_process_group("nccl", init_method=f"tcp://{host}:{port}", rank=group.rank,
-                                world_size=group.size)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    sync = torch.cuda.synchronize
-    out = {}
-    for name in ("alone", "distributed"):
-        model, x, y, loss_fn = _torch_model(torch, workload, m, device)
-        if name == "distributed":
-            model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device])
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-
-        def step():
-            opt.zero_grad()
-            loss_fn(model(x), y).backward()
-            opt.step()
-        out[name] = measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S) \
-            if name == "alone" else measure(step, sync, **_in_step(group, out["alone"]))
-    return out
-
-
-def _torch_resnet(torch):
-    """models.resnet in PyTorch: the same layers (a 1x1 convolution with bias as the
-    projection where a block changes the shape), in the same order."""
-    nn = torch.nn
-
-    class Block(nn.Module):
-        def __init__(self, c_in, c, stride):
-            super().__init__()
-            self.inner = nn.Sequential(
-                nn.Conv2d(c_in, c, 3, stride, 1), nn.BatchNorm2d(c), nn.ReLU(),
-                nn.Conv2d(c, c, 3, 1, 1), nn.BatchNorm2d(c))
-            self.proj = nn.Conv2d(c_in, c, 1, stride) if (c_in, stride) != (c, 1) else None
-
-        def forward(self, x):
-            return torch.relu(self.inner(x) + (self.proj(x) if self.proj else x))
-
-    layers, c = [nn.Conv2d(1, 32, 3, 1, 1), nn.BatchNorm2d(32), nn.ReLU()], 32
-    for width, stride in models.RESNET_BLOCKS:
-        layers.append(Block(c, width, stride))
-        c = width
-    return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.3),
-                         nn.Linear(c, 10))
-
-
-def _torch_graph(torch, step, opt):
-    """step captured in a CUDA graph as PyTorch's documentation does it: warm-up on a side
-    stream (the optimizer creates its momentum buffers there), then one capture with the
-    gradients set to None first, so that backward allocates them from the graph's pool."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            step()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    opt.zero_grad(set_to_none=True)
-    with torch.cuda.graph(graph):
-        step()
-    return graph.replay
-
-
 # -- the run -----------------------------------------------------------------------------
 
 def environment():
@@ -497,7 +236,7 @@ def _device_rows(bk, spec, workloads, peer, progress):
     PyTorch computing alike where it can."""
     rows = []
     rng = np.random.default_rng(0)
-    torch_device, torch_reason = _torch_device(bk) if peer else (None, "not asked for")
+    torch_device, torch_reason = torch_peer.device_of(bk) if peer else (None, "not asked for")
     for w in workloads:
         try:
             cases = list(WORKLOADS[w][0](bk, rng))
@@ -521,7 +260,7 @@ def _device_rows(bk, spec, workloads, peer, progress):
                                     "steps only"}
                         continue
                     try:
-                        t = torch_case(w, case, torch_device, graph, bk.precision)
+                        t = torch_peer.torch_case(w, case, torch_device, graph, bk.precision)
                         row[key] = {"status": "ok", "device": torch_device, **t}
                         row[f"ratio_to_{key}"] = row["median_s"] / t["median_s"]
                     except Exception as e:
@@ -567,8 +306,8 @@ def run_distributed(workloads=None, progress=print, peer=True):
             step()                                            # the averaging's first
             bk.synchronize()
             averages = group.averages - before
-            together = measure(step, bk.synchronize, **_in_step(group, alone),
-                               events=_cuda_events(bk) if bk.kind == "cuda" else None)
+            together = measure(step, bk.synchronize, **in_step(group, alone),
+                               events=cuda_events(bk) if bk.kind == "cuda" else None)
         finally:
             net.free()
         row = _row(w, f"batch {m} per rank", bk.name, timing=together)
@@ -603,19 +342,11 @@ def _distributed_line(r):
             f"efficiency {r['scaling_efficiency']:.2f}" + peer)
 
 
-def _in_step(group, alone):
-    """measure's arguments for a distributed step: every rank the same calls (each is a
-    collective that waits for the others' matching one), as many a sample as the slowest
-    rank's timing alone took, and no early end."""
-    return {"repeats": 10, "inner": max(group.channel.allgather(alone["inner"])),
-            "budget_s": math.inf}
-
-
 def _ddp_row(workload, m, bk, group):
     """PyTorch DDP's figures of the same case (torch_ddp_case), where torch and CUDA are
     here and every rank is a CUDA device: its step alone and distributed, throughput and
     efficiency as ours; else why not."""
-    torch_device, reason = _torch_device(bk)
+    torch_device, reason = torch_peer.device_of(bk)
     if not all(d.startswith("cuda") for d in group.devices):
         torch_device, reason = None, "DDP is timed on jobs of CUDA ranks"
     elif torch_device is None or not torch_device.startswith("cuda"):
@@ -624,7 +355,7 @@ def _ddp_row(workload, m, bk, group):
     if not all(group.channel.allgather(torch_device is not None)):
         return {"status": "unavailable", "reason": reason or "a rank cannot time DDP"}
     try:
-        t, error = torch_ddp_case(workload, m, torch_device, group), None
+        t, error = torch_peer.torch_ddp_case(workload, m, torch_device, group), None
     except Exception as e:
         t, error = None, _error(e)
     if not all(group.channel.allgather(error is None)):

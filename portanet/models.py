@@ -49,6 +49,12 @@ RESNET_BLOCKS = ((32, 1), (32, 1), (64, 2), (64, 1), (128, 2), (128, 1))   # (wi
 RESNET = ("conv(32, 3, pad=1) batchnorm(relu) "
           + "".join(_BLOCK.format(w=w, s=s) for w, s in RESNET_BLOCKS)
           + "globalavgpool dropout(0.3) dense({classes}, {output})")
+# the benchmark MLPs (portanet bench, its PyTorch peer): layer sizes, activations, loss and
+# the batch a step takes
+MLPS = {"mlp-big": ([10000, 5000, 1000, 10], ["tanh", "sigmoid", "sigmoid"],
+                    "binary_cross_entropy", 10000),
+        "mlp-small": ([1000, 500, 100, 10], ["relu", "relu", "softmax"],
+                      "softmax_cross_entropy", 1000)}
 
 
 def parse(description):

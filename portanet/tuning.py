@@ -17,7 +17,7 @@ stopped at 1.4 times the default. Each candidate is built, checked and timed on 
 square product c <- a b of normal random float32 inputs (of each size in SIZES):
 
     error    ||c - c64||_F / ||c64||_F against float64 NumPy; over ERROR_BOUND is rejected
-    time     median of several synchronized samples after a warm-up (bench.measure)
+    time     median of several synchronized samples after a warm-up (timing.measure)
     GFLOP/s  2 m n k / time
 
 The fastest is then checked and timed on the transposed products a b^T and a^T b (other
@@ -482,7 +482,7 @@ class _Operands:
 
     def time(self, trans, samples, quick):
         """seconds (median), spread (min, max), calls per sample and GFLOP/s."""
-        from .bench import measure
+        from .timing import measure
         bk = self.bk
         bk.synchronize()
         begin = time.perf_counter()

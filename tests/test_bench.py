@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 import portanet as pn
-from portanet import bench
+from portanet import bench, peer
 from portanet.cli import main
 
 ROW_KEYS = {"workload": str, "case": str, "device": str, "precision": str, "status": str,
@@ -107,7 +107,7 @@ def test_resnet_step_runs_and_matches_torchs_network():
     step()
     assert not np.array_equal(net.get_weights()["0.w"], before)
     torch = pytest.importorskip("torch")
-    shapes = [tuple(p.shape) for p in bench._torch_resnet(torch).parameters()]
+    shapes = [tuple(p.shape) for p in peer.torch_resnet(torch).parameters()]
     trained = {name: x for name, x in net.get_weights().items() if "running" not in name}
     assert sum(int(np.prod(s)) for s in shapes) == sum(x.size for x in trained.values())
     assert len(shapes) == len(trained)
@@ -137,5 +137,5 @@ def test_pytorchs_peak_on_cuda():
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("PyTorch sees no CUDA GPU here")
-    figures = bench.torch_case("lenet-step", "batch 64", "cuda")
+    figures = peer.torch_case("lenet-step", "batch 64", "cuda")
     assert 2**20 < figures["peak_bytes"] < 2**30
