@@ -1,7 +1,7 @@
-"""Timing on a device: seconds per call of a function, as `portanet bench` and `portanet tune`
-measure them. Warm-up calls excluded (program builds, first allocations);
-device completion awaited (CUDA: events on the backend's stream; elsewhere synchronize and
-the host clock); repeated samples, median with min and max."""
+"""Timing on a device: seconds per call of a function, as `portanet bench` and `portanet
+tune` measure them. Warm-up calls excluded (program builds, first allocations); device
+completion awaited (CUDA: events on the backend's stream; elsewhere synchronize and the
+host clock); repeated samples, median with min and max."""
 import math
 import statistics
 import time
