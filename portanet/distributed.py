@@ -50,11 +50,14 @@ CHUNK_BYTES = 8 << 20           # host staging's piece: its copies and sum overl
 _group = None
 
 
-def init(engine=None, balance=None):
+def init(engine=None, balance=None, bucket_mb=BUCKET_BYTES / 2**20,
+         first_bucket_mb=FIRST_BUCKET_BYTES / 2**20):
     """Join the job the launcher started; returns its Group (rank, size, local rank,
     device, engine). engine: one of ENGINES (PORTANET_DIST sets it; "auto" by default).
     balance: this rank's relative step rate, to give it that share of each global batch
-    (None: equal shares). Calling it again returns the group already joined."""
+    (None: equal shares). bucket_mb, first_bucket_mb: the size at which the gradients
+    written since the last all-reduce go as one (Buckets; DDP's bucket_cap_mb and first
+    bucket), the same on every rank. Calling it again returns the group already joined."""
     global _group
     if _group is not None:
         return _group
@@ -63,6 +66,8 @@ def init(engine=None, balance=None):
         raise InputError(f"PORTANET_DIST / engine {engine!r} is not an engine portanet has: "
                          f"{', '.join(ENGINES)}")
     rate = _rate(1.0 if balance is None else balance)
+    buckets = tuple(_megabytes(name, value) for name, value in (
+        ("first_bucket_mb", first_bucket_mb), ("bucket_mb", bucket_mb)))
     channel, local = launch.channel(use_mpi=engine == "mpi")
     if local is None:
         local = channel.local_rank()
@@ -71,11 +76,15 @@ def init(engine=None, balance=None):
     device = device_for(local, config.device_variable())
     if device is not None:
         config.set_device_variable(device)
-    everyone = channel.allgather((rate, device or "cpu", _has_nccl()))
+    everyone = channel.allgather((rate, device or "cpu", _has_nccl(), buckets))
     rates, devices = [e[0] for e in everyone], [e[1] for e in everyone]
+    if any(e[3] != everyone[0][3] for e in everyone):
+        raise InputError(f"the ranks give different bucket sizes {[e[3] for e in everyone]} "
+                         f"(bytes: first, then each): give every rank the same, or none")
     engine = _engine(engine, channel, devices, all(e[2] for e in everyone))
     group = Group(channel, channel.rank, channel.size, local, devices, engine, rates)
     group.engine_ = _Nccl(group) if engine == "nccl" else _Host(group)
+    group.bucket_bytes = buckets
     _group = group
     return _group
 
@@ -166,6 +175,7 @@ class Group:
         self.channel, self.rank, self.size, self.local_rank = channel, rank, size, local_rank
         self.devices, self.engine, self.rates = devices, engine, rates
         self.averages = 0                   # all-reduces so far (the bench counts them)
+        self.bucket_bytes = (FIRST_BUCKET_BYTES, BUCKET_BYTES)      # (first, each after)
         self.engine_ = None                 # _Nccl or _Host: reduce(bk, targets, w), join
 
     @property
@@ -258,7 +268,7 @@ class Buckets:
     layer's backward wrote its target (in Layer.backward_order: every rank adds the same
     targets in the same order, so the ranks' all-reduces pair up), `end(weight)` before
     the updates read them. A bucket goes as one all-reduce when the targets added since
-    the last one reach FIRST_BUCKET_BYTES (the step's first) or BUCKET_BYTES; end sends
+    the last one reach Group.bucket_bytes (the step's first, then each after); end sends
     the rest and waits for them all."""
 
     def __init__(self, group, backend):
@@ -270,7 +280,7 @@ class Buckets:
             return
         self.pending.append(target)
         self.bytes += target.size * np.dtype(target.dtype).itemsize
-        if self.bytes >= (BUCKET_BYTES if self.sent else FIRST_BUCKET_BYTES):
+        if self.bytes >= self.group.bucket_bytes[1 if self.sent else 0]:
             self._send(weight)
 
     def end(self, weight):
@@ -483,6 +493,14 @@ def _on_host(backend, x, work):
     work(host)
     if host is not x:
         backend.write(x, host)
+
+
+def _megabytes(name, value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0 \
+            or value != value or value == float("inf"):
+        raise InputError(f"{name} must be a number of megabytes >= 0 (0: every layer's "
+                         f"gradient goes alone), got {value!r}")
+    return int(value * 2**20)
 
 
 def _rate(rate):

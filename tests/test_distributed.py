@@ -583,3 +583,42 @@ def test_an_uncaught_error_on_a_rank_ends_a_job_without_mpi():
     (code0, _, err0), (code1, _, err1) = launched_job(["-c", script], (0, 1), check=False)
     assert code1 != 0 and "rank 1 broke" in err1
     assert code0 != 0 and "rank 1 left the job without finishing" in err0
+
+
+BUCKETS = """
+import sys, numpy as np, portanet as pn
+rank = int(sys.argv[2])
+group = pn.distributed.init(bucket_mb=0 if rank == 0 or sys.argv[3] == "same" else 1,
+                            first_bucket_mb=0)
+rng = np.random.default_rng(7)
+x, y = rng.standard_normal((30, 6)).astype(np.float32), rng.integers(0, 3, 30)
+net = pn.mlp((6,), classes=3, hidden=(8,), device="cpu")
+net.train_batch(*((x[:10], y[:10]) if group.rank == 0 else (x[10:], y[10:])), pn.SGD(0.1, 0.9))
+np.savez(sys.argv[1] + f"/{group.rank}.npz", averages=group.averages, **net.get_weights())
+"""
+
+
+def test_buckets_of_one_layer_each(tmp_path):
+    """bucket_mb=0: every layer's gradient alone (two all-reduces a step here), the same
+    step; ranks that give other sizes are refused."""
+    out = []
+    port = _free_port()
+    for how in ("same", "different"):
+        jobs = [subprocess.Popen([sys.executable, "-c", BUCKETS, str(tmp_path), str(r), how],
+                                 env=dict(os.environ, RANK=str(r), WORLD_SIZE="2",
+                                          LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
+                                          MASTER_PORT=str(port - 1)),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for r in range(2)]
+        out.append([(j.wait(timeout=120), j.stderr.read()) for j in jobs])
+        port = _free_port()
+        if how == "same":
+            got = [dict(np.load(tmp_path / f"{r}.npz")) for r in range(2)]
+            assert [int(g.pop("averages")) for g in got] == [2, 2]
+            rng = np.random.default_rng(7)
+            x, y = rng.standard_normal((30, 6)).astype(np.float32), rng.integers(0, 3, 30)
+            alone = pn.mlp((6,), classes=3, hidden=(8,), device="cpu")
+            alone.train_batch(x, y, pn.SGD(0.1, 0.9))
+            assert_same([dict(g, loss=0) for g in got], dict(alone.get_weights(), loss=0))
+    assert all(code == 0 for code, _ in out[0]), out[0]
+    assert all(code != 0 and "different bucket sizes" in err for code, err in out[1]), out[1]
