@@ -256,16 +256,20 @@ def test_a_rank_that_trains_something_else_ends_the_job(tmp_path):
         job.stderr
 
 
-@pytest.mark.parametrize("model", ["mlp", "lenet"])
-def test_nccl_between_two_gpus(tmp_path, model):
-    """The NCCL engine (two CUDA GPUs, nccl4py): as MPI's, the one-process run."""
-    pytest.importorskip("nccl.core")
+@pytest.mark.parametrize("model, engine", [("mlp", "nccl"), ("lenet", "nccl"),
+                                           ("lenet", "mpi")])
+def test_two_gpus(tmp_path, model, engine):
+    """NCCL (nccl4py) between two CUDA GPUs, and MPI's host staging (pinned pieces, the
+    worker) from them: as ever, the one-process run."""
+    if engine == "nccl":
+        pytest.importorskip("nccl.core")
     try:
         pn.device("cuda:1")
     except pn.DeviceError as e:
-        pytest.skip(f"NCCL's test needs two CUDA GPUs: {e}")
-    got, alone = run(tmp_path, model, 2, "cuda:{local_rank}", engine="nccl")
+        pytest.skip(f"this test needs two CUDA GPUs: {e}")
+    got, alone = run(tmp_path, model, 2, "cuda:{local_rank}", engine=engine)
     assert [str(g["device"]) for g in got] == ["cuda:0", "cuda:1"]
+    assert all(str(g["engine"]) == engine for g in got)
     assert_same(got, alone)
 
 
