@@ -626,3 +626,18 @@ def test_buckets_of_one_layer_each(tmp_path):
             assert_same([dict(g, loss=0) for g in got], dict(alone.get_weights(), loss=0))
     assert all(code == 0 for code, _ in out[0]), out[0]
     assert all(code != 0 and "different bucket sizes" in err for code, err in out[1]), out[1]
+
+
+def test_the_train_command_as_torchrun_starts_it(tmp_path):
+    # `torchrun --nproc_per_node 2 -m portanet.cli train --distributed` on cpu ranks: no MPI
+    try:
+        pn.load_dataset("fashion-mnist")
+    except pn.DataError as e:
+        pytest.skip(f"Fashion-MNIST is not installed here: {e}")
+    save = tmp_path / "net.safetensors"
+    (c0, out0, err0), (c1, out1, _) = launched_job(
+        ["-m", "portanet.cli", "train", "--distributed", "--limit", 400, "--test-limit", 200,
+         "--epochs", 1, "--batch-size", 32, "--save", save, "--json"], (0, 1))
+    assert "2 ranks over tcp" in err0 and out1 == ""          # rank 0 alone prints
+    result = json.loads(out0.splitlines()[-1])
+    assert result["distributed"]["launch"] == "tcp" and save.exists()
