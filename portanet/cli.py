@@ -17,6 +17,25 @@ CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
 DEFAULT_LR = {"sgd": 0.02, "adam": 0.001, "adamw": 0.001, "rmsprop": 0.001}
 
 
+BUCKET_MB = click.option("--bucket-mb", type=float, default=None,
+                         help="with --distributed: the megabytes of gradients averaged as one "
+                              "all-reduce (default 25, as PyTorch DDP's bucket_cap_mb; 0: each "
+                              "layer's alone)")
+FIRST_BUCKET_MB = click.option("--first-bucket-mb", type=float, default=None,
+                               help="with --distributed: the same for a step's first bucket "
+                                    "(default 1), which starts while backward goes on")
+
+
+def _buckets(dist, bucket_mb, first_bucket_mb):
+    """distributed.init's bucket sizes from the options (only with --distributed)."""
+    given = {k: v for k, v in (("bucket_mb", bucket_mb), ("first_bucket_mb", first_bucket_mb))
+             if v is not None}
+    if given and not dist:
+        raise click.UsageError("--bucket-mb and --first-bucket-mb size the averaging of a "
+                               "--distributed job")
+    return given
+
+
 @click.group()
 @click.version_option(package_name="portanet")
 def main():
@@ -176,15 +195,19 @@ def warmup(specs, precision_names, model_names, batch_sizes):
 @click.option("--balance", is_flag=True,
               help="with --distributed: give each rank a share of the global batch "
                    "proportional to its measured step rate")
+@BUCKET_MB
+@FIRST_BUCKET_MB
 def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum, nesterov,
           weight_decay, device, precision, seed, limit, test_limit, validation_split, save,
-          checkpoint, resume, plot_path, plan, download, as_json, dist, balance):
+          checkpoint, resume, plot_path, plan, download, as_json, dist, balance, bucket_mb,
+          first_bucket_mb):
     """Train a network and report test accuracy."""
     from . import distributed
     if balance and not dist:
         raise click.UsageError("--balance shares the global batch of a --distributed job")
+    buckets = _buckets(dist, bucket_mb, first_bucket_mb)
     try:
-        group = distributed.init() if dist else None
+        group = distributed.init(**buckets) if dist else None
         echo = click.echo if distributed.leader() else (lambda *args, **kwargs: None)
         checkpoint = checkpoint or resume
         check_outputs(("--save", save, "the model"),         # before the training, not
@@ -338,9 +361,13 @@ def make_optimizer(name, lr, momentum, nesterov, weight_decay):
                    "its device alone and averaged over the ranks (throughput, scaling "
                    "efficiency), beside PyTorch DDP's where torch and CUDA are here; rank 0 "
                    "prints and writes --json")
-def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisions, dist):
+@BUCKET_MB
+@FIRST_BUCKET_MB
+def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisions, dist,
+          bucket_mb, first_bucket_mb):
     """Time the same workloads on every device, beside PyTorch where it is importable."""
     from . import bench as bench_module, distributed
+    buckets = _buckets(dist, bucket_mb, first_bucket_mb)
     if dist:
         if devices or plot_path or precisions:
             raise click.UsageError("--distributed takes each rank's device from "
@@ -348,6 +375,7 @@ def bench(devices, workloads, list_only, json_path, plot_path, no_torch, precisi
                                    "PORTANET_PRECISION, and draws no plot")
         try:
             check_outputs(("--json", json_path, "the benchmark report"))
+            distributed.init(**buckets)
             report = bench_module.run_distributed(workloads, progress=click.echo,
                                                   peer=not no_torch)
             if json_path and distributed.leader():

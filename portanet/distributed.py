@@ -256,7 +256,8 @@ class Group:
 
     def describe(self):
         return {"ranks": self.size, "engine": self.engine, "devices": self.devices,
-                "rates": self.rates, "launch": self.channel.kind}
+                "rates": self.rates, "launch": self.channel.kind,
+                "bucket_bytes": list(self.bucket_bytes)}
 
     def __repr__(self):
         return (f"Group(rank {self.rank} of {self.size}, local {self.local_rank}, "

@@ -637,7 +637,9 @@ def test_the_train_command_as_torchrun_starts_it(tmp_path):
     save = tmp_path / "net.safetensors"
     (c0, out0, err0), (c1, out1, _) = launched_job(
         ["-m", "portanet.cli", "train", "--distributed", "--limit", 400, "--test-limit", 200,
-         "--epochs", 1, "--batch-size", 32, "--save", save, "--json"], (0, 1))
+         "--epochs", 1, "--batch-size", 32, "--save", save, "--json", "--bucket-mb", 0.5,
+         "--first-bucket-mb", 0], (0, 1))
     assert "2 ranks over tcp" in err0 and out1 == ""          # rank 0 alone prints
     result = json.loads(out0.splitlines()[-1])
     assert result["distributed"]["launch"] == "tcp" and save.exists()
+    assert result["distributed"]["bucket_bytes"] == [0, 2**19]
