@@ -180,11 +180,7 @@ class OpenCLBackend(KernelBackend):
                            b_ld=b.shape[1], c_ld=ldc, alpha=alpha, beta=beta, a_transp=trans_a,
                            b_transp=trans_b, a_offset=a.offset, b_offset=b.offset,
                            c_offset=c.offset)
-        rt = self.runtime
-        if rt._recording is not None:
-            rt._recording.append(call)
-        else:
-            call(rt.queue)
+        self.runtime.enqueue(call)
 
     def _wrapper(self, x):
         """The pyopencl Array pyclblast wants for x, made once (60 us for three of them

@@ -518,6 +518,14 @@ class OpenCLRuntime(Runtime):
             self._recording = None
         return _HostReplay(self.backend, self, ops)
 
+    def enqueue(self, call):
+        """call(queue): a vendor library's launches on the backend's queue (CLBlast's
+        GEMM), now, or kept to be called again by the replay while capture() records."""
+        if self._recording is not None:
+            self._recording.append(call)
+        else:
+            call(self.queue)
+
     def _not_recording(self, what):
         if self._recording is not None:
             raise _NotRecordable(what)
