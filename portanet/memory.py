@@ -21,6 +21,7 @@ class Buffer:
     kind: str           # "parameters", "optimizer state", "batch", "workspace"
     shape: tuple
     dtype: np.dtype
+    path: str = None    # the owning layer's number in the network ("2.1"), as walk gives it
 
     @property
     def nbytes(self):
@@ -149,32 +150,21 @@ def wrap(text, first, rest=None, width=WIDTH):
 
 def _by_layer(buffers, layers):
     """Buffers of layers grouped by layer: [(number, description, [Buffer])]. With the
-    network's `layers`, [(path, repr, description)] in walk order, a buffer goes to the
-    first layer of its owner's repr after the last it went to (each kind lists its layers
-    in walk order, each layer's buffers with distinct names), so that alike layers (a
-    ResNet's) keep their own; without, owners are numbered as they come."""
-    if not layers:
-        order = list(dict.fromkeys(b.owner for b in buffers))
-        return [(str(i), owner, [b for b in buffers if b.owner == owner])
-                for i, owner in enumerate(order)]
-    held = [[] for _ in layers]
-    where = {}                  # kind -> index of the layer its last buffer went to
+    network's `layers`, [(path, repr, description)] in walk order, each buffer goes to the
+    layer its path names; without, or for a buffer of no known path, owners are numbered
+    as they come."""
+    index = {path: i for i, (path, _, _) in enumerate(layers or ())}
+    groups = [(path, description, []) for path, _, description in layers or ()]
+    strays = {}                 # owner -> its group, for buffers of no known path
     for b in buffers:
-        start = where.get(b.kind, 0)
-        for i in range(start, len(layers)):
-            if layers[i][1] == b.owner and all(c.name != b.name or c.kind != b.kind
-                                               for c in held[i]):
-                break
-        else:
-            i = next((i for i, layer in enumerate(layers) if layer[1] == b.owner), None)
-            if i is None:               # a layer the list does not know: its own group
-                layers = layers + [(str(len(layers)), b.owner, b.owner)]
-                held.append([])
-                i = len(layers) - 1
-        held[i].append(b)
-        where[b.kind] = i
-    return [(path, description, mine) for (path, _, description), mine in zip(layers, held)
-            if mine]
+        i = index.get(b.path)
+        if i is None:
+            i = strays.get(b.owner)
+            if i is None:
+                i = strays[b.owner] = len(groups)
+                groups.append((str(i), b.owner, []))
+        groups[i][2].append(b)
+    return [group for group in groups if group[2]]
 
 
 # what a plan's room on the device is: the same figure, said the same way, in a plan, a

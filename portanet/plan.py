@@ -217,11 +217,12 @@ class Plan:
         """[(layer, Buffer)] of parameters (one flat vector per layer, see
         Layer.parameters) and saved buffers (BatchNorm's running statistics)."""
         real, out = self.backend.dtype, []
-        for _, layer in self.walk():
+        for path, layer in self.walk():
             n = flat_size(layer)
             if n:
-                out.append((layer, Buffer(repr(layer), "flat", "parameters", (n,), real)))
-            out += [(layer, Buffer(repr(layer), name, "parameters", shape, real))
+                out.append((layer, Buffer(repr(layer), "flat", "parameters", (n,), real,
+                                          path)))
+            out += [(layer, Buffer(repr(layer), name, "parameters", shape, real, path))
                     for name, shape in layer.buffers().items()]
         return out
 
@@ -249,8 +250,8 @@ class Plan:
             own.append(("_staging", "workspace", 2 * self.n_in * room, real))
         # owner None: the plan's own, named as the network's in a memory plan
         out = [(None, Buffer("network", name, kind, (n,), dtype)) for name, kind, n, dtype in own]
-        for _, layer in self.walk():
-            out += [(layer, Buffer(repr(layer), name, "batch", (n,), dtype or real))
+        for path, layer in self.walk():
+            out += [(layer, Buffer(repr(layer), name, "batch", (n,), dtype or real, path))
                     for name, (n, dtype) in layer.batch_buffers(m).items()]
         return out
 
@@ -274,7 +275,7 @@ class Plan:
         for path, layer in trainable(self.layers):
             n = flat_size(layer)
             largest, total = max(largest, n), total + n
-            out += [(layer, Buffer(repr(layer), slot, "optimizer state", (n,), real))
+            out += [(layer, Buffer(repr(layer), slot, "optimizer state", (n,), real, path))
                     for slot in optimizer.slots()]
         scaled = self.scaling is not None
         if optimizer.uses_workspace or scaled:
