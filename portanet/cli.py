@@ -2,7 +2,6 @@
 import json
 import logging
 import os
-import re
 import shlex
 import sys
 import time
@@ -278,10 +277,20 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
             f"{progress.number(e.lr / 10)}), or a --schedule with warmup such as "
             f"'warmup(2, cosine(30))'"
             + (f"; in fp16 a product's inputs from {precisions.HALF_OVERFLOW:g} up are inf: "
-               f"--precision bf16 keeps float32's range" if "in fp16" in str(e) else "")) from e
+               f"--precision bf16 keeps float32's range" if e.precision == "fp16" else "")
+        ) from e
     except PortanetError as e:
-        raise click.ClickException(re.sub(r"use batch_size <= (\d+)",
-                                          r"give --batch-size \1 or less", str(e))) from e
+        raise click.ClickException(cli_text(e)) from e
+
+
+def cli_text(error):
+    """A PortanetError's message as the command line says it: a fix named by the Python
+    argument (batch_size) is named by its option (--batch-size)."""
+    text = str(error)
+    n = getattr(error, "largest_batch", None)
+    if n and text.endswith(f"use batch_size <= {n}"):
+        text = text[:-len(f"use batch_size <= {n}")] + f"give --batch-size {n} or less"
+    return text
 
 
 def check_outputs(*outputs):

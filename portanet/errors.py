@@ -11,7 +11,13 @@ class DeviceError(PortanetError):
 
 
 class OutOfMemoryError(DeviceError):
-    """A device allocation failed; the process stays usable."""
+    """A device allocation failed, or a plan does not fit; the process stays usable.
+    largest_batch: where a smaller batch would fit, the largest that does (a command line
+    says its own option for it)."""
+
+    def __init__(self, message, largest_batch=None):
+        super().__init__(message)
+        self.largest_batch = largest_batch
 
 
 class PrecisionError(DeviceError):
@@ -42,9 +48,10 @@ class DivergedError(PortanetError):
     """Training produced a loss that is NaN or infinite. Carries the epoch (from 0), the
     loss, the learning rate and the history of the epochs before."""
 
-    def __init__(self, message, epoch=None, loss=None, lr=None, history=None):
+    def __init__(self, message, epoch=None, loss=None, lr=None, history=None, precision=None):
         super().__init__(message)
         self.epoch, self.loss, self.lr, self.history = epoch, loss, lr, history
+        self.precision = precision
 
 
 def check_count(what, value, low=1):

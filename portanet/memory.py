@@ -214,12 +214,13 @@ def refuse(plan, what, largest_batch=None):
         text += (f"; {_short(b.owner)} {b.name} ({size_text(b.nbytes)}) exceeds the device's largest "
                  f"single allocation of {size_text(plan.max_alloc)}")
     if largest_batch:
-        text += f". The largest batch that fits is {largest_batch}: use batch_size <= {largest_batch}"
+        text += (f". The largest batch that fits is {largest_batch}: use batch_size <= "
+                 f"{largest_batch}")
     elif largest_batch == 0:
         text += ". Not even one sample fits: use a smaller network or a bigger device"
     else:
         text += ": use a smaller network or a bigger device"
-    return OutOfMemoryError(text)
+    return OutOfMemoryError(text, largest_batch or None)
 
 
 def _short(owner, most=80):

@@ -574,7 +574,8 @@ def _epochs(net, x, t, data, validation, rng, run, config, shown):
                 + (f"; in fp16 a product's inputs from {precisions.HALF_OVERFLOW:g} up are "
                    f"inf: bf16 keeps float32's range" if net.backend.precision == "fp16"
                    else ""),
-                epoch=epoch, loss=loss, lr=lr, history=history)
+                epoch=epoch, loss=loss, lr=lr, history=history,
+                precision=net.backend.precision)
         if validation is not None:              # checked by _fit: targets laid out
             logs["val_loss"], logs["val_accuracy"] = evaluate(net, *validation)
         for k, v in logs.items():

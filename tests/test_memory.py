@@ -89,7 +89,10 @@ def test_a_batch_too_big_is_refused_with_the_largest_that_fits(device_name):
     with pytest.raises(pn.OutOfMemoryError, match=r"largest batch that fits is (\d+)") as e:
         net.plan.bind(huge)
     largest = int(e.value.args[0].split("largest batch that fits is ")[1].split(":")[0])
+    assert e.value.largest_batch == largest
     assert net.memory_plan(largest).fits and not net.memory_plan(largest + 1).fits
+    from portanet.cli import cli_text         # the command line names its option
+    assert cli_text(e.value).endswith(f"give --batch-size {largest} or less")
     assert (net.backend.allocations, net.plan.capacity) == before         # nothing was touched
     h = net.fit(x, y, epochs=1, batch_size=8)                          # and it still trains
     assert np.isfinite(h["loss"][0])
