@@ -50,8 +50,7 @@ class Runtime:
         after the copy, the queue sent on so that another thread may wait for it."""
         raise NotImplementedError
 
-    @staticmethod
-    def landed(ticket):
+    def landed(self, ticket):
         """Wait for fetch's copy (from any thread, without the backend's lock)."""
         raise NotImplementedError
 

@@ -216,9 +216,15 @@ class CudaRuntime(Runtime):
         self.download_into(x, out)
         return self.marker()
 
-    @staticmethod
-    def landed(ticket):
-        ticket.synchronize()        # cuEventSynchronize: no context needs to be current
+    def landed(self, ticket):
+        """From any thread, without the lock: the context made current here for the wait
+        alone (a context may be current in several threads; pycuda's stack is per thread,
+        and a thread must not end with it pushed)."""
+        self.context.push()
+        try:
+            ticket.synchronize()
+        finally:
+            drv.Context.pop()
 
     def host_empty(self, shape, dtype=None):
         """A host array in pinned memory, which the device copies into fastest."""

@@ -467,8 +467,7 @@ class OpenCLRuntime(Runtime):
         self.queue.flush()          # sent, so that a thread waiting for it does not wait for ever
         return copied
 
-    @staticmethod
-    def landed(ticket):
+    def landed(self, ticket):
         ticket.wait()
 
     def _pending_copy(self, event, done):
