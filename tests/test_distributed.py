@@ -643,3 +643,88 @@ def test_the_train_command_as_torchrun_starts_it(tmp_path):
     result = json.loads(out0.splitlines()[-1])
     assert result["distributed"]["launch"] == "tcp" and save.exists()
     assert result["distributed"]["bucket_bytes"] == [0, 2**19]
+
+
+class _Recording:
+    """An engine that notes what each all-reduce would sum (sizes) and each join."""
+
+    def __init__(self):
+        self.log = []
+
+    def reduce(self, backend, targets, weight):
+        self.log.append(("reduce", [x.size for x in targets], weight))
+
+    def join(self, backend):
+        self.log.append(("join",))
+
+
+def test_buckets_go_at_their_sizes():
+    # first bucket at 400 bytes (100 floats), then 4000 (1000 floats); the rest at end
+    engine = _Recording()
+    group = type("Group", (), {"size": 2, "engine_": engine, "averages": 0,
+                               "bucket_bytes": (400, 4000)})()
+    buckets = distributed.Buckets(group, None)
+    for n in (30, 80, 500, 600, 10, 2000, 7):
+        buckets.add(np.zeros(n, np.float32), 0.5)
+    buckets.end(0.5)
+    assert engine.log == [("reduce", [30, 80], 0.5), ("reduce", [500, 600], 0.5),
+                          ("reduce", [10, 2000], 0.5), ("reduce", [7], 0.5), ("join",)]
+    assert group.averages == 4
+    engine.log.clear()                          # the next step starts with a first bucket
+    buckets.add(np.zeros(120, np.float32), 0.25)
+    buckets.end(0.25)
+    assert engine.log == [("reduce", [120], 0.25), ("join",)]
+    alone = type("Group", (), {"size": 1, "engine_": engine, "averages": 0,
+                               "bucket_bytes": (0, 0)})()
+    engine.log.clear()
+    one = distributed.Buckets(alone, None)      # one rank averages nothing
+    one.add(np.zeros(5, np.float32), 1.0)
+    one.end(1.0)
+    assert engine.log == []
+
+
+def test_nccl_s_bucket_is_a_group_on_its_lane():
+    """_Nccl's calls in order, against stand-ins for NCCL and a CUDA backend: the lane
+    takes over where backward wrote the bucket, one NCCL group of in-place all-reduces with
+    a PreMulSum of the rank's weight (made once a weight), the lane hands back at join."""
+    import contextlib
+    log = []
+
+    class Nccl:
+        def group_start(self):
+            log.append("group_start")
+
+        def group_end(self):
+            log.append("group_end")
+
+    class Comm:
+        def create_pre_mul_sum(self, weight, dtype):
+            log.append(("op", weight, dtype))
+            return ("premul", weight)
+
+        def allreduce(self, send, receive, op, stream):
+            assert send is receive
+            log.append(("allreduce", send.size, op, stream))
+
+    class Runtime:
+        def hand_over(self, source, target, event):
+            log.append(("hand_over", source, target))
+
+    class Lane:
+        handle = 7
+
+    backend = type("Backend", (), {"_lock": contextlib.nullcontext(), "runtime": Runtime(),
+                                   "stream": "stream", "dlpack_view": lambda self, x: x})()
+    engine = distributed._Nccl.__new__(distributed._Nccl)
+    engine.nccl, engine.comm, engine.stream, engine.event = Nccl(), Comm(), Lane(), "event"
+    engine.types, engine.ops = {np.dtype(np.float32): "f32"}, {}
+    lane = engine.stream
+    a, b, c = (np.zeros(n, np.float32) for n in (3, 4, 5))
+    engine.reduce(backend, [a, b], 0.5)
+    engine.reduce(backend, [c], 0.5)
+    engine.join(backend)
+    assert log == [("hand_over", "stream", lane), "group_start", ("op", 0.5, "f32"),
+                   ("allreduce", 3, ("premul", 0.5), 7), ("allreduce", 4, ("premul", 0.5), 7),
+                   "group_end", ("hand_over", "stream", lane), "group_start",
+                   ("allreduce", 5, ("premul", 0.5), 7), "group_end",
+                   ("hand_over", lane, "stream")]
