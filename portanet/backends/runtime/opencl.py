@@ -460,12 +460,10 @@ class OpenCLRuntime(Runtime):
                                            src_offset=x.offset * x.dtype.itemsize), False)
 
     def fetch(self, x, out):
-        self._not_recording("a copy from the device")
-        out = self.backend._check_download(x, out)
-        copied = cl.enqueue_copy(self.queue, out, x.buf, is_blocking=False,
-                                 src_offset=x.offset * x.dtype.itemsize)
+        self.download_into(x, out)
+        done = self.marker()        # the queue runs in order: done when the copy is
         self.queue.flush()          # sent, so that a thread waiting for it does not wait for ever
-        return copied
+        return done
 
     def landed(self, ticket):
         ticket.wait()
