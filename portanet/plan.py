@@ -65,7 +65,8 @@ class Shared:
 
 class Replays:
     """A network's recorded steps, by key: (m, optimizer, data on device, staged, this
-    rank's share in a distributed job or None) for a training step (training.train_step), ("predict" or "evaluate", m) for a forward pass.
+    rank's share in a distributed job or None) for a training step (training.train_step),
+    ("predict" or "evaluate", m) for a forward pass.
     Where the device records them (CUDA graphs; OpenCL's launch lists) a step is run
     eagerly the first time its key is seen, recorded the second, replayed after; replays
     give bit for bit the eager step's results. `capturable`: whether every layer's launches

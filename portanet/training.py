@@ -123,8 +123,7 @@ class OptimizerState:
         group = distributed.current()
         if group is not None:       # the updates wait for the averaging's end (finish)
             self._averaging_in(group).add(target, self.share)
-            self._pending.append((layer.flat, target, layer.state, layer.n_decay))
-        elif self._slot is None and self.scaling is None:
+        if group is None and self._slot is None and self.scaling is None:
             self.optimizer.update(self.backend, layer.flat, target, layer.state,
                                   layer.n_decay, self.scalars, self.found)
         else:
@@ -202,7 +201,6 @@ class OptimizerState:
 def state_kind(optimizer, scaling):
     """What decides an optimizer's buffers: equal kinds share them (and their values)."""
     return type(optimizer), optimizer.slots(), optimizer.uses_workspace, scaling
-
 
 
 def _named_views(bk, layer, flat):
