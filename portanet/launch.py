@@ -84,8 +84,6 @@ def channel(use_mpi=False, environ=None):
     if not use_mpi and said is not None and said[0] is not None and meet is not None:
         rank, size, local = said
         return TcpChannel(rank, size, *meet), local
-    if said is not None and said[0] is None:
-        said = (None, None, said[2])
     ch = MpiChannel(rendezvous_given=meet is not None)
     if said is not None and said[1] is not None and said[1] != ch.size:
         raise InputError(f"the launcher says {said[1]} ranks but MPI sees {ch.size} "
@@ -151,9 +149,9 @@ class TcpChannel:
     """The host channel over TCP: rank 0 listens at the rendezvous, every other rank
     connects to it twice, once to talk (the collectives, rank 0 in the middle: it gathers,
     reduces in rank order and sends back) and once to watch, each line opening with HELLO
-    (anything else is dropped: a stray connection, another job on the port). A watch line that closes
-    without a goodbye means its process died: rank 0 then ends the job, which closes its
-    lines, which ends every other rank (a rank waiting in an all-reduce on its GPU would
+    (anything else is dropped: a stray connection, another job on the port). A watch line
+    that closes without a goodbye means its process died: rank 0 then ends the job, which
+    closes its lines, which ends every other rank (a rank waiting in an all-reduce on its GPU would
     wait for ever, as MPI's Abort prevents). The collectives wait as long as the job needs:
     a rank may be saving a checkpoint while the others wait for the epoch's sums."""
 
