@@ -45,8 +45,7 @@ def wl_gemm(bk, rng):
             c = bk.empty((n, n))
             try:
                 t = measure(lambda: bk.gemm(1.0, a, b, 0.0, c), bk.synchronize,
-                            repeats=10, inner=3,
-                            events=cuda_events(bk) if bk.kind == "cuda" else None)
+                            repeats=10, inner=3, events=cuda_events(bk))
             finally:
                 for x in (a, b, c):
                     bk.free(x)
@@ -81,7 +80,7 @@ def training_step(workload, bk, batch, rng, eager=False):
 
 def _step_timing(bk, step, flops=None, repeats=10, inner=3):
     t = measure(step, bk.synchronize, repeats=repeats, inner=inner, sample_s=STEP_SAMPLE_S,
-                events=cuda_events(bk) if bk.kind == "cuda" else None)
+                events=cuda_events(bk))
     if flops:
         t["gflops"] = flops / t["median_s"] / 1e9
     return t
@@ -307,7 +306,7 @@ def run_distributed(workloads=None, progress=print, peer=True):
             bk.synchronize()
             averages = group.averages - before
             together = measure(step, bk.synchronize, **in_step(group, alone),
-                               events=cuda_events(bk) if bk.kind == "cuda" else None)
+                               events=cuda_events(bk))
         finally:
             net.free()
         row = _row(w, f"batch {m} per rank", bk.name, timing=together)
