@@ -54,15 +54,21 @@ def run(tmp_path, model, ranks, devices="cpu", samples=600, batch=50, optimizer=
     mpi_job(ranks, [WORKER, *common, tmp_path, "--batch", batch]
             + (["--balanced"] if balanced else [])
             + (["--seed-by-rank"] if seed_by_rank else []), devices, engine)
+    return ([dict(np.load(tmp_path / f"{r}.npz")) for r in range(ranks)],
+            alone_run(tmp_path, model, samples, batch * ranks, optimizer))
+
+
+def alone_run(tmp_path, model, samples, batch, optimizer):
+    """The one-process run's {name: array}: the worker --alone on cpu at `batch`."""
     alone = tmp_path / "alone"
     alone.mkdir()
-    single = subprocess.run([sys.executable, str(WORKER), *common, str(alone), "--alone",
-                             "--batch", str(batch * ranks)],
+    single = subprocess.run([sys.executable, str(WORKER), model, "--samples", str(samples),
+                             "--optimizer", optimizer, str(alone), "--alone", "--batch",
+                             str(batch)],
                             env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
                             text=True, timeout=600)
     assert single.returncode == 0, single.stdout + single.stderr
-    return ([dict(np.load(tmp_path / f"{r}.npz")) for r in range(ranks)],
-            dict(np.load(alone / "0.npz")))
+    return dict(np.load(alone / "0.npz"))
 
 
 def assert_same(ranks, alone):
@@ -371,18 +377,6 @@ def launched_job(args, local_ranks, devices="cpu", slurm=False, check=True):
     return out
 
 
-def alone_run(tmp_path, model, samples, batch, optimizer):
-    alone = tmp_path / "alone"
-    alone.mkdir()
-    single = subprocess.run([sys.executable, str(WORKER), model, "--samples", str(samples),
-                             "--optimizer", optimizer, str(alone), "--alone", "--batch",
-                             str(batch)],
-                            env=dict(os.environ, PORTANET_DEVICE="cpu"), capture_output=True,
-                            text=True, timeout=600)
-    assert single.returncode == 0, single.stdout + single.stderr
-    return dict(np.load(alone / "0.npz"))
-
-
 @pytest.mark.parametrize("model, optimizer, local_ranks, slurm", [
     ("mlp", "adam", (0, 1), False),
     ("lenet", "sgd", (0, 1), True),
@@ -590,9 +584,9 @@ def test_an_uncaught_error_on_a_rank_ends_a_job_without_mpi():
 
 
 BUCKETS = """
-import sys, numpy as np, portanet as pn
-rank = int(sys.argv[2])
-group = pn.distributed.init(bucket_mb=0 if rank == 0 or sys.argv[3] == "same" else 1,
+import os, sys, numpy as np, portanet as pn
+rank = int(os.environ["RANK"])
+group = pn.distributed.init(bucket_mb=0 if rank == 0 or sys.argv[2] == "same" else 1,
                             first_bucket_mb=0)
 rng = np.random.default_rng(7)
 x, y = rng.standard_normal((30, 6)).astype(np.float32), rng.integers(0, 3, 30)
@@ -606,16 +600,8 @@ def test_buckets_of_one_layer_each(tmp_path):
     """bucket_mb=0: every layer's gradient alone (two all-reduces a step here), the same
     step; ranks that give other sizes are refused."""
     out = []
-    port = _free_port()
     for how in ("same", "different"):
-        jobs = [subprocess.Popen([sys.executable, "-c", BUCKETS, str(tmp_path), str(r), how],
-                                 env=dict(os.environ, RANK=str(r), WORLD_SIZE="2",
-                                          LOCAL_RANK=str(r), MASTER_ADDR="127.0.0.1",
-                                          MASTER_PORT=str(port - 1)),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-                for r in range(2)]
-        out.append([(j.wait(timeout=120), j.stderr.read()) for j in jobs])
-        port = _free_port()
+        out.append(launched_job(["-c", BUCKETS, tmp_path, how], (0, 1), check=False))
         if how == "same":
             got = [dict(np.load(tmp_path / f"{r}.npz")) for r in range(2)]
             assert [int(g.pop("averages")) for g in got] == [2, 2]
@@ -624,8 +610,9 @@ def test_buckets_of_one_layer_each(tmp_path):
             alone = pn.mlp((6,), classes=3, hidden=(8,), device="cpu")
             alone.train_batch(x, y, pn.SGD(0.1, 0.9))
             assert_same([dict(g, loss=0) for g in got], dict(alone.get_weights(), loss=0))
-    assert all(code == 0 for code, _ in out[0]), out[0]
-    assert all(code != 0 and "different bucket sizes" in err for code, err in out[1]), out[1]
+    assert all(code == 0 for code, _, _ in out[0]), out[0]
+    assert all(code != 0 and "different bucket sizes" in err for code, _, err in out[1]), \
+        out[1]
 
 
 def test_the_train_command_as_torchrun_starts_it(tmp_path):
