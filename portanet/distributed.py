@@ -302,19 +302,25 @@ class Buckets:
 
 class _Host:
     """Host staging over the job's channel (MPI or portanet's rendezvous), for any mix of
-    backends. On a device, a bucket's targets are scaled by the weight there and copied
-    down in pieces of CHUNK_BYTES into pinned host memory kept for that bucket (`fetch`,
-    in order after backward wrote them); a worker thread then, piece by piece, waits for
-    the copy, sums it over the ranks in place and copies it back up (in the backend's
-    order: before the updates, which `join` lets go only once the worker is done). So the
-    copies down, the sums and the copies up of a bucket overlap one another and the
-    backward of the layers below. On the NumPy reference the targets are summed where
-    they are. The worker is the only thread calling the channel while a step averages."""
+    backends. A bucket's targets are scaled by the weight there and copied down, in
+    pieces of CHUNK_BYTES, into host memory kept for that bucket (`fetch`, in order after
+    backward wrote them); a worker thread then, piece by piece, waits for the copy, sums it
+    over the ranks and copies the sum back up (in the backend's order: before the
+    updates, which `join` lets go only once the worker is done). So the copies down, the
+    sums and the copies up of a bucket overlap one another and the backward of the layers
+    below. The worker is the only thread calling the channel while a step averages.
+
+    Under MPI the host memory is shared by the ranks of a host (shared_sum.SharedSum:
+    each rank adds up its share of every rank's piece, with no copy between processes);
+    over portanet's rendezvous it is each rank's own pinned memory, summed by the
+    channel. On the NumPy reference the pieces are the targets' own memory."""
 
     def __init__(self, group):
         self.channel = group.channel
-        self.pinned = {}                # (bucket of the step, dtype) -> host vector
+        self.node = None                # shared_sum.Node, made with the first window
+        self.held = {}                  # (bucket of the step, dtype) -> host vector or SharedSum
         self.sent = 0                   # buckets of this step so far
+        self.turn = 0                   # which of SharedSum's results this step sums into
         self.jobs = self.worker = None
         self.failed = None
 
@@ -324,41 +330,68 @@ class _Host:
         # the same pieces on every backend: each is one sum, which the ranks' must pair
         pieces = [(x, start, min(step, x.size - start))
                   for x in targets for start in range(0, x.size, step)]
-        if backend.kind == "cpu":
-            for x in targets:
-                x *= x.dtype.type(weight)
-            for x, start, n in pieces:
-                self.channel.sum(x.reshape(-1)[start:start + n])
-            return
-        host = self._host(backend, sum(n for _, _, n in pieces), dtype)
+        n = sum(count for _, _, count in pieces)
+        key = self.sent, dtype
+        shared = self._held(backend, key, n)
         self.sent += 1
+        cpu = backend.kind == "cpu"
         at, work = 0, []
         for x in targets:
-            backend.scal(weight, x)
-        for x, start, n in pieces:
-            view, out = backend.view(x, (n,), start), host[at:at + n]
-            work.append((view, out, backend.fetch(view, out)))
-            at += n
-        if not self.channel.threads:    # an MPI without threads: here, at once
-            self._run(backend, work)
+            if cpu:
+                x *= x.dtype.type(weight)
+            else:
+                backend.scal(weight, x)
+        for x, start, count in pieces:
+            if cpu:
+                view = x.reshape(-1)[start:start + count]
+                out = view if shared is None else shared.mine[at:at + count]
+                if shared is not None:
+                    out[...] = view
+                work.append((view, at, out, None))
+            else:
+                view = backend.view(x, (count,), start)
+                out = (shared.mine if shared is not None else self.held[key])[at:at + count]
+                work.append((view, at, out, backend.fetch(view, out)))
+            at += count
+        if cpu or not self.channel.threads:     # an MPI without threads: here, at once
+            self._run(backend, work, shared)
             return
         self._start()
-        self.jobs.put((backend, work))
+        self.jobs.put((backend, work, shared))
 
     def join(self, backend):
         if self.jobs is not None:
             self.jobs.join()
         self.sent = 0
+        self.turn ^= 1
         if self.failed is not None:
             failed, self.failed = self.failed, None
             raise failed
 
-    def _host(self, backend, n, dtype):
-        key = (self.sent, dtype)
-        held = self.pinned.get(key)
-        if held is None or held.size < n:
-            held = self.pinned[key] = backend.host_empty((n,), dtype)
-        return held[:n]
+    def _held(self, backend, key, n):
+        """The SharedSum for this bucket under MPI, else None (its pinned vector made in
+        self.held). A new window is made while the worker is idle: making it is collective,
+        and the worker may be in the channel (the first step only)."""
+        held = self.held.get(key)
+        mpi = self.channel.kind == "mpi"
+        size = None if held is None else (held.n if mpi else held.size)
+        if size is not None and size >= n:
+            return held if mpi else None
+        if not mpi:
+            if backend.kind != "cpu":
+                self.held[key] = backend.host_empty((n,), key[1])
+            return None
+        from . import shared_sum
+        if self.jobs is not None:
+            self.jobs.join()
+        if held is not None:            # once no copy of either turn is under way
+            backend.synchronize()
+            held.close()
+        if self.node is None:
+            self.node = shared_sum.Node(self.channel)
+        pin = None if backend.kind == "cpu" else backend.host_pin
+        held = self.held[key] = shared_sum.SharedSum(self.node, n, key[1], pin)
+        return held
 
     def _start(self):
         if self.worker is None:
@@ -371,20 +404,31 @@ class _Host:
 
     def _work(self):
         while True:
-            backend, work = self.jobs.get()
+            backend, work, shared = self.jobs.get()
             try:
                 if self.failed is None:
-                    self._run(backend, work)
+                    self._run(backend, work, shared)
             except BaseException as e:      # given to the step's thread at join
                 self.failed = e
             finally:
                 self.jobs.task_done()
 
-    def _run(self, backend, work):
-        for view, out, ticket in work:
-            backend.landed(ticket)
-            self.channel.sum(out)
-            backend.write(view, out, wait=False)    # out stays as it is until the next step
+    def _run(self, backend, work, shared):
+        cpu = backend.kind == "cpu"
+        for view, at, out, ticket in work:
+            if ticket is not None:
+                backend.landed(ticket)
+            if shared is None:
+                self.channel.sum(out)
+                total = out
+            else:
+                shared.add(at, out.size, self.turn)
+                total = shared.results[self.turn][at:at + out.size]
+            if cpu:
+                if total is not view:
+                    view[...] = total
+            else:       # total stays as it is until the step after next (SharedSum's turns)
+                backend.write(view, total, wait=False)
 
 
 def step_rate(net, x, y, optimizer, steps=5):

@@ -527,6 +527,8 @@ def test_host_staging_in_pieces(monkeypatch, threads):
     monkeypatch.setattr(distributed, "CHUNK_BYTES", 1000)
 
     class Twice:                    # two ranks holding the same values
+        kind = "tcp"
+
         def __init__(self):
             self.sizes = []
 

@@ -247,6 +247,12 @@ class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, UpdateOps):
         """A host array that the device copies into fastest (pinned memory on CUDA)."""
         return np.empty(shape, dtype or self.dtype)
 
+    def host_pin(self, array):
+        """array's memory, as an array that the device copies from and into fastest and in
+        the background, for as long as the returned array lives (registered with CUDA's
+        driver; elsewhere array itself)."""
+        return array
+
     def view(self, x, shape, offset=0):
         """The prod(shape) elements of `x` from `offset` on, as an array of `shape`; no copy."""
         raise NotImplementedError

@@ -54,6 +54,10 @@ class Runtime:
         """Wait for fetch's copy (from any thread, without the backend's lock)."""
         raise NotImplementedError
 
+    def host_pin(self, array):
+        """Backend.host_pin: here array itself (the driver copies from pageable memory)."""
+        return array
+
     def kernel(self, family, name, options=()):
         """compile: kernel `name` of the kernel family `family` (a file stem of kernels_cl/
         or kernels_cu/, sources.load) built with `options` besides the runtime's own; each

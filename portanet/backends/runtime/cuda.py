@@ -230,6 +230,10 @@ class CudaRuntime(Runtime):
         """A host array in pinned memory, which the device copies into fastest."""
         return drv.pagelocked_empty(shape, dtype or self.dtype)
 
+    def host_pin(self, array):
+        """array's pages registered with the driver (page-locked) while the view lives."""
+        return drv.register_host_memory(array, drv.mem_host_register_flags.PORTABLE)
+
     @staticmethod
     def free_buffer(buf):
         buf.free()
