@@ -389,8 +389,8 @@ class _Host:
             held.close()
         if self.node is None:
             self.node = shared_sum.Node(self.channel)
-        pin = None if backend.kind == "cpu" else backend.host_pin
-        held = self.held[key] = shared_sum.SharedSum(self.node, n, key[1], pin)
+        held = self.held[key] = shared_sum.SharedSum(
+            self.node, n, key[1], None if backend.kind == "cpu" else backend)
         return held
 
     def _start(self):

@@ -36,11 +36,11 @@ class SharedSum:
     """Sums of vectors of up to n elements of dtype over every rank, through one shared
     window of the host: a slot of n per rank, and two result vectors (the steps take
     turns: a rank may still be copying one step's sum up while the others add up the
-    next). Making one is collective over the host's ranks. `pin` is the backend's
-    host_pin: the slot and the results are copied from and to its device in the
-    background."""
+    next). Making one is collective over the host's ranks. backend: the device whose
+    copies go from and to it, which pins it (Backend.host_pin) for copies in the
+    background; None for none."""
 
-    def __init__(self, node, n, dtype, pin=None):
+    def __init__(self, node, n, dtype, backend=None):
         self.node_ = node
         comm, MPI = node.node, node.MPI
         self.dtype = np.dtype(dtype)
@@ -52,8 +52,9 @@ class SharedSum:
         self.window = MPI.Win.Allocate_shared(mine, self.dtype.itemsize, comm=comm)
         buf, _ = self.window.Shared_query(0)
         memory = np.frombuffer(buf, self.dtype, count=whole)
-        if pin is not None:
-            memory = pin(memory)
+        self.backend = backend
+        if backend is not None:
+            memory = backend.host_pin(memory)
         self.memory = memory
         self.slots = [memory[r * step:r * step + n] for r in range(self.size)]
         self.results = [memory[(self.size + t) * step:(self.size + t) * step + n]

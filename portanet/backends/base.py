@@ -248,10 +248,13 @@ class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, UpdateOps):
         return np.empty(shape, dtype or self.dtype)
 
     def host_pin(self, array):
-        """array's memory, as an array that the device copies from and into fastest and in
-        the background, for as long as the returned array lives (registered with CUDA's
-        driver; elsewhere array itself)."""
+        """array (C-contiguous host memory that outlives the pin), which the device then
+        copies from and into fastest and in the background, until host_unpin(array)
+        (registered with CUDA's driver; elsewhere nothing changes)."""
         return array
+
+    def host_unpin(self, array):
+        """Give back host_pin's pin of array, before its memory goes."""
 
     def view(self, x, shape, offset=0):
         """The prod(shape) elements of `x` from `offset` on, as an array of `shape`; no copy."""

@@ -103,7 +103,7 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         "empty", "write", "download", "download_into"))
     synchronize, capture, memory_info, profiling, fetch = (serialised_verb(name) for name in (
         "synchronize", "capture", "memory_info", "profiling", "fetch"))
-    host_pin = serialised_verb("host_pin")
+    host_pin, host_unpin = serialised_verb("host_pin"), serialised_verb("host_unpin")
 
     def landed(self, ticket):
         self.runtime.landed(ticket)

@@ -58,6 +58,9 @@ class Runtime:
         """Backend.host_pin: here array itself (the driver copies from pageable memory)."""
         return array
 
+    def host_unpin(self, array):
+        """Backend.host_unpin: here nothing."""
+
     def kernel(self, family, name, options=()):
         """compile: kernel `name` of the kernel family `family` (a file stem of kernels_cl/
         or kernels_cu/, sources.load) built with `options` besides the runtime's own; each

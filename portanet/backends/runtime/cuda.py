@@ -231,8 +231,14 @@ class CudaRuntime(Runtime):
         return drv.pagelocked_empty(shape, dtype or self.dtype)
 
     def host_pin(self, array):
-        """array's pages registered with the driver (page-locked) while the view lives."""
-        return drv.register_host_memory(array, drv.mem_host_register_flags.PORTABLE)
+        """array's pages registered with the driver (page-locked, for every context) until
+        host_unpin(array)."""
+        _check(_driver().cuMemHostRegister_v2(array.ctypes.data, array.nbytes, 1),
+               f"pin {array.nbytes} bytes of host memory")      # 1: CU_MEMHOSTREGISTER_PORTABLE
+        return array
+
+    def host_unpin(self, array):
+        _check(_driver().cuMemHostUnregister(array.ctypes.data), "unpin host memory")
 
     @staticmethod
     def free_buffer(buf):
@@ -250,7 +256,7 @@ class CudaRuntime(Runtime):
         same step ran once eagerly (kernels built, GEMM routed, workspaces grown). Held
         under the backend's lock, so no other thread's launch joins the graph. pycuda has
         no graph API: these are the driver's own calls, through ctypes."""
-        lib, stream = _graph_api(), ctypes.c_void_p(self.stream.handle)
+        lib, stream = _driver(), ctypes.c_void_p(self.stream.handle)
         _check(lib.cuStreamBeginCapture_v2(stream, CAPTURE_MODE_RELAXED), "begin capture")
         graph = ctypes.c_void_p()
         try:
@@ -310,10 +316,15 @@ CAPTURE_MODE_RELAXED = 2    # CU_STREAM_CAPTURE_MODE_RELAXED: other threads' cal
 
 
 @functools.lru_cache(maxsize=None)
-def _graph_api():
+@functools.lru_cache(maxsize=None)
+def _driver():
+    """The driver's calls that pycuda does not give (or, for cuMemHostRegister, gives only
+    through a NumPy path that fails on NumPy 2), through ctypes."""
     lib = ctypes.CDLL("libcuda.so.1")
     p = ctypes.c_void_p
-    for name, args in (("cuStreamBeginCapture_v2", [p, ctypes.c_int]),
+    for name, args in (("cuMemHostRegister_v2", [p, ctypes.c_size_t, ctypes.c_uint]),
+                       ("cuMemHostUnregister", [p]),
+                       ("cuStreamBeginCapture_v2", [p, ctypes.c_int]),
                        ("cuStreamEndCapture", [p, ctypes.POINTER(p)]),
                        ("cuGraphInstantiateWithFlags", [ctypes.POINTER(p), p, ctypes.c_ulonglong]),
                        ("cuGraphLaunch", [p, p]), ("cuGraphDestroy", [p]),
@@ -337,13 +348,13 @@ class _Replay(Recorded):
     def __call__(self):
         rt = self.runtime
         with rt.lock:
-            _check(_graph_api().cuGraphLaunch(self.runnable, ctypes.c_void_p(rt.stream.handle)),
+            _check(_driver().cuGraphLaunch(self.runnable, ctypes.c_void_p(rt.stream.handle)),
                    "launch a graph")
 
     def __del__(self):
         try:
             with self.runtime.lock:
-                _graph_api().cuGraphExecDestroy(self.runnable)
+                _driver().cuGraphExecDestroy(self.runnable)
         except Exception:       # the process is ending; the driver frees it
             pass
 
