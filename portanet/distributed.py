@@ -514,7 +514,7 @@ class _Nccl:
             rt.hand_over(backend.stream, self.stream, self.event)
             nccl.group_start()
             try:
-                for x in targets:
+                for x in _spans(targets):
                     view = backend.dlpack_view(x)
                     self.comm.allreduce(view, view, self._op(weight, x.dtype),
                                         stream=int(self.stream.handle))
@@ -530,6 +530,30 @@ class _Nccl:
         if key not in self.ops:     # a few: the full batch's share and the last batch's
             self.ops[key] = self.comm.create_pre_mul_sum(float(weight), self.types[key[1]])
         return self.ops[key]
+
+
+def _spans(targets):
+    """The device arrays `targets` as fewer that cover the same elements: neighbours in the
+    list that are neighbours in one buffer (a joined state slot's layers, the whole
+    gradient workspace's, in backward's order or forward's) become one view. The order
+    stays the targets' own, which every rank shares: the ranks' all-reduces must pair."""
+    from .backends.arrays import DeviceArray
+    out = []
+    for x in targets:
+        last = out[-1] if out else None
+        if last is not None and last.buf is x.buf and last.dtype == x.dtype:
+            if last.offset + last.size == x.offset:
+                lo = last.offset
+            elif x.offset + x.size == last.offset:
+                lo = x.offset
+            else:
+                lo = None
+            if lo is not None:
+                owner = last.base if last.base is not None else last
+                out[-1] = DeviceArray(x.buf, lo, (last.size + x.size,), x.dtype, owner)
+                continue
+        out.append(x)
+    return out
 
 
 def _on_host(backend, x, work):

@@ -272,13 +272,20 @@ class Plan:
         the loss scale, and `found`, the updates' skip flag (set by a scaled step that
         overflowed; an unscaled one keeps it 0)."""
         real = self.backend.dtype
+        scaled = self.scaling is not None
+        # with a whole workspace, a slot that is the gradient's target (SGD's velocity) is
+        # one vector of the network too, each layer a part: averaged in a distributed job,
+        # a bucket of adjacent layers is one span, one all-reduce
+        joined = optimizer.target(scaled)[0] if self.whole_workspace else None
         out, largest, total = [], 0, 0
         for path, layer in trainable(self.layers):
             n = flat_size(layer)
             largest, total = max(largest, n), total + n
             out += [(layer, Buffer(repr(layer), slot, "optimizer state", (n,), real, path))
-                    for slot in optimizer.slots()]
-        scaled = self.scaling is not None
+                    for slot in optimizer.slots() if slot != joined]
+        if joined is not None:
+            out.append((None, Buffer("network", joined, "optimizer state", (max(total, 1),),
+                                     real)))
         if optimizer.uses_workspace or scaled:
             out.append((None, Buffer("network", "workspace", "workspace",
                                      (max(total if self.whole_workspace else largest, 1),),

@@ -75,7 +75,12 @@ class OptimizerState:
                 bk.write(x, np.zeros(x.size, np.int32))
             else:
                 bk.fill(x, 0.0)
-            if owner is None:               # the network's (see Plan.state_buffers)
+            if owner is None and buf.name in optimizer.slots():    # one slot of all layers
+                start = 0
+                for _, layer in self._layers:
+                    layer.state[buf.name] = bk.view(x, (flat_size(layer),), start)
+                    start += flat_size(layer)
+            elif owner is None:             # the network's (see Plan.state_buffers)
                 setattr(self, buf.name, x)
             else:
                 owner.state[buf.name] = x

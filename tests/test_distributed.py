@@ -704,12 +704,18 @@ def test_nccl_s_bucket_is_a_group_on_its_lane():
     engine.nccl, engine.comm, engine.stream, engine.event = Nccl(), Comm(), Lane(), "event"
     engine.types, engine.ops = {np.dtype(np.float32): "f32"}, {}
     lane = engine.stream
-    a, b, c = (np.zeros(n, np.float32) for n in (3, 4, 5))
-    engine.reduce(backend, [a, b], 0.5)
-    engine.reduce(backend, [c], 0.5)
+    from portanet.backends.arrays import DeviceArray
+    joined, other = object(), object()          # two device buffers
+    # backward's order: a layer's part, the part before it in the same buffer (one span
+    # with it), a part of another buffer, then one that is not next to the last
+    a, b = DeviceArray(joined, 3, (4,), np.float32), DeviceArray(joined, 0, (3,), np.float32)
+    c, d = DeviceArray(other, 0, (2,), np.float32), DeviceArray(joined, 9, (5,), np.float32)
+    engine.reduce(backend, [a, b, c, d], 0.5)
+    engine.reduce(backend, [d], 0.5)
     engine.join(backend)
     assert log == [("hand_over", "stream", lane), "group_start", ("op", 0.5, "f32"),
-                   ("allreduce", 3, ("premul", 0.5), 7), ("allreduce", 4, ("premul", 0.5), 7),
+                   ("allreduce", 7, ("premul", 0.5), 7), ("allreduce", 2, ("premul", 0.5), 7),
+                   ("allreduce", 5, ("premul", 0.5), 7),
                    "group_end", ("hand_over", "stream", lane), "group_start",
                    ("allreduce", 5, ("premul", 0.5), 7), "group_end",
                    ("hand_over", lane, "stream")]
