@@ -1,6 +1,7 @@
-/* norm.cl: batch normalization. x is viewed as (rows, n), row-major: a row per feature of
-   a Dense layer's (features, batch) activations, or per channel of (C, H, W, N) images
-   (n = H W N). Statistics are per row; mean, inv_std, gamma, beta, running_mean,
+/* norm.cl: batch and layer normalization. x is viewed as (rows, n), row-major: a row per
+   feature of a Dense layer's (features, batch) activations, or per channel of (C, H, W, N)
+   images (n = H W N). Batch normalization's statistics are per row (layer
+   normalization's, at the end, per column); mean, inv_std, gamma, beta, running_mean,
    running_var, dgamma and dbeta hold one value per row. Every pointer is followed by its
    offset in elements. Built with STORED_HALF (copies.h), x, z and a are a layer's 16-bit
    storage (bf16, fp16): read as their values, written rounded; the statistics, the
@@ -191,5 +192,86 @@ KERNEL void batchnorm_grad(GLOBAL real* dx, const int dx_off, GLOBAL real* dgamm
     for (int k = k0 + t; k < k1; k += GROUP_THREADS) {
         const real xhat = (FROM_STORED(x[x_off + row + k]) - m) * s;
         dx[dx_off + row + k] = g * (dz[dz_off + row + k] - mean_dz - xhat * mean_dz_xhat);
+    }
+}
+
+/* Layer normalization: each column c of x (rows, n) normalized over its rows,
+     mean[c] = sum_r(x) / rows;  var = sum_r((x - mean)^2) / rows   (two passes)
+     inv_std[c] = 1 / sqrt(var + eps);  y <- gamma[r] (x - mean) inv_std + beta[r]
+   One work-item per column: neighbours read neighbouring columns of each row. y may be x
+   (each element is written by the work-item that read it, after its last read). Real
+   arrays only. */
+KERNEL void layernorm(GLOBAL real* y, const int y_off, GLOBAL real* mean, const int mean_off,
+                      GLOBAL real* inv_std, const int inv_std_off, const GLOBAL real* x,
+                      const int x_off, const GLOBAL real* gamma, const int gamma_off,
+                      const GLOBAL real* beta, const int beta_off, const real eps,
+                      const int rows, const int n) {
+    const int c = GLOBAL_ID(0);
+    if (c >= n) return;
+    real sum = 0;
+    for (int r = 0; r < rows; r++) sum += x[x_off + r * n + c];
+    const real m = sum / (real)rows;
+    real sq = 0;
+    for (int r = 0; r < rows; r++) {
+        const real d = x[x_off + r * n + c] - m;
+        sq += d * d;
+    }
+    const real s = (real)1 / sqrt(sq / (real)rows + eps);
+    mean[mean_off + c] = m;
+    inv_std[inv_std_off + c] = s;
+    for (int r = 0; r < rows; r++) {
+        const int i = r * n + c;
+        y[y_off + i] = gamma[gamma_off + r] * ((x[x_off + i] - m) * s) + beta[beta_off + r];
+    }
+}
+
+/* Per row r, with xhat = (x - mean[c]) inv_std[c] over the columns c:
+     dbeta <- alpha sum(dy) + beta dbeta;  dgamma <- alpha sum(dy xhat) + beta dgamma
+   (beta = 0: the old values are not read). One group of GROUP_THREADS per row. */
+KERNEL void layernorm_params_grad(GLOBAL real* dgamma, const int dgamma_off, GLOBAL real* dbeta,
+                                  const int dbeta_off, const GLOBAL real* dy, const int dy_off,
+                                  const GLOBAL real* x, const int x_off,
+                                  const GLOBAL real* mean, const int mean_off,
+                                  const GLOBAL real* inv_std, const int inv_std_off,
+                                  const real alpha, const real beta, const int rows,
+                                  const int n) {
+    LOCAL real partial[GROUP_THREADS];
+    const int r = GROUP_ID(0), t = LOCAL_ID(0), row = r * n;
+    real sum = 0, dot = 0;
+    for (int c = t; c < n; c += GROUP_THREADS) {
+        const real d = dy[dy_off + row + c];
+        sum += d;
+        dot += d * ((x[x_off + row + c] - mean[mean_off + c]) * inv_std[inv_std_off + c]);
+    }
+    group_sum_into(partial, sum, dbeta, dbeta_off + r, alpha, beta);
+    group_sum_into(partial, dot, dgamma, dgamma_off + r, alpha, beta);
+}
+
+/* Per column c, with g = gamma[r] dy and xhat = (x - mean[c]) inv_std[c]:
+     dx <- inv_std (g - sum_r(g) / rows - xhat sum_r(g xhat) / rows)
+   One work-item per column. dx may be x or dy: each element is written by the work-item
+   that read it, after its last read. */
+KERNEL void layernorm_dx(GLOBAL real* dx, const int dx_off, const GLOBAL real* dy,
+                         const int dy_off, const GLOBAL real* x, const int x_off,
+                         const GLOBAL real* gamma, const int gamma_off,
+                         const GLOBAL real* mean, const int mean_off,
+                         const GLOBAL real* inv_std, const int inv_std_off, const int rows,
+                         const int n) {
+    const int c = GLOBAL_ID(0);
+    if (c >= n) return;
+    const real m = mean[mean_off + c], s = inv_std[inv_std_off + c];
+    real sum = 0, dot = 0;
+    for (int r = 0; r < rows; r++) {
+        const int i = r * n + c;
+        const real g = gamma[gamma_off + r] * dy[dy_off + i];
+        sum += g;
+        dot += g * ((x[x_off + i] - m) * s);
+    }
+    const real mean_g = sum / (real)rows, mean_g_xhat = dot / (real)rows;
+    for (int r = 0; r < rows; r++) {
+        const int i = r * n + c;
+        const real xhat = (x[x_off + i] - m) * s;
+        const real g = gamma[gamma_off + r] * dy[dy_off + i];  /* rounded as in the sums */
+        dx[dx_off + i] = s * (g - mean_g - xhat * mean_g_xhat);
     }
 }

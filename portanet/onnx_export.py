@@ -2,8 +2,9 @@
 
 Export writes each layer as the ONNX operators of its inference form: Dense -> Gemm,
 Conv2D -> Conv, activations as their operators, the pools, Flatten, BatchNorm ->
-BatchNormalization with the running statistics, Residual -> its layers, the shortcut and
-Add, Dropout -> Dropout (the identity in inference, kept so that an import trains as the
+BatchNormalization with the running statistics, LayerNorm -> LayerNormalization (over the
+features; over the channels of images, between two Transposes), Residual -> its layers,
+the shortcut and Add, Dropout -> Dropout (the identity in inference, kept so that an import trains as the
 network did). The input is samples-first, (N, C, H, W) or (N, F), as users feed predict,
 with N left free. It takes a network that exists and imports no network: the way back,
 portanet.from_onnx, is onnx_import.py's.
@@ -18,6 +19,7 @@ from .errors import InputError
 OPSET = 17                 # the default: read by ONNX Runtime, TensorRT and OpenVINO alike
 MIN_OPSET = 13             # Softmax over one axis, Unsqueeze's axes as an input
 GELU_OPSET = 20            # the first opset with a Gelu operator
+LAYERNORM_OPSET = 17       # the first with LayerNormalization
 
 # ONNX activation operators <-> portanet's activations (LeakyRelu and Elu with the
 # alpha portanet's kernels use)
@@ -134,6 +136,8 @@ class _Builder:
                 self.const(f"{path}.{name}", weights[f"{path}.{name}"])
                 for name in ("gamma", "beta", "running_mean", "running_var")],
                 epsilon=layer.eps, momentum=1.0 - layer.momentum)
+        elif isinstance(layer, L.LayerNorm):
+            x = self.layernorm(layer, path, x, shape, weights)
         elif isinstance(layer, L.Residual):
             x = self.residual(layer, path, x, shape, weights)
         elif isinstance(layer, L.Dropout):       # the identity in inference; kept for import
@@ -141,6 +145,20 @@ class _Builder:
         else:
             raise InputError(f"{layer}: no ONNX form for {kind} layers")
         return self.activation(getattr(layer, "activation", "linear"), x), layer.out_shape
+
+    def layernorm(self, layer, path, x, shape, weights):
+        """LayerNormalization over the last axis: the features, or the channels of images
+        moved there and back."""
+        if self.opset < LAYERNORM_OPSET:
+            raise InputError(f"{layer}: ONNX has LayerNormalization from opset "
+                             f"{LAYERNORM_OPSET}; export with opset={LAYERNORM_OPSET} or later")
+        images = len(shape) == 3
+        if images:
+            x = self.node("Transpose", [x], perm=[0, 2, 3, 1])
+        x = self.node("LayerNormalization", [x, self.const(f"{path}.gamma", weights[f"{path}.gamma"]),
+                                             self.const(f"{path}.beta", weights[f"{path}.beta"])],
+                      axis=-1, epsilon=layer.eps)
+        return self.node("Transpose", [x], perm=[0, 3, 1, 2]) if images else x
 
     def residual(self, block, path, x, shape, weights):
         inner, inner_shape = x, shape

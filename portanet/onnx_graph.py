@@ -19,7 +19,8 @@ from . import layers as L
 from .errors import InputError, ModelFileError, PortanetError
 from .onnx_export import ACTIVATIONS, ALPHA
 
-SUPPORTED = ("Gemm, MatMul (+ Add), Conv, BatchNormalization, MaxPool, AveragePool, "
+SUPPORTED = ("Gemm, MatMul (+ Add), Conv, BatchNormalization, LayerNormalization (over "
+             "features), MaxPool, AveragePool, "
              "GlobalAveragePool (or ReduceMean over H and W), Flatten, Reshape, Relu, "
              "Sigmoid, Tanh, Softmax, LeakyRelu, Elu, Gelu (or its erf form), x * Sigmoid(x), "
              "Add (residual), Dropout, Identity; constants and Shape arithmetic for reshapes")
@@ -393,7 +394,34 @@ class Graph(NodeErrors):
                                          momentum=_float32(1.0 - momentum), eps=_float32(eps)))
             return op("layer", layer=layer, weights={
                 "gamma": gamma, "beta": beta, "running_mean": mean, "running_var": var})
+        if t == "LayerNormalization":
+            return self.layernorm(node, attrs, shape, op)
         raise self.unsupported(node)
+
+    def layernorm(self, node, attrs, shape, op):
+        """LayerNormalization over the features of vectors (axis -1 or 1), with a scale and
+        a bias of one value each (or one for all)."""
+        if len(shape) != 1 or attrs.get("axis", -1) not in (-1, 1):
+            raise self.unsupported(node, f"a normalization over axis {attrs.get('axis', -1)} "
+                                         f"of {shape} samples; portanet's LayerNorm takes the "
+                                         f"features of vectors")
+        if len([o for o in node.output if o]) > 1:
+            raise self.unsupported(node, "its mean and 1/std as outputs")
+        if len(node.input) < 2 or not node.input[1]:
+            raise self.damaged(node, "its scale is missing")
+        n = shape[0]
+        gamma = self.constants.weight(node, node.input[1], "scale")
+        beta = self.constants.weight(node, node.input[2], "bias") \
+            if len(node.input) > 2 and node.input[2] else np.zeros(n)
+        for name, v in (("scale", gamma), ("bias", beta)):
+            if v.size not in (1, n):
+                raise self.unsupported(node, f"a {name} of shape {v.shape} for {n} features")
+        eps = self.number(node, attrs, "epsilon", 1e-5, 0, math.inf)
+        layer = self.layer(node, f"epsilon {_float32(eps)!r}",
+                           lambda: L.LayerNorm(eps=_float32(eps)))
+        return op("layer", layer=layer, weights={
+            "gamma": np.broadcast_to(gamma.reshape(-1), (n,)).astype(np.float64),
+            "beta": np.broadcast_to(beta.reshape(-1), (n,)).astype(np.float64)})
 
     def check_activation(self, node, t, attrs, shape):
         if t in ALPHA and not math.isclose(attrs.get("alpha", 0.01 if t == "LeakyRelu"

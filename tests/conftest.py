@@ -27,7 +27,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
                                               f"portanet-oclgrind-{os.getpid()}.log")
 OCLGRIND_LOG = opencl.simulator_checks()
 
-KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics", "test_batchnorm"}
+KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics", "test_batchnorm", "test_layernorm"}
 SIMULATOR = "opencl:oclgrind"
 
 

@@ -1,5 +1,5 @@
-"""Gradients of BatchNorm (training mode), the pools, Residual blocks (identity and
-projection shortcuts, first in the network or not) and the new activations, against
+"""Gradients of BatchNorm (training mode), LayerNorm, the pools, Residual blocks (identity
+and projection shortcuts, first in the network or not) and the new activations, against
 central differences in float64 on the CPU reference. One SGD step with lr = 1 and no
 momentum moves every parameter by -dL/dparameter."""
 import numpy as np
@@ -50,6 +50,16 @@ CASES = {
     # a BatchNorm's output, z and a one buffer, read by the loss that writes its delta there
     "batchnorm-sigmoid-out": ([pn.Dense(4, "tanh"), pn.Dense(2), pn.BatchNorm("sigmoid")],
                               (3,)),
+    # LayerNorm over a sample's features, over a position's channels, first in the
+    # network (no dL/dx), and as a block's last layer (its sum made over our output)
+    "dense-layernorm": ([pn.Dense(5, "tanh"), pn.LayerNorm(eps=0.1), pn.Dense(3, "softmax")],
+                        (4,)),
+    "conv-layernorm": ([pn.Conv2D(3, 3, padding=1, activation="elu"), pn.LayerNorm(),
+                        pn.Flatten(), pn.Dense(3, "softmax")], IMAGE),
+    "layernorm-first": ([pn.LayerNorm(), pn.Dense(4, "gelu"), pn.Dense(3, "softmax")], (4,)),
+    "residual-layernorm": ([pn.Dense(5, "tanh"),
+                            pn.Residual([pn.Dense(5, "silu"), pn.LayerNorm()], "tanh"),
+                            pn.Dense(3, "softmax")], (4,)),
     "activations": ([pn.Dense(6, "leaky_relu"), pn.Dense(5, "elu"), pn.Dense(5, "gelu"),
                      pn.Dense(4, "silu"), pn.Dense(2, "sigmoid")], (3,)),
 }

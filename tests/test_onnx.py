@@ -264,6 +264,44 @@ def test_pools_and_images_into_dense(rng, tmp_path):
     assert np.array_equal(pn.from_onnx(path).predict(x), net.predict(x))
 
 
+def _shifted(net, rng):
+    """net with its LayerNorms' gamma and beta away from 1 and 0."""
+    for layer in net.layers:
+        if isinstance(layer, pn.LayerNorm):
+            layer.gamma[...] = 1 + 0.5 * rng.standard_normal(layer.gamma.shape)
+            layer.beta[...] = rng.standard_normal(layer.beta.shape)
+    return net
+
+
+def test_layernorm_goes_out_and_comes_back(rng, tmp_path):
+    net = _shifted(pn.Sequential([pn.Dense(8, "relu"), pn.LayerNorm(eps=1e-3),
+                                  pn.Dense(3, "softmax")], 5, device="cpu"), rng)
+    path = tmp_path / "layernorm.onnx"
+    net.to_onnx(path)
+    x = rng.standard_normal((9, 5)).astype(np.float32)
+    assert np.abs(net.predict(x) - run_ort(path, x)).max() <= TOLERANCE
+    back = pn.from_onnx(path)
+    assert repr(back.layers[1]) == "LayerNorm(eps=0.001)"
+    assert np.array_equal(back.predict(x), net.predict(x))
+    with pytest.raises(InputError, match="LayerNormalization from opset 17"):
+        net.to_onnx(tmp_path / "old.onnx", opset=16)
+
+
+def test_layernorm_over_channels_goes_out_between_transposes(rng, tmp_path):
+    """Over the channels of images: ONNX's LayerNormalization takes the last axis, so the
+    channels go there and back. The import reads the features of vectors alone, and names
+    the node it cannot read."""
+    net = _shifted(pn.Sequential([pn.Conv2D(4, 3, activation="relu"), pn.LayerNorm(),
+                                  pn.Flatten(), pn.Dense(2, "softmax")], (1, 6, 6),
+                                 device="cpu"), rng)
+    path = tmp_path / "channels.onnx"
+    net.to_onnx(path)
+    x = rng.standard_normal((4, 1, 6, 6)).astype(np.float32)
+    assert np.abs(net.predict(x) - run_ort(path, x)).max() <= TOLERANCE
+    with pytest.raises(InputError, match=r"\(Transpose\) is not supported"):
+        pn.from_onnx(path)
+
+
 # -- errors ------------------------------------------------------------------------------
 
 

@@ -241,6 +241,22 @@ def check_rows(op, x, like_x, per_row):
     return rows, x.size // rows
 
 
+def check_columns(bk, op, x, like_x, per_row, per_column):
+    """(rows, n) of x viewed as (rows, n) for layer normalization: check_rows's checks,
+    per_column (name -> array) one element per column, and every array real."""
+    rows, n = check_rows(op, x, like_x, per_row)
+    for name, v in per_column.items():
+        if tuple(v.shape) != (n,):
+            raise ShapeError(f"{op}: {name} {tuple(v.shape)} must be ({n},), one value per "
+                             f"column of x {tuple(x.shape)}")
+    wrong = {name: y.dtype for name, y in {"x": x, **like_x}.items()
+             if y is not None and y.dtype != bk.dtype}
+    if wrong:
+        raise ShapeError(f"{op}: " + ", ".join(f"{name} {d}" for name, d in wrong.items())
+                         + f": layer normalization reads and writes {bk.dtype}")
+    return rows, n
+
+
 def check_norm_kind(kind):
     check_activation(kind)
     if kind == "softmax":

@@ -61,7 +61,8 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "copy_bytes", "bias_
             "blas": ("gemv", "gemv_t", "ger", "gemm_split_sum", "activation_bias_grad"),
             "conv": ("im2col", "col2im", "conv_direct", "maxpool", "maxpool_grad", "avgpool",
                      "avgpool_grad", "dropout"),
-            "norm": ("batchnorm_train", "batchnorm_infer", "batchnorm_delta", "batchnorm_grad")}
+            "norm": ("batchnorm_train", "batchnorm_infer", "batchnorm_delta", "batchnorm_grad",
+                     "layernorm", "layernorm_params_grad", "layernorm_dx")}
 FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 STORED = ["-DSTORED_HALF=1"]    # a family's build for 16-bit storage (copies.h's STORED_HALF)
 

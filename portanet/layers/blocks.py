@@ -1,4 +1,4 @@
-"""Layers that hold statistics or other layers: BatchNorm and Residual blocks."""
+"""Layers that normalize or hold other layers: BatchNorm, LayerNorm and Residual blocks."""
 import math
 
 import numpy as np
@@ -120,6 +120,73 @@ class BatchNorm(Layer):
         dx = self.delta if self.half_out else self.a_prev
         bk.batchnorm_grad(None if first else dx, g["gamma"], g["beta"], self.delta,
                           self.a_prev, self.gamma, self.mean, self.inv_std, alpha, beta)
+        train.update(self)
+
+
+class LayerNorm(Layer):
+    """Layer normalization (Ba, Kiros and Hinton): each sample's features, or each image
+    position's channels, normalized over them, then scaled and shifted per feature or
+    channel (gamma, beta). The same in training and inference: no running statistics.
+    PyTorch's LayerNorm(F) over the last dimension of (N, F); over the channels of
+    (N, C, H, W) images, the channels-first LayerNorm of ConvNeXt. Inputs viewed (rows, n)
+    as BatchNorm's, normalized per column. Stored in the network's real type: in a 16-bit
+    network the layers around it store theirs in real.
+
+    It keeps its output and the columns' mean and 1/std; its backward reads its input,
+    which its dL/dx then replaces."""
+    trainable = True
+
+    def __init__(self, eps=1e-5):
+        ok = isinstance(eps, (int, float)) and not isinstance(eps, bool) \
+            and math.isfinite(eps) and 0 < eps <= 1
+        if not ok:
+            raise InputError(f"LayerNorm: eps must be a number in (0, 1], got {eps!r}")
+        self.eps = float(eps)
+
+    def config(self):
+        return {"eps": self.eps}
+
+    def output_shape(self, in_shape):
+        if len(in_shape) not in (1, 3):
+            raise ShapeError(f"{self} takes features (F,) or images (C, H, W), got inputs of "
+                             f"shape {in_shape}")
+        return in_shape
+
+    @property
+    def rows(self):
+        return self.in_shape[0]
+
+    def parameters(self):
+        return {"gamma": (self.rows,), "beta": (self.rows,)}
+
+    def initial(self, rng):
+        return {"gamma": np.ones(self.rows)}
+
+    def _columns(self, m):
+        return elements(self.in_shape) // self.rows * m
+
+    def batch_buffers(self, m):
+        """The output a, and each column's mean and 1/std."""
+        cols = self._columns(m)
+        return {"_a": (self.rows * cols, None), "_mean": (cols, None),
+                "_inv_std": (cols, None)}
+
+    def bind(self, a_prev, m, shared):
+        bk, cols = self.backend, self._columns(m)
+        super().bind(bk.view(a_prev, (self.rows, cols)), m, shared)
+        self.a = bk.view(self._a, (self.rows, cols))
+        self.mean, self.inv_std = bk.view(self._mean, (cols,)), bk.view(self._inv_std, (cols,))
+
+    def forward(self, training=True):
+        self.backend.layernorm(self.a, self.mean, self.inv_std, self.a_prev, self.gamma,
+                               self.beta, self.eps)
+
+    def backward(self, train, first, delta_in_z=False):
+        # dL/da arrives in a; dgamma, dbeta, and dL/dx over the input, in one call
+        g, alpha, beta = train.gradient(self)
+        self.backend.layernorm_grad(None if first else self.a_prev, g["gamma"], g["beta"],
+                                    self.a, self.a_prev, self.gamma, self.mean, self.inv_std,
+                                    alpha, beta)
         train.update(self)
 
 

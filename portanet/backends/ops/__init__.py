@@ -8,7 +8,7 @@ call and its launch).
     activations  bias_activation, activation_grad, add_activation, dropout
     loss         softmax_xent, bias_softmax_xent(_grad), sigmoid_bce, mse, argmax
     pool         maxpool, avgpool and their gradients
-    norm         batchnorm_train, batchnorm_infer, batchnorm_grad
+    norm         batchnorm_train, batchnorm_infer, batchnorm_grad, layernorm(_grad)
     optim        the optimizers' updates and dynamic loss scaling
 
 The products (gemm, gemv, ger, dense, activation_bias_grad) and convolutions are

@@ -1,10 +1,11 @@
-"""Batch normalization: the statistics of each row, the normalized and activated output,
-and the gradients (norm.cl: one work-group of gemv_threads per row, or pieces of rows)."""
+"""Batch and layer normalization: the statistics of each row (batch) or column (layer),
+the normalized output, and the gradients (norm.cl: for a batch's rows one work-group of
+gemv_threads per row, or pieces of rows; for a layer's columns one work-item each)."""
 import numpy as np
 
 from ..arrays import ACT
-from ..checks import (check_alike, check_norm_delta, check_norm_grad, check_norm_kind,
-                      check_rows)
+from ..checks import (check_alike, check_columns, check_norm_delta, check_norm_grad,
+                      check_norm_kind, check_rows)
 from .activations import activate, activate_grad
 from .reference import quiet
 
@@ -45,6 +46,24 @@ class NormOps:
         dgamma <- alpha sum(dz xhat) + beta dgamma (beta = 0: the old values are not read),
         and unless dx is None dx <- gamma inv_std (dz - sum(dz) / n - xhat sum(dz xhat) / n).
         dx may be x or dz: all of them are read before it is written."""
+        raise NotImplementedError
+
+    # layer normalization: x viewed as (rows, n) as above, each column (a sample's features,
+    # a position's channels, a token's) normalized over its rows; gamma and beta hold a
+    # value per row, mean and inv_std a value per column. All real.
+
+    def layernorm(self, y, mean, inv_std, x, gamma, beta, eps):
+        """Per column c of x (rows, n): mean[c] and the biased variance var over the
+        column; inv_std[c] <- 1 / sqrt(var + eps); y <- gamma[r] (x - mean) inv_std +
+        beta[r]. y may be x."""
+        raise NotImplementedError
+
+    def layernorm_grad(self, dx, dgamma, dbeta, dy, x, gamma, mean, inv_std, alpha, beta):
+        """xhat = (x - mean[c]) inv_std[c]: per row dbeta <- alpha sum_c(dy) + beta dbeta,
+        dgamma <- alpha sum_c(dy xhat) + beta dgamma (beta = 0: the old values are not
+        read); and unless dx is None, per column, with g = gamma dy,
+        dx <- inv_std (g - sum_r(g) / rows - xhat sum_r(g xhat) / rows). dx may be x or
+        dy: all of them are read before it is written."""
         raise NotImplementedError
 
 
@@ -112,6 +131,36 @@ class NormReference(NormOps):
         dgamma[...] = alpha * sum_dz_xhat + (beta * dgamma if beta != 0 else 0)
 
 
+    @quiet
+    def layernorm(self, y, mean, inv_std, x, gamma, beta, eps):
+        rows, n = check_columns(self, "layernorm", x, {"y": y}, {"gamma": gamma, "beta": beta},
+                                {"mean": mean, "inv_std": inv_std})
+        xs = x.reshape(rows, n)
+        mu = xs.mean(axis=0)
+        d = xs - mu
+        var = (d * d).mean(axis=0)                   # two passes, as batchnorm_train
+        s = 1 / np.sqrt(var + eps)
+        y[...] = (gamma[:, None] * (d * s) + beta[:, None]).reshape(y.shape)
+        mean[...] = mu
+        inv_std[...] = s
+
+    @quiet
+    def layernorm_grad(self, dx, dgamma, dbeta, dy, x, gamma, mean, inv_std, alpha, beta):
+        rows, n = check_columns(self, "layernorm_grad", x, {"dx": dx, "dy": dy},
+                                {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma},
+                                {"mean": mean, "inv_std": inv_std})
+        dys = dy.reshape(rows, n)
+        xhat = (x.reshape(rows, n) - mean) * inv_std
+        if dx is not None:
+            g = gamma[:, None] * dys
+            dx_new = inv_std * (g - g.sum(axis=0) / rows - xhat * ((g * xhat).sum(axis=0) / rows))
+        sum_dy, sum_dy_xhat = dys.sum(axis=1), (dys * xhat).sum(axis=1)
+        if dx is not None:
+            dx[...] = dx_new.reshape(dx.shape)
+        dbeta[...] = alpha * sum_dy + (beta * dbeta if beta != 0 else 0)
+        dgamma[...] = alpha * sum_dy_xhat + (beta * dgamma if beta != 0 else 0)
+
+
 class NormKernels(NormOps):
     """KernelBackend's: launches of norm.cl's kernels, a row whole or in the pieces the
     backend's `_norm_pieces` chooses for its device."""
@@ -159,3 +208,20 @@ class NormKernels(NormOps):
                       dz if dx is None else dx, dgamma, dbeta, dz, x, gamma, mean, inv_std,
                       float(alpha), float(beta), dx is not None, rows, n, ws, parts, phase,
                       local=(self.gemv_threads, 1), stored=self._stored(x))
+
+    def layernorm(self, y, mean, inv_std, x, gamma, beta, eps):
+        rows, n = check_columns(self, "layernorm", x, {"y": y}, {"gamma": gamma, "beta": beta},
+                                {"mean": mean, "inv_std": inv_std})
+        self._run("layernorm", (n,), y, mean, inv_std, x, gamma, beta, float(eps), rows, n)
+
+    def layernorm_grad(self, dx, dgamma, dbeta, dy, x, gamma, mean, inv_std, alpha, beta):
+        """The parameters' gradients first (a group per row), while x and dy are whole; then
+        dx (a work-item per column), which may be written over either."""
+        rows, n = check_columns(self, "layernorm_grad", x, {"dx": dx, "dy": dy},
+                                {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma},
+                                {"mean": mean, "inv_std": inv_std})
+        self._run("layernorm_params_grad", (rows * self.gemv_threads,), dgamma, dbeta, dy, x,
+                  mean, inv_std, float(alpha), float(beta), rows, n,
+                  local=(self.gemv_threads,))
+        if dx is not None:
+            self._run("layernorm_dx", (n,), dx, dy, x, gamma, mean, inv_std, rows, n)
