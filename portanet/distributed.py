@@ -384,6 +384,9 @@ class _Host:
         from . import shared_sum
         if self.jobs is not None:
             self.jobs.join()
+        if self.failed is not None:     # the others wait in its sums: end the job (collective)
+            failed, self.failed = self.failed, None
+            raise failed
         if held is not None:            # once no copy of either turn is under way
             backend.synchronize()
             held.close()

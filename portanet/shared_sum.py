@@ -11,7 +11,7 @@ add one Allreduce of the host's sum among one rank of each host (the leaders).
 Every rank reads the same sum, added in rank order, so the ranks stay identical."""
 import numpy as np
 
-PAGE = 4096                     # slots start on pages of their own: each is pinned alone
+PAGE = 4096                     # slots start on pages of their own
 
 
 class Node:
@@ -50,6 +50,9 @@ class SharedSum:
         # all of it in rank 0's part of the window, one piece of memory to map and pin
         mine = whole * self.dtype.itemsize if self.rank == 0 else 0
         self.window = MPI.Win.Allocate_shared(mine, self.dtype.itemsize, comm=comm)
+        # a passive epoch for the window's life: Sync orders this rank's loads and stores
+        # of it against the others' across each barrier (MPI's separate memory model)
+        self.window.Lock_all(MPI.MODE_NOCHECK)
         buf, _ = self.window.Shared_query(0)
         memory = np.frombuffer(buf, self.dtype, count=whole)
         self.backend = backend
@@ -71,7 +74,7 @@ class SharedSum:
         elements there, once every rank of the host has its own in its slot (each rank
         calls it for the same pieces in the same order)."""
         comm = self.node_.node
-        comm.Barrier()                          # every slot holds the piece
+        self._barrier()                         # every slot holds the piece
         share = -(-count // self.size)
         lo = start + min(count, self.rank * share)
         hi = start + min(count, (self.rank + 1) * share)
@@ -82,16 +85,25 @@ class SharedSum:
             np.add(self.slots[0][lo:hi], self.slots[1][lo:hi], out=out)
             for slot in self.slots[2:]:
                 np.add(out, slot[lo:hi], out=out)
-        comm.Barrier()                          # every share summed: the host's sum
+        self._barrier()                         # every share summed: the host's sum
         node = self.node_
         if node.hosts > 1:
             if node.leaders is not None:
                 node.leaders.Allreduce(node.MPI.IN_PLACE,
                                        self.results[turn][start:start + count],
                                        op=node.MPI.SUM)
-            comm.Barrier()                      # the job's sum
+            self._barrier()                     # the job's sum
+
+    def _barrier(self):
+        self.window.Sync()
+        self.node_.node.Barrier()
+        self.window.Sync()
 
     def close(self):
-        """Give the window back (collective over the host's ranks)."""
+        """Give the window back (collective over the host's ranks), once no copy from or
+        to it is under way."""
+        if self.backend is not None:
+            self.backend.host_unpin(self.memory)
         self.slots = self.results = self.memory = None
+        self.window.Unlock_all()
         self.window.Free()

@@ -489,6 +489,8 @@ def _fit(net, x, y, validation, config):
         with distributed.collective():
             group.agree(dict(settings, epochs=epochs, validation=validation is not None,
                              resume=resume is not None,
+                             # the targets' layout, which the all-reduces' spans follow
+                             optimizer_state="one vector" if plan.state.whole else "per layer",
                              network=saving.describe(net.architecture())))
             group.broadcast_state(net)
     data = data_on_device(net, x, t, config.data_on_device, epochs - run.epoch)

@@ -60,6 +60,12 @@ CASES = {
     "residual-layernorm": ([pn.Dense(5, "tanh"),
                             pn.Residual([pn.Dense(5, "silu"), pn.LayerNorm()], "tanh"),
                             pn.Dense(3, "softmax")], (4,)),
+    # sequences, (features, T) a sample: Dense a token at a time, LayerNorm per token,
+    # BatchNorm per feature over the tokens too, blocks with and without a projection
+    "sequence": ([pn.Dense(5, "tanh"), pn.LayerNorm(),
+                  pn.Residual([pn.Dense(5, "gelu"), pn.Dense(5)], "tanh"),
+                  pn.Residual([pn.Dense(4, "silu")]), pn.BatchNorm("elu"), pn.Flatten(),
+                  pn.Dense(3, "softmax")], (3, 4)),
     "activations": ([pn.Dense(6, "leaky_relu"), pn.Dense(5, "elu"), pn.Dense(5, "gelu"),
                      pn.Dense(4, "silu"), pn.Dense(2, "sigmoid")], (3,)),
 }

@@ -29,6 +29,7 @@ from .shadows import Shadows
 from .gemm.tuned import capped
 from .ops.activations import ActivationKernels
 from .ops.blas import BlasKernels
+from .ops.embed import EmbedKernels
 from .ops.loss import LossKernels
 from .ops.norm import BN_WHOLE, NormKernels
 from .ops.optim import UpdateKernels
@@ -62,13 +63,14 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "copy_bytes", "bias_
             "conv": ("im2col", "col2im", "conv_direct", "maxpool", "maxpool_grad", "avgpool",
                      "avgpool_grad", "dropout"),
             "norm": ("batchnorm_train", "batchnorm_infer", "batchnorm_delta", "batchnorm_grad",
-                     "layernorm", "layernorm_params_grad", "layernorm_dx")}
+                     "layernorm", "layernorm_params_grad", "layernorm_dx"),
+            "embed": ("embedding", "embedding_grad", "embedding_pos_grad")}
 FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 STORED = ["-DSTORED_HALF=1"]    # a family's build for 16-bit storage (copies.h's STORED_HALF)
 
 
 class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, ActivationKernels,
-                    LossKernels, PoolKernels, NormKernels, UpdateKernels, Backend):
+                    LossKernels, PoolKernels, NormKernels, EmbedKernels, UpdateKernels, Backend):
     """A backend that runs portanet's kernels on a device's `runtime` (runtime/Runtime).
     Subclasses make their runtime, take its verbs (`_attach`), implement _gemm_vendor and
     call _load_kernels() once the runtime is ready."""

@@ -11,7 +11,8 @@ from .dense import Conv2D, Dense, Flatten, from_output, grad_kind
 
 class BatchNorm(Layer):
     """Batch normalization (Ioffe and Szegedy), then an activation: per feature after a
-    Dense layer, per channel (over the batch and the image) after a Conv2D. Training
+    Dense layer (over the batch, and a sequence's tokens), per channel (over the batch and
+    the image) after a Conv2D. Training
     normalizes with the batch's mean and variance and keeps running averages of them
     (momentum as PyTorch's: new = (1 - momentum) old + momentum batch; the variance's
     unbiased); inference normalizes with the running ones. Both are saved with the network.
@@ -47,9 +48,9 @@ class BatchNorm(Layer):
         return {"activation": self.activation, "momentum": self.momentum, "eps": self.eps}
 
     def output_shape(self, in_shape):
-        if len(in_shape) not in (1, 3):
-            raise ShapeError(f"{self} takes features (F,) or images (C, H, W), got inputs of "
-                             f"shape {in_shape}")
+        if len(in_shape) not in (1, 2, 3):
+            raise ShapeError(f"{self} takes features (F,), sequences (F, T) or images "
+                             f"(C, H, W), got inputs of shape {in_shape}")
         return in_shape
 
     @property
@@ -124,12 +125,12 @@ class BatchNorm(Layer):
 
 
 class LayerNorm(Layer):
-    """Layer normalization (Ba, Kiros and Hinton): each sample's features, or each image
-    position's channels, normalized over them, then scaled and shifted per feature or
-    channel (gamma, beta). The same in training and inference: no running statistics.
-    PyTorch's LayerNorm(F) over the last dimension of (N, F); over the channels of
-    (N, C, H, W) images, the channels-first LayerNorm of ConvNeXt. Inputs viewed (rows, n)
-    as BatchNorm's, normalized per column. Stored in the network's real type: in a 16-bit
+    """Layer normalization (Ba, Kiros and Hinton): each sample's features, each token's of
+    a sequence, or each image position's channels, normalized over them, then scaled and
+    shifted per feature or channel (gamma, beta). The same in training and inference: no
+    running statistics. PyTorch's LayerNorm(F) over the last dimension of (N, F) or
+    (N, T, F); over the channels of (N, C, H, W) images, the channels-first LayerNorm of
+    ConvNeXt. Inputs viewed (rows, n) as BatchNorm's, normalized per column. Stored in the network's real type: in a 16-bit
     network the layers around it store theirs in real.
 
     It keeps its output and the columns' mean and 1/std; its backward reads its input,
@@ -147,9 +148,9 @@ class LayerNorm(Layer):
         return {"eps": self.eps}
 
     def output_shape(self, in_shape):
-        if len(in_shape) not in (1, 3):
-            raise ShapeError(f"{self} takes features (F,) or images (C, H, W), got inputs of "
-                             f"shape {in_shape}")
+        if len(in_shape) not in (1, 2, 3):
+            raise ShapeError(f"{self} takes features (F,), sequences (F, T) or images "
+                             f"(C, H, W), got inputs of shape {in_shape}")
         return in_shape
 
     @property
@@ -273,8 +274,8 @@ class Residual(Layer):
 
     def _projection(self, out):
         inp = self.in_shape
-        if len(inp) == len(out) == 1:
-            return Dense(out[0])
+        if len(inp) == len(out) == 1 or len(inp) == len(out) == 2 and inp[1] == out[1]:
+            return Dense(out[0])            # (a sequence's: a token at a time)
         if len(inp) == len(out) == 3:
             stride = _stride_to(inp[1:], out[1:])
             if stride is not None:
@@ -331,7 +332,7 @@ class Residual(Layer):
         if self.projection:
             self.projection.bind(self.a_prev, m, shared)
             self.projection.da_prev = bk.view(self.da_prev if self.half_out else self._dx,
-                                              self.a_prev.shape)
+                                              self.projection.a_prev.shape)
             self.shortcut = bk.view(self.projection.a, self.z.shape)
         else:
             self.shortcut = self.a_prev

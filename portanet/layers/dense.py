@@ -35,7 +35,10 @@ def grad_kind(layer):
 
 class Dense(Layer):
     """Fully connected: z = w a_prev + b, a = f(z). Inputs of any per-sample shape are
-    taken flattened, (prod(in_shape), batch), which is a free view."""
+    taken flattened, (prod(in_shape), batch), which is a free view; but a sequence,
+    (features, T) a sample, is taken a token at a time, as PyTorch's Linear takes the last
+    dimension of (N, T, features): its output is (units, T), and its product one GEMM over
+    the T x batch tokens."""
     trainable = True
     keeps_input = True
     half_storage = True
@@ -52,7 +55,17 @@ class Dense(Layer):
         return {"units": self.units, "activation": self.activation}
 
     def output_shape(self, in_shape):
-        return (self.units,)
+        return (self.units, in_shape[1]) if self.tokens_of(in_shape) else (self.units,)
+
+    @staticmethod
+    def tokens_of(in_shape):
+        """Whether inputs of in_shape are sequences, (features, T), taken a token at a time."""
+        return len(in_shape) == 2
+
+    @property
+    def tokens(self):
+        """Columns a sample takes: its T tokens for a sequence, else 1."""
+        return self.in_shape[1] if self.tokens_of(self.in_shape) else 1
 
     def configure(self, backend, in_shape):
         out = super().configure(backend, in_shape)
@@ -70,7 +83,7 @@ class Dense(Layer):
         return {"w": rng.uniform(-limit, limit, (self.units, self.n_in))}
 
     def fan_in(self, in_shape):
-        return elements(in_shape)
+        return in_shape[0] if self.tokens_of(in_shape) else elements(in_shape)
 
     def batch_buffers(self, m):
         """z and a, or one buffer that z and then a are written to (`one_buffer`)."""
@@ -92,19 +105,21 @@ class Dense(Layer):
         return self._z if self.one_buffer else self._a
 
     def shared_sizes(self, m):
-        return m, 0
+        return self.columns(m), 0
 
     def products(self, m):
-        w, x, dz = self.units * self.n_in, self.n_in * m, self.units * m
+        cols = self.columns(m)
+        w, x, dz = self.units * self.n_in, self.n_in * cols, self.units * cols
         return [(w, x, dz), (dz, x, w), (w, dz, x)]     # z = w x, dw = dz x^T, dx = w^T dz
 
     def columns(self, m):
-        """Columns of z and a for a batch of m: a column a sample (Conv2D: a position)."""
-        return m
+        """Columns of z and a for a batch of m: a column a sample, or a token (Conv2D: a
+        position)."""
+        return self.tokens * m
 
     def input_view(self, m):
-        """The shape this layer reads its input in: (n_in, m) (Conv2D: images)."""
-        return (self.n_in, m)
+        """The shape this layer reads its input in: (n_in, columns) (Conv2D: images)."""
+        return (self.n_in, self.columns(m))
 
     def bind(self, a_prev, m, shared):
         super().bind(self.backend.view(a_prev, self.input_view(m)), m, shared)
@@ -141,8 +156,9 @@ class Dense(Layer):
     def kept_operands(self, m):
         """Elements of the arrays this layer keeps for a training step of m samples
         (Backend.keep_operands): a_prev and the delta, where they are not 16-bit already."""
-        return [n for n, half in ((self.n_in * m, self.half_in), (self.units * m, self.half_out))
-                if not half]
+        cols = self.columns(m)
+        return [n for n, half in ((self.n_in * cols, self.half_in),
+                                  (self.units * cols, self.half_out)) if not half]
 
     def backward(self, train, first, delta_in_z=False, add=False):
         """As Layer.backward; with add, dL/da_prev is added to what da_prev holds (a

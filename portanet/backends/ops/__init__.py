@@ -9,6 +9,7 @@ call and its launch).
     loss         softmax_xent, bias_softmax_xent(_grad), sigmoid_bce, mse, argmax
     pool         maxpool, avgpool and their gradients
     norm         batchnorm_train, batchnorm_infer, batchnorm_grad, layernorm(_grad)
+    embed        embedding, embedding_grad
     optim        the optimizers' updates and dynamic loss scaling
 
 The products (gemm, gemv, ger, dense, activation_bias_grad) and convolutions are

@@ -316,7 +316,6 @@ CAPTURE_MODE_RELAXED = 2    # CU_STREAM_CAPTURE_MODE_RELAXED: other threads' cal
 
 
 @functools.lru_cache(maxsize=None)
-@functools.lru_cache(maxsize=None)
 def _driver():
     """The driver's calls that pycuda does not give (or, for cuMemHostRegister, gives only
     through a NumPy path that fails on NumPy 2), through ctypes."""
