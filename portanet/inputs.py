@@ -21,9 +21,13 @@ def check_x(net, x, finite=True):
     and NaN and inf looked for by the device, as their callers lay them out (fit and
     train_batch before the first step: plan.Plan.scan_nonfinite)."""
     on_device = isinstance(x, dlpack.DeviceSamples)
+    first = net.layers[0]
+    if on_device and first.takes_ids:
+        raise InputError(f"{first} checks its token ids on the host: give x as a NumPy "
+                         f"array of integers (N, {', '.join(map(str, net.input_shape))})")
     if not on_device and not isinstance(x, np.ndarray):
         x = host_array(x, "x")
-    if not on_device and not np.issubdtype(x.dtype, np.floating):
+    if not on_device and not first.takes_ids and not np.issubdtype(x.dtype, np.floating):
         raise InputError(f"input has dtype {x.dtype}; the network takes floating-point "
                          f"data: convert with x.astype(np.float32) (and scale pixels "
                          f"to [0, 1] with / 255)")
@@ -38,6 +42,8 @@ def check_x(net, x, finite=True):
                          f"shape (N, {', '.join(map(str, net.input_shape))})")
     if on_device:
         return x
+    if first.takes_ids:
+        return first.check_ids(x)
     with np.errstate(over="ignore"):
         cast = x.astype(net.backend.dtype, copy=False)
     if (finite or cast is not x) and not np.all(np.isfinite(cast)):  # after the cast:

@@ -119,6 +119,9 @@ class _Builder:
                                    self.const(f"{path}.b", weights[f"{path}.b"])],
                           kernel_shape=[k, k], strides=[s, s], pads=[p, p, p, p])
         elif isinstance(layer, L.Dense):
+            if layer.tokens_of(shape):
+                raise InputError(f"{layer}: no ONNX form yet for a Dense layer over a "
+                                 f"sequence, a token at a time")
             if len(shape) != 1:
                 x = self.node("Flatten", [x], axis=1)
             x = self.node("Gemm", [x, self.const(f"{path}.w", weights[f"{path}.w"]),

@@ -27,7 +27,8 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
                                               f"portanet-oclgrind-{os.getpid()}.log")
 OCLGRIND_LOG = opencl.simulator_checks()
 
-KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics", "test_batchnorm", "test_layernorm"}
+KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics", "test_batchnorm", "test_layernorm",
+                  "test_embedding"}
 SIMULATOR = "opencl:oclgrind"
 
 

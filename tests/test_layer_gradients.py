@@ -1,4 +1,4 @@
-"""Gradients of BatchNorm (training mode), LayerNorm, the pools, Residual blocks (identity
+"""Gradients of BatchNorm (training mode), LayerNorm, Embedding, the pools, Residual blocks (identity
 and projection shortcuts, first in the network or not) and the new activations, against
 central differences in float64 on the CPU reference. One SGD step with lr = 1 and no
 momentum moves every parameter by -dL/dparameter."""
@@ -66,6 +66,10 @@ CASES = {
                   pn.Residual([pn.Dense(5, "gelu"), pn.Dense(5)], "tanh"),
                   pn.Residual([pn.Dense(4, "silu")]), pn.BatchNorm("elu"), pn.Flatten(),
                   pn.Dense(3, "softmax")], (3, 4)),
+    # token ids through an Embedding with positions (ids repeat: its gradient sums them)
+    "embedding": ([pn.Embedding(5, 4, positions=True), pn.LayerNorm(), pn.Dense(5, "tanh"),
+                   pn.Residual([pn.Dense(5, "gelu"), pn.Dense(5)]), pn.Flatten(),
+                   pn.Dense(3, "softmax")], (6,)),
     "activations": ([pn.Dense(6, "leaky_relu"), pn.Dense(5, "elu"), pn.Dense(5, "gelu"),
                      pn.Dense(4, "silu"), pn.Dense(2, "sigmoid")], (3,)),
 }
@@ -97,7 +101,9 @@ def test_gradients(case, rng):
         if not name.endswith(".w"):
             p[...] += rng.standard_normal(p.shape) * 0.3
     m = 7
-    x = rng.standard_normal((m, *shape))
+    first = layers[0]
+    x = rng.integers(0, first.vocab, (m, *shape)) if first.takes_ids else \
+        rng.standard_normal((m, *shape))
     y = (rng.random((m, 2)) > 0.5).astype(float) if sigmoid else rng.integers(0, 3, m)
     eps = 1e-6
     numeric = {}

@@ -42,6 +42,7 @@ class Layer:
     passes_storage = False      # our output is stored as our input is (Flatten, the pools,
     #                             Dropout): a 16-bit input gives a 16-bit output
     is_view = False             # our output is a view of our input (Flatten)
+    takes_ids = False           # first, it reads token ids (Embedding: inputs.check_x)
     nesting = 0                 # Residual blocks this layer is, or holds, one inside another
     decayed = ()                # parameters that weight decay applies to (listed first)
 

@@ -275,6 +275,88 @@ class Conv2D(Dense):
                                      self.pad, self.shared.workspace, add=add)
 
 
+class Embedding(Layer):
+    """Token ids to vectors, as PyTorch's Embedding: a sample's T ids (the network's input,
+    (N, T) integers in [0, vocab)) become (dim, T), token t's column the table's row of its
+    id; with positions, a learned vector per position is added (a GPT's token and position
+    embeddings). Its output is a sequence: the layers after it take it a token at a time
+    (Dense, LayerNorm), or whole after Flatten. It must come first. Both tables start
+    normal with deviation 0.02 (GPT-2's) and take weight decay, as nanoGPT's do.
+
+    Its gradient is a sum over the tokens of each id, made without atomics: the same bits
+    on every run and device (embed.cl walks every token for each entry of the table)."""
+    trainable = True
+    takes_ids = True                # the network's input is token ids (inputs.check_x)
+
+    def __init__(self, vocab, dim, positions=False):
+        self.vocab = _count("vocab", vocab, 1, "Embedding")
+        self.dim = _count("dim", dim, 1, "Embedding")
+        if not isinstance(positions, bool):
+            raise InputError(f"Embedding: positions must be True or False, got {positions!r}")
+        self.positions = positions
+
+    def config(self):
+        return {"vocab": self.vocab, "dim": self.dim, "positions": self.positions}
+
+    @property
+    def decayed(self):
+        return ("table", "pos") if self.positions else ("table",)
+
+    def output_shape(self, in_shape):
+        if len(in_shape) != 1:
+            raise ShapeError(f"{self} takes a sequence of T token ids a sample, (T,), got "
+                             f"inputs of shape {in_shape}")
+        return (self.dim, in_shape[0])
+
+    def parameters(self):
+        out = {"table": (self.vocab, self.dim)}
+        if self.positions:
+            out["pos"] = (self.in_shape[0], self.dim)
+        return out
+
+    def initial(self, rng):
+        return {name: rng.normal(0.0, 0.02, shape) for name, shape in self.parameters().items()}
+
+    def batch_buffers(self, m):
+        return {"_a": (self.dim * self.in_shape[0] * m, None)}
+
+    def bind(self, a_prev, m, shared):
+        bk, t = self.backend, self.in_shape[0]
+        super().bind(bk.view(a_prev, (t, m)), m, shared)
+        self.a = bk.view(self._a, (self.dim, t * m))
+
+    def forward(self, training=True):
+        self.backend.embedding(self.a, self.table, self.pos if self.positions else None,
+                               self.a_prev)
+
+    def backward(self, train, first, delta_in_z=False):
+        if not first:
+            raise InputError(f"{self} must be the network's first layer: its input is token "
+                             f"ids, which have no gradient")
+        g, alpha, beta = train.gradient(self)
+        self.backend.embedding_grad(g["table"], g.get("pos"), self.a, self.a_prev, alpha, beta)
+        train.update(self)
+
+    def check_ids(self, x):
+        """x, a host array of token ids (N, T), as the backend's reals: an InputError where
+        an id is not a whole number in [0, vocab), or would not be one in that type."""
+        exact = 2 ** (np.finfo(self.backend.dtype).nmant + 1)
+        if self.vocab > exact:
+            raise InputError(f"{self}: ids up to {self.vocab - 1} are not whole numbers in "
+                             f"{self.backend.dtype}; use a vocabulary of at most {exact}")
+        if not (np.issubdtype(x.dtype, np.integer) or np.issubdtype(x.dtype, np.floating)):
+            raise InputError(f"{self}: token ids have dtype {x.dtype}; give integers")
+        bad = ~np.isfinite(x) if np.issubdtype(x.dtype, np.floating) else np.zeros(x.shape, bool)
+        with np.errstate(invalid="ignore"):
+            bad |= (x < 0) | (x >= self.vocab) | (x != np.floor(x))
+        if bad.any():
+            at = np.argwhere(bad)[0]
+            raise InputError(f"{self}: token id {x[tuple(at)].item()!r} at sample {at[0]}, position "
+                             f"{at[1] if len(at) > 1 else 0} is not a whole number in "
+                             f"[0, {self.vocab}): give ids of the vocabulary")
+        return x.astype(self.backend.dtype)
+
+
 class _Pool2D(Layer):
     """What the pooling layers share: pool x pool windows moved by stride, no padding. In
     16-bit storage their output is stored as their input is; the gradient, float32, goes
