@@ -88,7 +88,7 @@ def check_data(net, x, y, finite=True):
     if y.ndim == 0 or len(y) != len(x):
         raise ShapeError(f"x has {len(x)} samples but y has "
                          f"{len(y) if y.ndim else 'no'} : give one target per sample")
-    t = net.loss.host_targets(y, net.n_out)
+    t = net.loss.host_targets(y, net.n_out, net.tokens)
     if t.dtype != np.int32:
         with np.errstate(over="ignore"):
             t = t.astype(net.backend.dtype)

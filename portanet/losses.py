@@ -17,8 +17,9 @@ class Loss:
     fused = False               # True: writes the delta into z; False: dL/da into a
     labels = False              # True: targets are class labels, (m,) int32 on the device
 
-    def host_targets(self, y, n_out):
-        """Validated targets in the device layout: labels (m,) int32 or (n_out, m) reals."""
+    def host_targets(self, y, n_out, tokens=1):
+        """Validated targets in the device layout, samples last: labels (m,) int32, or for
+        a sequence's T tokens (T, m), or (n_out, m) reals."""
         y = np.asarray(y)
         if not np.issubdtype(y.dtype, np.number) or np.issubdtype(y.dtype, np.complexfloating):
             raise InputError(f"{self.name}: targets have dtype {y.dtype}; give real numbers")
@@ -68,21 +69,27 @@ class SoftmaxCrossEntropy(Loss):
     fused = True
     labels = True
 
-    def host_targets(self, y, n_out):
+    def host_targets(self, y, n_out, tokens=1):
         y = np.asarray(y)
-        if y.ndim == 2 and y.shape[1] == 1:
+        if tokens > 1:
+            if y.ndim != 2 or y.shape[1] != tokens:
+                raise ShapeError(f"{self.name}: the network's output is a sequence of "
+                                 f"{tokens} tokens; give a class label per token, (N, "
+                                 f"{tokens}), got {y.shape}")
+        elif y.ndim == 2 and y.shape[1] == 1:
             y = y[:, 0]
-        if y.ndim != 1:
+        if y.ndim != 1 and tokens == 1:
             raise ShapeError(f"{self.name}: give integer class labels of shape (N,), got {y.shape}")
         if not np.issubdtype(y.dtype, np.integer):
             raise InputError(f"{self.name}: labels have dtype {y.dtype}; give integer class "
                              f"labels in [0, {n_out}) (y.astype(int) if they are whole numbers)")
         bad = (y < 0) | (y >= n_out)
         if bad.any():
-            i = int(np.argmax(bad))
-            raise InputError(f"{self.name}: label {int(y[i])} at sample {i} is out of range: "
+            at = tuple(np.argwhere(bad)[0])
+            where = f"sample {at[0]}" + (f", token {at[1]}" if len(at) > 1 else "")
+            raise InputError(f"{self.name}: label {int(y[at])} at {where} is out of range: "
                              f"the network has {n_out} classes, labels must be in [0, {n_out})")
-        return y.astype(np.int32)
+        return np.ascontiguousarray(y.T, np.int32)
 
     def __call__(self, backend, layer, loss, hit, y):
         backend.softmax_xent(layer.z, loss, hit, layer.a, y)
@@ -113,8 +120,8 @@ class BinaryCrossEntropy(Loss):
     output_activation = "sigmoid"
     fused = True
 
-    def host_targets(self, y, n_out):
-        t = super().host_targets(y, n_out)
+    def host_targets(self, y, n_out, tokens=1):
+        t = super().host_targets(y, n_out, tokens)
         if np.any((t < 0) | (t > 1)):
             raise InputError(f"{self.name}: targets must lie in [0, 1]")
         return t

@@ -155,9 +155,13 @@ class Sequential:
                     layer is not last or self.loss.output_activation != "softmax"):
                 raise ShapeError(f"{layer}: softmax is only supported as the output activation "
                                  f"with loss='softmax_cross_entropy'")
-        if len(self.output_shape) != 1:
+        sequence = len(self.output_shape) == 2 and isinstance(last, layer_module.Dense) \
+            and self.loss.name == "softmax_cross_entropy"
+        if len(self.output_shape) != 1 and not sequence:
             raise ShapeError(f"the network's output has shape {self.output_shape} per sample; "
-                             f"end with Flatten/Dense so it is a vector")
+                             f"end with Flatten/Dense so it is a vector, or, for a sequence "
+                             f"(features, T), with a Dense softmax a token at a time and "
+                             f"loss='softmax_cross_entropy' (a class per token)")
 
     @property
     def n_in(self):
@@ -165,7 +169,13 @@ class Sequential:
 
     @property
     def n_out(self):
+        """Outputs a sample, or a token of a sequence output."""
         return self.output_shape[0]
+
+    @property
+    def tokens(self):
+        """Tokens of a sequence output a sample, each with its own target; else 1."""
+        return elements(self.output_shape[1:])
 
     # -- memory: planned, then allocated all or nothing ----------------------------------
 
@@ -295,19 +305,22 @@ class Sequential:
                                      batch_size)
 
     def predict(self, x, batch_size=None):
-        """The network's outputs, (N, outputs): probabilities for softmax/sigmoid outputs.
-        x: a NumPy array, or any with __dlpack__ (see fit)."""
+        """The network's outputs, (N, outputs), or (N, T, outputs) for a sequence output:
+        probabilities for softmax/sigmoid outputs. x: a NumPy array, or any with __dlpack__
+        (see fit)."""
         plan = self.plan
         with dlpack.taken(x, self.backend) as x:
             x = inputs.check_x(self, x, finite=False)
             chunk = plan.inference_batch(batch_size, len(x))
-            out = np.empty((len(x), self.n_out), dtype=self.backend.dtype)
+            per, tokens = self.n_out * self.tokens, self.tokens
+            out = np.empty((len(x), *((tokens,) if tokens > 1 else ()), self.n_out),
+                           dtype=self.backend.dtype)
             # the device runs batch i while batch i + 1 goes up; the outputs come back in
             # the background into pinned memory, a slot per batch, read when the slots are
             # full
             plan.bind(chunk)
             plan.reset_nonfinite()
-            each = self.n_out * chunk
+            each = per * chunk
             slots = self.backend.host_empty(
                 (max(1, min(-(-len(x) // chunk), PREDICTIONS_BYTES // (each * out.itemsize))),
                  each))
@@ -322,14 +335,15 @@ class Sequential:
                     self.backend.synchronize()
                     for slot, start in zip(slots, starts):
                         n = min(chunk, len(x) - start)
-                        out[start:start + n] = slot[:n * self.n_out].reshape(self.n_out, n).T
+                        block = slot[:n * per].reshape(self.n_out, tokens, n).transpose(2, 1, 0)
+                        out[start:start + n] = block if tokens > 1 else block[:, 0]
                     starts = []
             plan.check_nonfinite()
             return out
 
     def predict_classes(self, x, batch_size=None):
         p = self.predict(x, batch_size)
-        return (p[:, 0] > 0.5).astype(np.int64) if self.n_out == 1 else p.argmax(axis=1)
+        return (p[..., 0] > 0.5).astype(np.int64) if self.n_out == 1 else p.argmax(axis=-1)
 
     # -- save and load (portanet/saving.py) ------------------------------------------------
 

@@ -185,6 +185,9 @@ class Plan:
     def __init__(self, backend, layers, loss, input_shape, output_shape, scaling):
         self.backend, self.layers, self.loss, self.scaling = backend, layers, loss, scaling
         self.n_in, self.n_out = elements(input_shape), output_shape[0]
+        # columns a sample's output takes: a sequence's T tokens, each with its own target
+        # and loss (the mean over every token), else 1
+        self.tokens = elements(output_shape[1:])
         # first[i]: layer i reads the network input directly, so it skips da_prev
         self.first = []
         seen_trainable = False
@@ -237,8 +240,9 @@ class Plan:
                                if layer.half_slot == slot]
                         + [layer.grad_size(m) for _, layer in self.walk()
                            if layer.grad_slot == slot]) for slot in (0, 1)]
-        own = [("_x", "batch", self.n_in * m, x), ("_y", "batch", self.n_out * m, target),
-               ("_loss_sum", "batch", m, real), ("_hit_sum", "batch", m, real),
+        cols = self.tokens * m
+        own = [("_x", "batch", self.n_in * m, x), ("_y", "batch", self.n_out * cols, target),
+               ("_loss_sum", "batch", cols, real), ("_hit_sum", "batch", cols, real),
                ("_order", "batch", m, np.dtype(np.int32)),
                ("_nonfinite", "workspace", 1, np.dtype(np.int32)),     # see upload
                ("_ones", "workspace", max([m] + [n for n, _ in sizes]), real),
@@ -400,10 +404,10 @@ class Plan:
         bk = self.backend
         self.m = m
         self.x = bk.view(self._x, (self.n_in, m))
-        self.y = bk.view(self._y, self.loss.target_shape(self.n_out, m))
+        self.y = bk.view(self._y, self.loss.target_shape(self.n_out, m * self.tokens))
         self.order = bk.view(self._order, (m,))
-        self.loss_sum = bk.view(self._loss_sum, (m,))
-        self.hit_sum = bk.view(self._hit_sum, (m,))
+        self.loss_sum = bk.view(self._loss_sum, (m * self.tokens,))
+        self.hit_sum = bk.view(self._hit_sum, (m * self.tokens,))
         a = self.x
         for layer in self.layers:
             layer.bind(a, m, self.shared)
@@ -465,12 +469,12 @@ class Plan:
         self.backend.fill(self._hit_sum, 0.0)
 
     def read_sums(self, n, ranks=None):
-        """(mean loss, accuracy) over the n samples accumulated (with ranks, a distributed
-        Group: by all of its ranks); one host read."""
+        """(mean loss, accuracy) over the n samples accumulated, of every token of a
+        sequence's (with ranks, a distributed Group: by all of its ranks); one host read."""
         sums = [np.sum(self.backend.download(s), dtype=np.float64)
                 for s in (self._loss_sum, self._hit_sum)]
         loss, hits = ranks.sum(sums) if ranks is not None else sums
-        return float(loss) / n, float(hits) / n
+        return float(loss) / (n * self.tokens), float(hits) / (n * self.tokens)
 
     def upload(self, xb, yb=None, wait=True, first=None):
         """The batch into the input and target buffers (bound for its size); wait=False

@@ -63,6 +63,7 @@ class OptimizerState:
         self.optimizer = optimizer          # the one of this epoch (its lr follows the schedule)
         self.t = 0
         self.share = 1.0                    # this rank's part of the global batch (update)
+        self.tokens = plan.tokens           # the loss is the mean over a sample's tokens too
         self._pending = []                  # layers whose update waits for finish()
         self._averaging = None              # in a distributed job: its Buckets
         # [(owner, Buffer, device array)], which the plan counts as held
@@ -112,7 +113,7 @@ class OptimizerState:
 
     def gradient(self, layer):
         """({parameter name: view}, alpha, beta): where the layer writes its gradient."""
-        return layer.grad_views[self._slot], self._scale / layer.m, self._beta
+        return layer.grad_views[self._slot], self._scale / (layer.m * self.tokens), self._beta
 
     def update(self, layer):
         """The optimizer's kernel on the layer; in a distributed job (distributed.py) the
@@ -370,6 +371,12 @@ def data_on_device(net, x, t, mode, epochs):
     if mode not in ("auto", True, False):
         raise InputError(f"data_on_device must be 'auto', True or False, got {mode!r}")
     in_place = isinstance(x, dlpack.DeviceSamples)
+    if net.tokens > 1:              # a label per token: the gathers take one a sample
+        if in_place or mode is True:
+            raise InputError("a sequence output's targets (a label per token) are sent with "
+                             "each batch: give x as a host array and data_on_device='auto' "
+                             "or False")
+        return None
     if not in_place and (mode is False or mode == "auto" and (
             not net.backend.is_gpu or epochs < AUTO_EPOCHS)):
         return None

@@ -70,6 +70,9 @@ CASES = {
     "embedding": ([pn.Embedding(5, 4, positions=True), pn.LayerNorm(), pn.Dense(5, "tanh"),
                    pn.Residual([pn.Dense(5, "gelu"), pn.Dense(5)]), pn.Flatten(),
                    pn.Dense(3, "softmax")], (6,)),
+    # a sequence output: a class per token, the loss the mean over every token
+    "sequence-output": ([pn.Embedding(5, 4, positions=True), pn.LayerNorm(),
+                         pn.Residual([pn.Dense(4, "gelu")]), pn.Dense(3, "softmax")], (6,)),
     "activations": ([pn.Dense(6, "leaky_relu"), pn.Dense(5, "elu"), pn.Dense(5, "gelu"),
                      pn.Dense(4, "silu"), pn.Dense(2, "sigmoid")], (3,)),
 }
@@ -104,7 +107,8 @@ def test_gradients(case, rng):
     first = layers[0]
     x = rng.integers(0, first.vocab, (m, *shape)) if first.takes_ids else \
         rng.standard_normal((m, *shape))
-    y = (rng.random((m, 2)) > 0.5).astype(float) if sigmoid else rng.integers(0, 3, m)
+    y = (rng.random((m, 2)) > 0.5).astype(float) if sigmoid else \
+        rng.integers(0, 3, (m, net.tokens) if net.tokens > 1 else m)
     eps = 1e-6
     numeric = {}
     for name, p in params.items():
