@@ -28,7 +28,7 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 OCLGRIND_LOG = opencl.simulator_checks()
 
 KERNEL_MODULES = {"test_kernels", "test_conv", "test_semantics", "test_batchnorm", "test_layernorm",
-                  "test_embedding"}
+                  "test_embedding", "test_attention"}
 SIMULATOR = "opencl:oclgrind"
 
 

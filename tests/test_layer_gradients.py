@@ -1,7 +1,7 @@
-"""Gradients of BatchNorm (training mode), LayerNorm, Embedding, the pools, Residual blocks (identity
-and projection shortcuts, first in the network or not) and the new activations, against
-central differences in float64 on the CPU reference. One SGD step with lr = 1 and no
-momentum moves every parameter by -dL/dparameter."""
+"""Gradients of BatchNorm (training mode), LayerNorm, Embedding, MultiHeadAttention, the
+pools, Residual blocks (identity and projection shortcuts, first in the network or not)
+and the new activations, against central differences in float64 on the CPU reference.
+One SGD step with lr = 1 and no momentum moves every parameter by -dL/dparameter."""
 import numpy as np
 import pytest
 
@@ -73,6 +73,14 @@ CASES = {
     # a sequence output: a class per token, the loss the mean over every token
     "sequence-output": ([pn.Embedding(5, 4, positions=True), pn.LayerNorm(),
                          pn.Residual([pn.Dense(4, "gelu")]), pn.Dense(3, "softmax")], (6,)),
+    # a GPT's blocks (pre-norm, causal attention, an MLP) to a class per token; and
+    # attention over the whole sequence to one class a sample
+    "transformer": ([pn.Embedding(5, 4, positions=True),
+                     pn.Residual([pn.LayerNorm(), pn.MultiHeadAttention(2)]),
+                     pn.Residual([pn.LayerNorm(), pn.Dense(6, "gelu"), pn.Dense(4)]),
+                     pn.LayerNorm(), pn.Dense(3, "softmax")], (5,)),
+    "attention-whole": ([pn.Embedding(5, 3), pn.MultiHeadAttention(1, causal=False),
+                         pn.Flatten(), pn.Dense(3, "softmax")], (4,)),
     "activations": ([pn.Dense(6, "leaky_relu"), pn.Dense(5, "elu"), pn.Dense(5, "gelu"),
                      pn.Dense(4, "silu"), pn.Dense(2, "sigmoid")], (3,)),
 }

@@ -23,6 +23,7 @@ from . import lending
 from .arrays import ACTIVATIONS  # noqa: F401
 from .checks import ConvShape, conv_out  # noqa: F401
 from .ops.activations import ActivationOps
+from .ops.attention import AttentionOps
 from .ops.blas import BlasOps
 from .ops.embed import EmbedOps
 from .ops.loss import LossOps
@@ -43,7 +44,8 @@ ACC_K = 2048
 CONV_WORKSPACE_BYTES = 64 * 2**20
 
 
-class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, EmbedOps, UpdateOps):
+class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, EmbedOps, AttentionOps,
+              UpdateOps):
     """One device: its memory, accounting and products here, its op families' interfaces
     (backends/ops) as bases. Subclasses implement the methods that raise
     NotImplementedError."""

@@ -28,6 +28,7 @@ from .runtime import serialised_verb
 from .shadows import Shadows
 from .gemm.tuned import capped
 from .ops.activations import ActivationKernels
+from .ops.attention import AttentionKernels
 from .ops.blas import BlasKernels
 from .ops.embed import EmbedKernels
 from .ops.loss import LossKernels
@@ -64,13 +65,16 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "copy_bytes", "bias_
                      "avgpool_grad", "dropout"),
             "norm": ("batchnorm_train", "batchnorm_infer", "batchnorm_delta", "batchnorm_grad",
                      "layernorm", "layernorm_params_grad", "layernorm_dx"),
-            "embed": ("embedding", "embedding_grad", "embedding_pos_grad")}
+            "embed": ("embedding", "embedding_grad", "embedding_pos_grad"),
+            "attention": ("attention_forward", "attention_dsum", "attention_grad_q",
+                          "attention_grad_kv")}
 FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
 STORED = ["-DSTORED_HALF=1"]    # a family's build for 16-bit storage (copies.h's STORED_HALF)
 
 
 class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, ActivationKernels,
-                    LossKernels, PoolKernels, NormKernels, EmbedKernels, UpdateKernels, Backend):
+                    LossKernels, PoolKernels, NormKernels, EmbedKernels, AttentionKernels,
+                    UpdateKernels, Backend):
     """A backend that runs portanet's kernels on a device's `runtime` (runtime/Runtime).
     Subclasses make their runtime, take its verbs (`_attach`), implement _gemm_vendor and
     call _load_kernels() once the runtime is ready."""

@@ -13,6 +13,7 @@ from .ops.loss import LossReference
 from .ops.norm import NormReference
 from .ops.optim import UpdateReference
 from .ops.pool import PoolReference
+from .ops.attention import AttentionReference
 from .ops.embed import EmbedReference
 from .ops.reference import quiet
 from .pinning import OnePath
@@ -21,7 +22,8 @@ EMULATED = ("tf32", "bf16", "fp16")     # the precisions below float32 it emulat
 
 
 class NumpyBackend(OnePath, BlasReference, ActivationReference, LossReference, PoolReference,
-                   NormReference, EmbedReference, UpdateReference, Backend):
+                   NormReference, EmbedReference, AttentionReference, UpdateReference,
+                   Backend):
     """The op families' NumPy references over host memory (backends/ops), and the
     products and convolutions, each computed one way (OnePath: nothing to pin or route)."""
 

@@ -8,24 +8,27 @@ activations with gradients and writes the gradient products where the optimizer 
 a training step allocates nothing.
 
 Modules: base (the protocol and what walks it), dense (Dense, Conv2D, Embedding, pools,
-Dropout, Flatten), blocks (BatchNorm, LayerNorm, Residual); this one names them and reads a saved layer back.
+Dropout, Flatten), blocks (BatchNorm, LayerNorm, Residual), attention
+(MultiHeadAttention); this one names them and reads a saved layer back.
 """
 from ..backends.base import conv_out
 from ..errors import InputError
 from .base import (DELTA_AND_BIAS, MAX_NESTING, Layer, _short, nesting_error,
                    parameter_views, walk, walk_one)
+from .attention import MultiHeadAttention
 from .blocks import BatchNorm, LayerNorm, Residual
 from .dense import (AvgPool2D, Conv2D, Dense, Dropout, Embedding, Flatten, GlobalAvgPool2D,
                     MaxPool2D, _Pool2D)
 
 __all__ = ["Layer", "Dense", "Embedding", "Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D",
-           "Dropout", "Flatten", "BatchNorm", "LayerNorm", "Residual", "LAYERS", "MAX_NESTING",
+           "Dropout", "Flatten", "BatchNorm", "LayerNorm", "MultiHeadAttention", "Residual", "LAYERS", "MAX_NESTING",
            "DELTA_AND_BIAS", "from_config", "walk", "walk_one", "parameter_views",
            "conv_out", "nesting_error"]
 
 LAYERS = {"Dense": Dense, "Embedding": Embedding, "Flatten": Flatten, "Conv2D": Conv2D, "MaxPool2D": MaxPool2D,
           "Dropout": Dropout, "AvgPool2D": AvgPool2D, "GlobalAvgPool2D": GlobalAvgPool2D,
-          "BatchNorm": BatchNorm, "LayerNorm": LayerNorm, "Residual": Residual}
+          "BatchNorm": BatchNorm, "LayerNorm": LayerNorm,
+          "MultiHeadAttention": MultiHeadAttention, "Residual": Residual}
 
 
 

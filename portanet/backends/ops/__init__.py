@@ -10,6 +10,7 @@ call and its launch).
     pool         maxpool, avgpool and their gradients
     norm         batchnorm_train, batchnorm_infer, batchnorm_grad, layernorm(_grad)
     embed        embedding, embedding_grad
+    attention    attention, attention_grad (fused, online softmax)
     optim        the optimizers' updates and dynamic loss scaling
 
 The products (gemm, gemv, ger, dense, activation_bias_grad) and convolutions are
