@@ -10,6 +10,9 @@ A description is a sequence of layers, each `name(arguments)`:
     avgpool(pool, stride=pool)                            AvgPool2D
     globalavgpool                                         GlobalAvgPool2D
     batchnorm(activation, momentum=0.1, eps=1e-5)         BatchNorm
+    layernorm(eps=1e-5)                                   LayerNorm
+    embedding(vocab, dim, positions=false)                Embedding
+    attention(heads, causal=true)                         MultiHeadAttention
     residual(layers..., activation)                       Residual
     dropout(rate)                                         Dropout
     flatten                                               Flatten
@@ -23,13 +26,15 @@ cross-entropy, anything else -> MSE (or give loss=...).
 import re
 
 from .errors import InputError
-from .layers import (MAX_NESTING, AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Flatten,
-                     GlobalAvgPool2D, MaxPool2D, Residual, nesting_error)
+from .layers import (MAX_NESTING, AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Embedding,
+                     Flatten, GlobalAvgPool2D, LayerNorm, MaxPool2D, MultiHeadAttention,
+                     Residual, nesting_error)
 from .network import Sequential
 
 LAYER_NAMES = {"dense": Dense, "conv": Conv2D, "maxpool": MaxPool2D, "avgpool": AvgPool2D,
                "globalavgpool": GlobalAvgPool2D, "batchnorm": BatchNorm, "residual": Residual,
-               "dropout": Dropout, "flatten": Flatten}
+               "dropout": Dropout, "flatten": Flatten, "layernorm": LayerNorm,
+               "embedding": Embedding, "attention": MultiHeadAttention}
 ALIASES = {"conv2d": "conv", "bn": "batchnorm", "gap": "globalavgpool"}
 KEYWORDS = {"pad": "padding"}
 LOSS_FOR = {"softmax": "softmax_cross_entropy", "sigmoid": "binary_cross_entropy"}
@@ -165,6 +170,8 @@ def _layer(name, text, args, groups):
 
 
 def _value(text):
+    if text.lower() in ("true", "false"):
+        return text.lower() == "true"
     for kind in (int, float):
         try:
             return kind(text)
@@ -211,6 +218,27 @@ def resnet(input_shape=(1, 28, 28), classes=10, device=None, dtype="float32", se
     Adam."""
     return from_description(RESNET.format(classes=classes, output=_output(classes)),
                             input_shape, device=device, dtype=dtype, seed=seed,
+                            precision=precision, loss_scale=loss_scale)
+
+
+def gpt(vocab, context, layers=6, heads=6, dim=384, dropout=0.2, device=None,
+        dtype="float32", seed=0, precision=None, loss_scale="auto"):
+    """A GPT (Radford et al.), laid out as nanoGPT's: token and position embeddings, then
+    `layers` pre-norm blocks, each a causal self-attention of `heads` heads and an MLP of
+    4 dim gelu units, each added to its input, then a LayerNorm and a softmax over the
+    vocabulary for every token: a language model over `context` tokens, its input (N,
+    context) token ids and its targets the next token of each. The defaults are nanoGPT's
+    character-level "baby GPT" (6 layers, 6 heads, 384 wide, dropout 0.2; for 65
+    characters and a context of 256, 10.8 M parameters). Dropout goes after the
+    embeddings and at the end of each block's branch; unlike nanoGPT's there is none on
+    the attention's weights, the output's weights are not tied to the token embedding's,
+    and every Dense and LayerNorm has a bias. Train it with AdamW."""
+    drop = f" dropout({dropout})" if dropout else ""
+    block = (f"residual(layernorm attention({heads}){drop}) "
+             f"residual(layernorm dense({4 * dim}, gelu) dense({dim}){drop}) ")
+    text = (f"embedding({vocab}, {dim}, positions=true){drop} " + block * layers
+            + f"layernorm dense({vocab}, softmax)")
+    return from_description(text, (context,), device=device, dtype=dtype, seed=seed,
                             precision=precision, loss_scale=loss_scale)
 
 

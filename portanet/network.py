@@ -132,6 +132,11 @@ class Sequential:
         for layer in self.layers:
             shape = layer.configure(self.backend, shape)
         self.output_shape = shape
+        # each Dropout its own masks, where several share a seed (a GPT's, in every block)
+        dropouts = [l for _, l in layer_module.walk(self.layers)
+                    if isinstance(l, layer_module.Dropout)]
+        for i, layer in enumerate(dropouts):
+            layer.stream = i
         self._check_output()
         # the network's memory: its buffers, bound to the layers, and its recorded steps
         self.plan = Plan(self.backend, self.layers, self.loss, self.input_shape,
@@ -344,6 +349,54 @@ class Sequential:
     def predict_classes(self, x, batch_size=None):
         p = self.predict(x, batch_size)
         return (p[..., 0] > 0.5).astype(np.int64) if self.n_out == 1 else p.argmax(axis=-1)
+
+    def generate(self, prompt, tokens, temperature=1.0, top_k=None, seed=None):
+        """prompt (N, L) token ids (or (L,): one sequence) continued by `tokens` more, each
+        drawn from the network's distribution for the token after the last: a language
+        model's (token ids in, as Embedding takes them, and a class per token over the
+        same ids out: gpt). The network sees the last `context` tokens (its input's T), the
+        prompt's first ones padded after it, which a causal network does not look at.
+        temperature divides the log-probabilities (below 1: surer; towards 0: the most
+        likely alone); top_k keeps the k likeliest. seed: the draws' generator (None:
+        fresh). Returns the prompt with its continuation, (N, L + tokens) (or (L +
+        tokens,))."""
+        first = self.layers[0]
+        if not first.takes_ids or self.tokens != self.input_shape[0] \
+                or self.n_out != first.vocab:
+            raise InputError("generate takes a language model: token ids in (Embedding "
+                             "first) and, for each token, a class over the same ids out "
+                             "(a last Dense softmax a token at a time, as gpt builds)")
+        count = check_count("tokens", tokens, 0)
+        if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
+                or not 0 < temperature < float("inf"):
+            raise InputError(f"temperature must be a positive number, got {temperature!r}")
+        if top_k is not None:
+            top_k = min(check_count("top_k", top_k, 1), self.n_out)
+        ids = np.asarray(prompt)
+        one = ids.ndim == 1
+        ids = ids[None] if one else ids
+        if ids.ndim != 2 or ids.shape[1] == 0:
+            raise ShapeError(f"prompt has shape {np.shape(prompt)}: give token ids (L,) or "
+                             f"(N, L), at least one")
+        first.check_ids(ids)            # refused here, not midway
+        ids = ids.astype(np.int64)
+        rng = np.random.default_rng(seed)
+        context = self.input_shape[0]
+        for _ in range(count):
+            window = ids[:, -context:]
+            last = window.shape[1] - 1
+            padded = np.zeros((len(ids), context), np.int64)
+            padded[:, :window.shape[1]] = window
+            with np.errstate(divide="ignore"):
+                logits = np.log(self.predict(padded)[:, last].astype(np.float64)) / temperature
+            if top_k is not None:
+                kth = np.sort(logits, axis=1)[:, -top_k][:, None]
+                logits = np.where(logits < kth, -np.inf, logits)
+            p = np.exp(logits - logits.max(axis=1, keepdims=True))
+            p /= p.sum(axis=1, keepdims=True)
+            drawn = [rng.choice(self.n_out, p=row) for row in p]
+            ids = np.concatenate([ids, np.array(drawn)[:, None]], axis=1)
+        return ids[0] if one else ids
 
     # -- save and load (portanet/saving.py) ------------------------------------------------
 

@@ -407,9 +407,11 @@ class Dropout(Layer):
     1 / (1 - rate); the identity in inference. The mask is not stored: a counter-based hash
     of (seed, step, element) recomputes it for the backward, the same on every backend.
     Each step's key is written to the device before the step (begin_step), where the
-    kernels read it: a recorded step stays valid. In 16-bit storage its output is stored as
+    kernels read it: a recorded step stays valid. The network numbers its Dropouts
+    (`stream`), which the key mixes in: two of one seed draw masks of their own. In 16-bit storage its output is stored as
     its input is; the gradient, float32, is masked in place."""
     passes_storage = True
+    stream = 0                  # this Dropout's number in its network (set by the network)
 
     def __init__(self, rate=0.5, seed=0):
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
@@ -434,7 +436,8 @@ class Dropout(Layer):
         # one key, every rank would drop the same units of its j-th sample
         group = distributed.current()
         rank = group.rank if group else 0
-        self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step) + rank * 0x85EBCA6B)
+        self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step) + rank * 0x85EBCA6B
+                         + self.stream * 0x27D4EB2F)
         self.backend.write(self._key, key_array(self.key))
 
     def forward(self, training=True):
