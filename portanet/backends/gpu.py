@@ -69,6 +69,7 @@ FAMILIES = {"elementwise": ("fill", "axpy", "scal", "copy", "copy_bytes", "bias_
             "attention": ("attention_forward", "attention_dsum", "attention_grad_q",
                           "attention_grad_kv")}
 FAMILY_OF = {name: family for family, names in FAMILIES.items() for name in names}
+REAL_ONLY = ("embed", "attention")  # families whose arrays are real in every precision
 STORED = ["-DSTORED_HALF=1"]    # a family's build for 16-bit storage (copies.h's STORED_HALF)
 
 
@@ -177,13 +178,13 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
     def builds(self):
         """(family, options, arch) of each build `build_all` makes: every family of FAMILIES
         with the options `_named` gives it, again in its 16-bit storage build where this
-        precision stores 16 bits, and the backend's own (`_own_builds`). Not the GEMM's,
+        precision stores 16 bits (but REAL_ONLY's), and the backend's own (`_own_builds`). Not the GEMM's,
         whose builds follow the products' shapes and tilings (`portanet warmup --model`
         makes those a network needs)."""
         out = []
         for family in FAMILIES:
             out.append((family, self._options(family, ()), None))
-            if self.storage_dtype is not None:
+            if self.storage_dtype is not None and family not in REAL_ONLY:
                 out.append((family, self._options(family, STORED), None))
         return out + list(self._own_builds())
 

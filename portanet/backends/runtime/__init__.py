@@ -55,11 +55,12 @@ class Runtime:
         raise NotImplementedError
 
     def host_pin(self, array):
-        """Backend.host_pin: here array itself (the driver copies from pageable memory)."""
-        return array
+        """Backend.host_pin: array, registered with the driver where it pins host memory."""
+        raise NotImplementedError
 
     def host_unpin(self, array):
-        """Backend.host_unpin: here nothing."""
+        """Backend.host_unpin: give back host_pin's registration of array."""
+        raise NotImplementedError
 
     def kernel(self, family, name, options=()):
         """compile: kernel `name` of the kernel family `family` (a file stem of kernels_cl/

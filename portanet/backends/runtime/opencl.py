@@ -468,6 +468,14 @@ class OpenCLRuntime(Runtime):
     def landed(self, ticket):
         ticket.wait()
 
+    def host_pin(self, array):
+        """array itself: OpenCL has no call that pins memory it did not allocate (the
+        driver stages a copy from pageable memory itself)."""
+        return array
+
+    def host_unpin(self, array):
+        """Nothing: host_pin pinned nothing."""
+
     def _pending_copy(self, event, done):
         """Keep a background copy's event (pyopencl's, which holds the host array and
         waits for the copy when dropped) until the copy is surely done: at the next
