@@ -12,7 +12,8 @@ from . import backends, data, files, models, optim, progress, schedules
 from . import precision as precisions
 from .errors import DivergedError, PortanetError
 
-CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1}
+CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1, "shakespeare": None}
+TEXTS = ("shakespeare",)        # text corpora: windows of character ids (portanet/text.py)
 DEFAULT_LR = {"sgd": 0.02, "adam": 0.001, "adamw": 0.001, "rmsprop": 0.001}
 
 
@@ -139,9 +140,10 @@ def warmup(specs, precision_names, model_names, batch_sizes):
 
 
 @main.command()
-@click.option("--model", default="mlp", show_default=True,
-              help="mlp, lenet, resnet, or a description such as "
-                   "'conv(8, 3, relu) maxpool(2) flatten dense(10, softmax)'")
+@click.option("--model", default=None,
+              help="mlp, lenet, resnet, gpt, or a description such as "
+                   "'conv(8, 3, relu) maxpool(2) flatten dense(10, softmax)' (default: mlp, "
+                   "gpt for a text corpus)")
 @click.option("--dataset", type=click.Choice(sorted(CLASSES)), default="fashion-mnist",
               show_default=True)
 @click.option("--epochs", type=click.IntRange(1), default=5, show_default=True)
@@ -185,6 +187,10 @@ def warmup(specs, precision_names, model_names, batch_sizes):
 @click.option("--plan", is_flag=True,
               help="print the memory plan of the network at this batch size and exit")
 @click.option("--download", is_flag=True, help="download the dataset if it is missing")
+@click.option("--context", type=click.IntRange(1), default=256, show_default=True,
+              help="a text corpus's window: the tokens a sample holds")
+@click.option("--sample", type=click.IntRange(0), default=0, show_default=True,
+              help="after training a language model, print this many characters it writes")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line of results")
 @click.option("--distributed", "dist", is_flag=True,
               help="data-parallel over the ranks a launcher started (torchrun, srun or "
@@ -198,10 +204,22 @@ def warmup(specs, precision_names, model_names, batch_sizes):
 @FIRST_BUCKET_MB
 def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum, nesterov,
           weight_decay, device, precision, seed, limit, test_limit, validation_split, save,
-          checkpoint, resume, plot_path, plan, download, as_json, dist, balance, bucket_mb,
-          first_bucket_mb):
-    """Train a network and report test accuracy."""
+          checkpoint, resume, plot_path, plan, download, context, sample, as_json, dist, balance,
+          bucket_mb, first_bucket_mb):
+    """Train a network and report test accuracy (for a text corpus, the loss and accuracy
+    of each next character on its last tenth)."""
     from . import distributed
+    text = dataset in TEXTS
+    model = model or ("gpt" if text else "mlp")
+    language = model == "gpt" or model.lstrip().lower().startswith("embedding")
+    if text != language:
+        raise click.UsageError(f"--dataset {dataset} and --model {model}: a text corpus trains "
+                               f"a language model (--model gpt, or a description that starts "
+                               f"with embedding), and gpt trains on a text corpus "
+                               f"(--dataset {TEXTS[0]})")
+    if sample and not text:
+        raise click.UsageError("--sample prints what a language model writes: train one on "
+                               f"--dataset {TEXTS[0]}")
     if balance and not dist:
         raise click.UsageError("--balance shares the global batch of a --distributed job")
     buckets = _buckets(dist, bucket_mb, first_bucket_mb)
@@ -215,8 +233,12 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
         opt = make_optimizer(optimizer, lr, momentum, nesterov, weight_decay)
         lr_schedule = schedules.parse("cosine({})".format(epochs) if schedule.strip().lower()
                                       == "cosine" else schedule)
-        (x, y), (x_test, y_test) = data.load_dataset(dataset, download=download) \
-            if dataset != "coordinates" else data.coordinates(seed=seed)
+        if text:
+            (x, y), (x_test, y_test) = data.load_dataset(dataset, download=download,
+                                                         context=context)
+        else:
+            (x, y), (x_test, y_test) = data.load_dataset(dataset, download=download) \
+                if dataset != "coordinates" else data.coordinates(seed=seed)
         if limit:
             x, y = x[:limit], y[:limit]
         if test_limit:
@@ -252,6 +274,10 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
         if save:
             net.save(save)
             click.echo(f"saved to {save}", err=True)
+        if sample:
+            from . import text as corpora
+            prompt = corpora.encode(dataset, "\n")
+            click.echo(corpora.decode(dataset, net.generate(prompt, sample, seed=seed)))
         if plot_path:
             from . import curves
             curves.plot(history, plot_path, title=f"{model} on {dataset}, {net.backend.name}")
@@ -592,6 +618,9 @@ def export_report(net, source, path, opset):
 
 def build_model(model, dataset, input_shape, device, seed, precision=None):
     classes = CLASSES[dataset]
+    if dataset in TEXTS:
+        from . import text
+        classes = len(text.characters(dataset))
     where = dict(device=device, seed=seed, precision=precision)
     if model == "mlp" and dataset == "coordinates":
         return models.mlp(input_shape, classes, hidden=(30,), **where)     # the seed's

@@ -1,4 +1,5 @@
-"""Datasets: the seed's 2-D coordinates and IDX files (MNIST, Fashion-MNIST).
+"""Datasets: the seed's 2-D coordinates, IDX files (MNIST, Fashion-MNIST), and text
+corpora for language models (text.py: Shakespeare).
 
 IDX files are looked for, in order, in $PORTANET_DATA/<name>, ~/.cache/portanet/<name>
 and /usr/share/datasets/<name> (Debian's dataset-fashion-mnist package installs there),
@@ -20,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from . import config, files
-from .errors import DataError
+from .errors import DataError, InputError
 
 _IDX_TYPES = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}
 
@@ -123,7 +124,7 @@ def _read_idx(f, path, limit):
 def _spec(name):
     if name not in DATASETS:
         raise DataError(f"unknown dataset {name!r}: use one of coordinates, "
-                        f"{', '.join(DATASETS)}")
+                        f"{', '.join(DATASETS)}, shakespeare")
     return DATASETS[name]
 
 
@@ -150,11 +151,23 @@ def find_file(name, stem):
                       f"download=True) / `portanet train --download`.")
 
 
-def load_dataset(name, download=False, flatten=False):
+def load_dataset(name, download=False, flatten=False, context=None, stride=None):
     """(x_train, y_train), (x_test, y_test) of MNIST or Fashion-MNIST: images float32 in
-    [0, 1] shaped (N, 1, 28, 28) (or (N, 784) with flatten=True), labels int64."""
+    [0, 1] shaped (N, 1, 28, 28) (or (N, 784) with flatten=True), labels int64. For a
+    text corpus ("shakespeare"), windows of `context` character ids (N, context) and the
+    next character of each, from its first nine tenths and its last tenth (text.windows;
+    stride: tokens between windows, default context; text.characters gives the
+    vocabulary)."""
     if name == "coordinates":
         return coordinates()
+    from . import text
+    if name in text.CORPORA:
+        if download:
+            raise DataError(f"dataset {name!r} is not downloaded by portanet: {text.FETCH}")
+        if context is None:
+            raise InputError(f"dataset {name!r} is windows of text: give context= (the "
+                             f"tokens a window holds, e.g. 256)")
+        return text.windows(name, context, stride)
     spec = _spec(name)
     if download:
         fetch(name)

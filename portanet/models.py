@@ -246,9 +246,12 @@ MODELS = {"mlp": mlp, "lenet": lenet, "resnet": resnet}
 
 
 def build(model, input_shape, classes, **where):
-    """The network named `model` (MODELS) for inputs of input_shape and `classes` outputs,
-    or, for any other string, the one its description builds (from_description); `where`:
+    """The network named `model` (MODELS, or gpt: a language model over a vocabulary of
+    `classes` and windows of input_shape[0] tokens) for inputs of input_shape and
+    `classes` outputs, or, for any other string, the one its description builds (from_description); `where`:
     device, seed, precision and the like."""
+    if model == "gpt":                      # a language model: classes is its vocabulary
+        return gpt(classes, input_shape[0], **where)
     if model in MODELS:
         return MODELS[model](input_shape=input_shape, classes=classes, **where)
     return from_description(model, input_shape, **where)
