@@ -14,10 +14,10 @@ from . import __version__, backends, files, models, training
 from . import peer as torch_peer
 from . import precision as precision_module
 from .errors import PortanetError
-from .layers import Dense
-from .models import MLPS
+from .layers import Dense, MultiHeadAttention
+from .models import GPT_STEP, MLPS
 from .network import Sequential
-from .optim import SGD
+from .optim import SGD, AdamW
 from .timing import STEP_SAMPLE_S, cuda_events, in_step, measure
 
 SCHEMA = "portanet-bench-2"          # 2: rows have a precision; peak_gflops by precision
@@ -70,6 +70,12 @@ def training_step(workload, bk, batch, rng, eager=False):
         net = (models.lenet if workload == "lenet-step" else models.resnet)(device=bk)
         x = rng.random((batch, 1, 28, 28), dtype=np.float32)
         y, opt = rng.integers(0, 10, batch), SGD(0.02, 0.9)
+    elif workload == "gpt-step":
+        g = GPT_STEP
+        net = models.gpt(g["vocab"], g["context"], g["layers"], g["heads"], g["dim"],
+                         g["dropout"], device=bk)
+        x, y = (rng.integers(0, g["vocab"], (batch, g["context"])) for _ in range(2))
+        opt = AdamW(1e-3, betas=(0.9, 0.99), weight_decay=0.1)      # nanoGPT's
     else:
         raise PortanetError(f"{workload!r} has no training step: use one of "
                             f"{', '.join(sorted(STEPS))}")
@@ -92,6 +98,8 @@ def step_batches(workload, bk):
         return 64, 256
     if workload == "resnet-step":
         return (16,) if _is_slow(bk) else (128, 512)
+    if workload == "gpt-step":
+        return (2,) if _is_slow(bk) else (GPT_STEP["batch"],)
     batch = MLPS[workload][3]
     return (batch // 10 if _is_slow(bk) and workload == "mlp-big" else batch,)
 
@@ -99,13 +107,20 @@ def step_batches(workload, bk):
 def _products_flops(net, m):
     """The matrix products of a training step of net on m samples: each Dense's and
     Conv2D's forward and weight gradient, and its input gradient where a trained layer
-    comes before it (the layers inside Residual blocks included)."""
+    comes before it (the layers inside Residual blocks included); an attention's
+    projections so, and its two products a head (q k^T, then by v) forward and four
+    backward, half of them where it is causal (the scores the backward makes again are
+    not counted: the model's FLOPs, not the kernels')."""
     flops, first = 0, True
     for _, layer in net.walk():
-        if isinstance(layer, Dense):            # (Conv2D is one)
-            positions = math.prod(layer.out_shape[1:]) if len(layer.out_shape) == 3 else 1
+        if isinstance(layer, Dense):            # (Conv2D is one; a sequence's tokens)
+            positions = math.prod(layer.out_shape[1:])
             product = 2 * layer.units * layer.n_in * positions * m
             flops += product * (2 if first else 3)
+        if isinstance(layer, MultiHeadAttention):
+            d, t = layer.dim, layer.tokens
+            flops += 2 * 4 * d * d * t * m * (2 if first else 3)
+            flops += 12 * t * t * d * m // (2 if layer.causal else 1)
         if not layer.sublayers():               # (a block's layers count, not the block)
             first = first and not layer.trainable
     return flops
@@ -114,7 +129,8 @@ def _products_flops(net, m):
 def wl_step(name):
     """A training step (STEPS) at each of its batches: samples a second, and GFLOP/s of
     its products."""
-    unit = "samples/s" if name in MLPS else "images/s"
+    unit = "samples/s" if name in MLPS else "tokens/s" if name == "gpt-step" else "images/s"
+    per = GPT_STEP["context"] if name == "gpt-step" else 1      # what a sample counts
 
     def workload(bk, rng):
         for m in step_batches(name, bk):
@@ -124,7 +140,7 @@ def wl_step(name):
                     t = _step_timing(bk, step, _products_flops(net, m))
                 finally:
                     net.free()
-                t["throughput"], t["throughput_unit"] = m / t["median_s"], unit
+                t["throughput"], t["throughput_unit"] = per * m / t["median_s"], unit
                 return t
             yield f"batch {m}", run
     return workload
@@ -160,9 +176,12 @@ WORKLOADS = {
                                             "residual blocks), batch 128 and 512 (16 on CPUs)"),
     "lenet-infer": (wl_lenet_infer, "LeNet inference throughput, images/s (upload and "
                                     "download included)"),
+    "gpt-step": (wl_step("gpt-step"), "GPT training step (nanoGPT's baby GPT: 6 layers, 6 "
+                                      "heads, 384 wide, context 256, AdamW), batch 64 (2 on "
+                                      "CPUs), tokens/s"),
 }
 GEMM_BOUND = {"gemm", "mlp-big", "mlp-small", "lenet-step", "resnet-step"}
-STEPS = {"mlp-big", "mlp-small", "lenet-step", "resnet-step"}     # the training-step workloads
+STEPS = {"mlp-big", "mlp-small", "lenet-step", "resnet-step", "gpt-step"}   # training steps
 
 
 # -- the run -----------------------------------------------------------------------------

@@ -54,6 +54,9 @@ RESNET_BLOCKS = ((32, 1), (32, 1), (64, 2), (64, 1), (128, 2), (128, 1))   # (wi
 RESNET = ("conv(32, 3, pad=1) batchnorm(relu) "
           + "".join(_BLOCK.format(w=w, s=s) for w, s in RESNET_BLOCKS)
           + "globalavgpool dropout(0.3) dense({classes}, {output})")
+# the benchmark GPT (portanet bench's gpt-step, its PyTorch peer): nanoGPT's character-level
+# baby GPT, its vocabulary (tinyshakespeare's 65 characters), context and batch
+GPT_STEP = dict(vocab=65, context=256, layers=6, heads=6, dim=384, dropout=0.2, batch=64)
 # the benchmark MLPs (portanet bench, its PyTorch peer): layer sizes, activations, loss and
 # the batch a step takes
 MLPS = {"mlp-big": ([10000, 5000, 1000, 10], ["tanh", "sigmoid", "sigmoid"],

@@ -5,7 +5,7 @@ import contextlib
 
 from . import models
 from .errors import PortanetError
-from .models import MLPS
+from .models import GPT_STEP, MLPS
 from .timing import STEP_SAMPLE_S, in_step, measure
 
 
@@ -70,7 +70,7 @@ def torch_figures(torch, workload, case, device, graph, precision):
             with torch.no_grad(), autocast():
                 model(torch.from_numpy(host).to(device)).softmax(1).cpu()
         return measure(infer, sync, repeats=5)
-    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    opt = torch_optimizer(torch, workload, model, capturable=graph)
     scaler = torch.amp.GradScaler(enabled=precision == "fp16")
 
     def step():
@@ -88,8 +88,29 @@ def torch_figures(torch, workload, case, device, graph, precision):
     return measure(step, sync, repeats=10, inner=3, sample_s=STEP_SAMPLE_S)
 
 
+def torch_optimizer(torch, workload, model, capturable=False):
+    """The optimizer the bench's step of `workload` takes, as ours: SGD with momentum, or
+    for gpt-step nanoGPT's AdamW and its decay groups (capturable: its step counts on the
+    device, for a CUDA graph)."""
+    if workload != "gpt-step":
+        return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    decayed = [p for p in model.parameters() if p.dim() >= 2]
+    others = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decayed, "weight_decay": 0.1},
+                              {"params": others, "weight_decay": 0.0}], lr=1e-3,
+                             betas=(0.9, 0.99), capturable=capturable)
+
+
 def torch_model(torch, workload, m, device):
     """(model, x, y, loss function) of a step or inference workload on m samples."""
+    if workload == "gpt-step":
+        g = GPT_STEP
+        model = torch_gpt(torch, **{k: g[k] for k in ("vocab", "context", "layers", "heads",
+                                                       "dim", "dropout")}).to(device)
+        x, y = (torch.randint(0, g["vocab"], (m, g["context"]), device=device)
+                for _ in range(2))
+        cross = torch.nn.CrossEntropyLoss()
+        return model, x, y, lambda logits, y: cross(logits.flatten(0, 1), y.flatten())
     if workload in MLPS:
         sizes, acts, loss, _ = MLPS[workload]
         layers = []
@@ -117,8 +138,9 @@ def torch_model(torch, workload, m, device):
 
 def torch_ddp_case(workload, m, device, group):
     """PyTorch's DDP (NCCL) on the same job as portanet's distributed bench: the workload's
-    float32 SGD step on m samples a rank, alone and wrapped in DistributedDataParallel
-    (buckets overlapped with backward, as DDP does by default), each timed as the bench
+    float32 step (its optimizer: torch_optimizer) on m samples a rank, alone and wrapped in
+    DistributedDataParallel (buckets overlapped with backward, as DDP does by default),
+    each timed as the bench
     times ours: {"alone": figures, "distributed": figures}. torch.distributed joins once a
     process: at the launcher's MASTER_ADDR and MASTER_PORT, or under MPI at an address rank
     0 gives through the job's channel."""
@@ -147,7 +169,7 @@ def torch_ddp_case(workload, m, device, group):
         model, x, y, loss_fn = torch_model(torch, workload, m, device)
         if name == "distributed":
             model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device])
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+        opt = torch_optimizer(torch, workload, model)
 
         def step():
             opt.zero_grad()
@@ -180,6 +202,43 @@ def torch_resnet(torch):
         c = width
     return nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Dropout(0.3),
                          nn.Linear(c, 10))
+
+
+def torch_gpt(torch, vocab, context, layers, heads, dim, dropout):
+    """pn.gpt's network in PyTorch, as nanoGPT writes it: token and position embeddings,
+    pre-norm blocks of causal scaled_dot_product_attention and a gelu MLP, a LayerNorm and
+    the output product; dropout where pn.gpt has it (none on the attention's weights)."""
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+            self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+            self.fc, self.out = nn.Linear(dim, 4 * dim), nn.Linear(4 * dim, dim)
+            self.drop = nn.Dropout(dropout)
+
+        def forward(self, x):
+            b, t, _ = x.shape
+            q, k, v = self.qkv(self.ln1(x)).split(dim, dim=2)
+            q, k, v = (z.view(b, t, heads, dim // heads).transpose(1, 2) for z in (q, k, v))
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, dim)))
+            return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
+
+    class GPT(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.wte, self.wpe = nn.Embedding(vocab, dim), nn.Embedding(context, dim)
+            self.drop = nn.Dropout(dropout)
+            self.blocks = nn.Sequential(*[Block() for _ in range(layers)])
+            self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab)
+
+        def forward(self, ids):
+            pos = torch.arange(ids.shape[1], device=ids.device)
+            x = self.drop(self.wte(ids) + self.wpe(pos))
+            return self.head(self.ln(self.blocks(x)))
+    return GPT()
 
 
 def torch_graph(torch, step, opt):

@@ -24,7 +24,8 @@ ROW_KEYS = {"workload": str, "case": str, "device": str, "precision": str, "stat
 def test_list_names_every_workload():
     result = CliRunner().invoke(main, ["bench", "--list"])
     assert result.exit_code == 0
-    for name in ("gemm", "mlp-big", "mlp-small", "lenet-step", "resnet-step", "lenet-infer"):
+    for name in ("gemm", "mlp-big", "mlp-small", "lenet-step", "resnet-step", "lenet-infer",
+                 "gpt-step"):
         assert name in result.output
 
 
@@ -111,6 +112,24 @@ def test_resnet_step_runs_and_matches_torchs_network():
     trained = {name: x for name, x in net.get_weights().items() if "running" not in name}
     assert sum(int(np.prod(s)) for s in shapes) == sum(x.size for x in trained.values())
     assert len(shapes) == len(trained)
+
+
+def test_gpt_step_matches_torchs_network_and_counts_tokens():
+    """The gpt-step workload is nanoGPT's baby GPT: PyTorch's peer has its parameters,
+    tensor for tensor (10.8 M), and the step trains; a row counts tokens, 256 a sample."""
+    bk = pn.device("cpu")
+    net, step = bench.training_step("gpt-step", bk, 1, np.random.default_rng(0))
+    before = net.get_weights()["0.table"].copy()
+    step()
+    assert not np.array_equal(net.get_weights()["0.table"], before)
+    assert bench.step_batches("gpt-step", bk) == (2,)
+    assert bench._products_flops(net, 1) > 6 * 10.7e6 * 256        # 6 N a token and more
+    torch = pytest.importorskip("torch")
+    g = bench.GPT_STEP
+    model = peer.torch_gpt(torch, **{k: g[k] for k in ("vocab", "context", "layers", "heads",
+                                                       "dim", "dropout")})
+    shapes = sorted(tuple(p.shape) for p in model.parameters())
+    assert shapes == sorted(x.shape for x in net.get_weights().values())
 
 
 def test_the_table_shows_pytorchs_peak_beside_ours():
