@@ -126,11 +126,21 @@ def _products_flops(net, m):
     return flops
 
 
+def _unit(workload):
+    """What a training-step workload's throughput counts, a second."""
+    return "samples/s" if workload in MLPS else "tokens/s" if workload == "gpt-step" \
+        else "images/s"
+
+
+def _per_sample(workload):
+    """What a sample of the workload counts in its throughput: a GPT's tokens, else 1."""
+    return GPT_STEP["context"] if workload == "gpt-step" else 1
+
+
 def wl_step(name):
     """A training step (STEPS) at each of its batches: samples a second, and GFLOP/s of
     its products."""
-    unit = "samples/s" if name in MLPS else "tokens/s" if name == "gpt-step" else "images/s"
-    per = GPT_STEP["context"] if name == "gpt-step" else 1      # what a sample counts
+    unit, per = _unit(name), _per_sample(name)
 
     def workload(bk, rng):
         for m in step_batches(name, bk):
@@ -330,8 +340,8 @@ def run_distributed(workloads=None, progress=print, peer=True):
             net.free()
         row = _row(w, f"batch {m} per rank", bk.name, timing=together)
         row.update(rank=group.rank, alone=alone, averages_per_step=averages,
-                   throughput=group.size * m / together["median_s"],
-                   throughput_unit="samples/s (all ranks)",
+                   throughput=group.size * m * _per_sample(w) / together["median_s"],
+                   throughput_unit=f"{_unit(w)} (all ranks)",
                    scaling_efficiency=alone["median_s"] / together["median_s"])
         row["torch"] = _ddp_row(w, m, bk, group) if peer else \
             {"status": "unavailable", "reason": "--no-torch"}
@@ -350,13 +360,14 @@ def run_distributed(workloads=None, progress=print, peer=True):
 def _distributed_line(r):
     ddp = r["torch"]
     peer = (f"  | DDP alone {ddp['alone']['median_s'] * 1e3:8.3f} ms  distributed "
-            f"{ddp['median_s'] * 1e3:8.3f} ms  {ddp['throughput']:12.1f} samples/s  "
+            f"{ddp['median_s'] * 1e3:8.3f} ms  {ddp['throughput']:12.1f} "
+            f"{_unit(r['workload'])}  "
             f"efficiency {ddp['scaling_efficiency']:.2f}"
             if ddp.get("status") == "ok" else
             f"  | DDP {ddp.get('status')}: {ddp.get('reason') or ddp.get('error')}")
     return (f"rank {r['rank']} {r['device']:12s} {r['workload']:10s} {r['case']:20s} "
             f"alone {r['alone']['median_s'] * 1e3:9.3f} ms  distributed "
-            f"{r['median_s'] * 1e3:9.3f} ms  {r['throughput']:12.1f} samples/s  "
+            f"{r['median_s'] * 1e3:9.3f} ms  {r['throughput']:12.1f} {_unit(r['workload'])}  "
             f"efficiency {r['scaling_efficiency']:.2f}" + peer)
 
 
@@ -379,7 +390,7 @@ def _ddp_row(workload, m, bk, group):
     if not all(group.channel.allgather(error is None)):
         return {"status": "failed", "error": error or "DDP failed on another rank"}
     return {"status": "ok", "device": torch_device, **t["distributed"], "alone": t["alone"],
-            "throughput": group.size * m / t["distributed"]["median_s"],
+            "throughput": group.size * m * _per_sample(workload) / t["distributed"]["median_s"],
             "scaling_efficiency": t["alone"]["median_s"] / t["distributed"]["median_s"]}
 
 

@@ -187,8 +187,8 @@ def warmup(specs, precision_names, model_names, batch_sizes):
 @click.option("--plan", is_flag=True,
               help="print the memory plan of the network at this batch size and exit")
 @click.option("--download", is_flag=True, help="download the dataset if it is missing")
-@click.option("--context", type=click.IntRange(1), default=256, show_default=True,
-              help="a text corpus's window: the tokens a sample holds")
+@click.option("--context", type=click.IntRange(1), default=None,
+              help="a text corpus's window: the tokens a sample holds (default 256)")
 @click.option("--sample", type=click.IntRange(0), default=0, show_default=True,
               help="after training a language model, print this many characters it writes")
 @click.option("--json", "as_json", is_flag=True, help="end with one JSON line of results")
@@ -210,8 +210,14 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
     of each next character on its last tenth)."""
     from . import distributed
     text = dataset in TEXTS
-    model = model or ("gpt" if text else "mlp")
-    language = model == "gpt" or model.lstrip().lower().startswith("embedding")
+    model = (model or ("gpt" if text else "mlp")).strip()
+    if model.lower() in ("mlp", "lenet", "resnet", "gpt"):
+        model = model.lower()
+    language = model == "gpt" or model.lower().startswith("embedding")
+    if context is not None and not text:
+        raise click.UsageError(f"--context sizes a text corpus's windows; --dataset {dataset} "
+                               f"is images")
+    context = context or 256
     if text != language:
         raise click.UsageError(f"--dataset {dataset} and --model {model}: a text corpus trains "
                                f"a language model (--model gpt, or a description that starts "

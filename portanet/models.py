@@ -23,7 +23,10 @@ may nest one inside another up to layers.MAX_NESTING (16) deep.
 The loss follows the last activation: softmax -> softmax cross-entropy, sigmoid -> binary
 cross-entropy, anything else -> MSE (or give loss=...).
 """
+import math
 import re
+
+import numpy as np
 
 from .errors import InputError
 from .layers import (MAX_NESTING, AvgPool2D, BatchNorm, Conv2D, Dense, Dropout, Embedding,
@@ -235,14 +238,33 @@ def gpt(vocab, context, layers=6, heads=6, dim=384, dropout=0.2, device=None,
     characters and a context of 256, 10.8 M parameters). Dropout goes after the
     embeddings and at the end of each block's branch; unlike nanoGPT's there is none on
     the attention's weights, the output's weights are not tied to the token embedding's,
-    and every Dense and LayerNorm has a bias. Train it with AdamW."""
+    and every Dense and LayerNorm has a bias. The weights start as GPT-2's: normal with
+    deviation 0.02, the products that end a block's branch 0.02 / sqrt(2 layers), biases
+    0 (drawn from seed). Train it with AdamW."""
     drop = f" dropout({dropout})" if dropout else ""
     block = (f"residual(layernorm attention({heads}){drop}) "
              f"residual(layernorm dense({4 * dim}, gelu) dense({dim}){drop}) ")
     text = (f"embedding({vocab}, {dim}, positions=true){drop} " + block * layers
             + f"layernorm dense({vocab}, softmax)")
-    return from_description(text, (context,), device=device, dtype=dtype, seed=seed,
-                            precision=precision, loss_scale=loss_scale)
+    net = from_description(text, (context,), device=device, dtype=dtype, seed=seed,
+                           precision=precision, loss_scale=loss_scale)
+    rng = np.random.default_rng([seed, 2])
+    weights = net.get_weights()
+    ends = set()                        # the products that end a residual branch
+    for path, layer in net.walk():
+        if isinstance(layer, Residual):
+            last = [(p, l) for p, l in net.walk() if p.startswith(path + ".")
+                    and isinstance(l, (Dense, MultiHeadAttention))][-1]
+            ends.add(f"{last[0]}.{'w_o' if isinstance(last[1], MultiHeadAttention) else 'w'}")
+    for name, value in weights.items():
+        kind = name.rsplit(".", 1)[1]
+        if kind in ("w", "w_qkv", "w_o"):
+            deviation = 0.02 / math.sqrt(2 * layers) if name in ends else 0.02
+            value[...] = rng.normal(0.0, deviation, value.shape)
+        elif kind in ("b", "b_qkv", "b_o"):
+            value[...] = 0.0
+    net.set_weights(weights)
+    return net
 
 
 MODELS = {"mlp": mlp, "lenet": lenet, "resnet": resnet}

@@ -129,6 +129,11 @@ class Sequential:
         # loss_scale: "auto" (dynamic in fp16), None, or an optim.LossScale
         self.loss_scaling = optim.loss_scale(loss_scale, self.backend.precision)
         shape = self.input_shape
+        ids = [(path, l) for path, l in layer_module.walk(self.layers) if l.takes_ids]
+        if ids and (ids[0][1] is not self.layers[0] or len(ids) > 1):
+            path, layer = ids[-1] if ids[0][1] is self.layers[0] else ids[0]
+            raise InputError(f"layer {path}, {layer}, takes token ids: it must be the "
+                             f"network's first layer, and the only one")
         for layer in self.layers:
             shape = layer.configure(self.backend, shape)
         self.output_shape = shape
@@ -160,8 +165,8 @@ class Sequential:
                     layer is not last or self.loss.output_activation != "softmax"):
                 raise ShapeError(f"{layer}: softmax is only supported as the output activation "
                                  f"with loss='softmax_cross_entropy'")
-        sequence = len(self.output_shape) == 2 and isinstance(last, layer_module.Dense) \
-            and self.loss.name == "softmax_cross_entropy"
+        sequence = isinstance(self.output_shape, layer_module.Tokens) \
+            and isinstance(last, layer_module.Dense) and self.loss.name == "softmax_cross_entropy"
         if len(self.output_shape) != 1 and not sequence:
             raise ShapeError(f"the network's output has shape {self.output_shape} per sample; "
                              f"end with Flatten/Dense so it is a vector, or, for a sequence "
@@ -180,7 +185,12 @@ class Sequential:
     @property
     def tokens(self):
         """Tokens of a sequence output a sample, each with its own target; else 1."""
-        return elements(self.output_shape[1:])
+        return self.output_shape[1] if self.sequence_output else 1
+
+    @property
+    def sequence_output(self):
+        """Whether the output is a sequence, (classes, T) a sample: a class per token."""
+        return isinstance(self.output_shape, layer_module.Tokens)
 
     # -- memory: planned, then allocated all or nothing ----------------------------------
 
@@ -317,8 +327,8 @@ class Sequential:
         with dlpack.taken(x, self.backend) as x:
             x = inputs.check_x(self, x, finite=False)
             chunk = plan.inference_batch(batch_size, len(x))
-            per, tokens = self.n_out * self.tokens, self.tokens
-            out = np.empty((len(x), *((tokens,) if tokens > 1 else ()), self.n_out),
+            per, tokens, sequence = self.n_out * self.tokens, self.tokens, self.sequence_output
+            out = np.empty((len(x), *((tokens,) if sequence else ()), self.n_out),
                            dtype=self.backend.dtype)
             # the device runs batch i while batch i + 1 goes up; the outputs come back in
             # the background into pinned memory, a slot per batch, read when the slots are
@@ -341,7 +351,7 @@ class Sequential:
                     for slot, start in zip(slots, starts):
                         n = min(chunk, len(x) - start)
                         block = slot[:n * per].reshape(self.n_out, tokens, n).transpose(2, 1, 0)
-                        out[start:start + n] = block if tokens > 1 else block[:, 0]
+                        out[start:start + n] = block if sequence else block[:, 0]
                     starts = []
             plan.check_nonfinite()
             return out
@@ -361,11 +371,15 @@ class Sequential:
         fresh). Returns the prompt with its continuation, (N, L + tokens) (or (L +
         tokens,))."""
         first = self.layers[0]
-        if not first.takes_ids or self.tokens != self.input_shape[0] \
-                or self.n_out != first.vocab:
+        if not first.takes_ids or not self.sequence_output \
+                or self.tokens != self.input_shape[0] or self.n_out != first.vocab:
             raise InputError("generate takes a language model: token ids in (Embedding "
                              "first) and, for each token, a class over the same ids out "
                              "(a last Dense softmax a token at a time, as gpt builds)")
+        whole = [l for _, l in self.walk() if getattr(l, "causal", True) is False]
+        if whole:
+            raise InputError(f"generate takes a causal network: {whole[0]} attends to the "
+                             f"tokens after each, which generate pads")
         count = check_count("tokens", tokens, 0)
         if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) \
                 or not 0 < temperature < float("inf"):

@@ -155,6 +155,8 @@ class _Builder:
         if self.opset < LAYERNORM_OPSET:
             raise InputError(f"{layer}: ONNX has LayerNormalization from opset "
                              f"{LAYERNORM_OPSET}; export with opset={LAYERNORM_OPSET} or later")
+        if isinstance(shape, L.Tokens):
+            raise InputError(f"{layer}: no ONNX form yet for a LayerNorm over a sequence")
         images = len(shape) == 3
         if images:
             x = self.node("Transpose", [x], perm=[0, 2, 3, 1])

@@ -24,6 +24,8 @@ Sequential and the trainer (training.py) use it through:
 It holds the layers, not the network, and the layers hold nothing of it but the buffers:
 no reference cycle, so a dropped network gives its memory back at once.
 """
+import math
+
 import numpy as np
 
 from . import config, distributed, dlpack, layers as layer_module
@@ -187,7 +189,7 @@ class Plan:
         self.n_in, self.n_out = elements(input_shape), output_shape[0]
         # columns a sample's output takes: a sequence's T tokens, each with its own target
         # and loss (the mean over every token), else 1
-        self.tokens = elements(output_shape[1:])
+        self.tokens = output_shape[1] if isinstance(output_shape, layer_module.Tokens) else 1
         # first[i]: layer i reads the network input directly, so it skips da_prev
         self.first = []
         seen_trainable = False
@@ -241,7 +243,8 @@ class Plan:
                         + [layer.grad_size(m) for _, layer in self.walk()
                            if layer.grad_slot == slot]) for slot in (0, 1)]
         cols = self.tokens * m
-        own = [("_x", "batch", self.n_in * m, x), ("_y", "batch", self.n_out * cols, target),
+        targets = math.prod(self.loss.target_shape(self.n_out, cols))     # labels: cols
+        own = [("_x", "batch", self.n_in * m, x), ("_y", "batch", targets, target),
                ("_loss_sum", "batch", cols, real), ("_hit_sum", "batch", cols, real),
                ("_order", "batch", m, np.dtype(np.int32)),
                ("_nonfinite", "workspace", 1, np.dtype(np.int32)),     # see upload

@@ -362,6 +362,19 @@ def train_batch(net, x, y, optimizer):
         step(net, optimizer)
 
 
+def _labels_per_token_sent(net, x, mode):
+    """Whether a sequence output's targets (a label per token) go up with each batch, as
+    they must (the gathers take one label a sample); an InputError where fit was asked to
+    keep them on the device."""
+    if net.tokens == 1:
+        return False
+    if isinstance(x, dlpack.DeviceSamples) or mode is True:
+        raise InputError("a sequence output's targets (a label per token) are sent with "
+                         "each batch: give x as a host array and data_on_device='auto' or "
+                         "False")
+    return True
+
+
 def data_on_device(net, x, t, mode, epochs):
     """(x (N, features), targets (N,) or (N, outputs)) on the device, or None (see fit's
     data_on_device; epochs: how many this call runs). DeviceSamples x are there already:
@@ -371,11 +384,7 @@ def data_on_device(net, x, t, mode, epochs):
     if mode not in ("auto", True, False):
         raise InputError(f"data_on_device must be 'auto', True or False, got {mode!r}")
     in_place = isinstance(x, dlpack.DeviceSamples)
-    if net.tokens > 1:              # a label per token: the gathers take one a sample
-        if in_place or mode is True:
-            raise InputError("a sequence output's targets (a label per token) are sent with "
-                             "each batch: give x as a host array and data_on_device='auto' "
-                             "or False")
+    if _labels_per_token_sent(net, x, mode):
         return None
     if not in_place and (mode is False or mode == "auto" and (
             not net.backend.is_gpu or epochs < AUTO_EPOCHS)):
@@ -455,6 +464,7 @@ def _fit(net, x, y, validation, config):
     from . import checkpoint as files, saving
     config = config.checked()
     x, t = inputs.check_data(net, x, y)
+    _labels_per_token_sent(net, x, config.data_on_device)   # before anything changes
     if config.validation_split:
         if validation is not None:
             raise InputError("give validation_data or validation_split, not both")

@@ -127,10 +127,12 @@ def test_a_network_takes_ids_and_refuses_what_is_not_one():
         net.predict(np.zeros((1, 5), int))
     with pytest.raises(ShapeError, match="takes a sequence of T token ids"):
         pn.Sequential([pn.Embedding(5, 3), pn.Dense(2, "softmax")], (2, 4), device="cpu")
-    with pytest.raises(InputError, match="must be the network's first layer"):
-        net = pn.Sequential([pn.Dense(4), pn.Embedding(5, 3), pn.Flatten(),
-                             pn.Dense(2, "softmax")], (4,), device="cpu")
-        net.fit(np.zeros((2, 4)), np.array([0, 1]), epochs=1, verbose=0)
+    for layers, where in (([pn.Dense(4), pn.Embedding(5, 3)], "layer 1, Embedding"),
+                          ([pn.Embedding(5, 3), pn.Residual([pn.Embedding(5, 3)])],
+                           "layer 1.0, Embedding")):
+        with pytest.raises(InputError, match=where + ".*must be the network's first layer"):
+            pn.Sequential(layers + [pn.Flatten(), pn.Dense(2, "softmax")], (4,),
+                          device="cpu")
 
 
 def test_a_vocabulary_beyond_the_type_s_whole_numbers_is_refused():

@@ -55,7 +55,16 @@ def test_generate_draws_from_the_distribution_it_is_given():
     assert a.shape == (2, 22) and np.array_equal(a[:, :2], prompt)
     assert np.array_equal(a, net.generate(prompt, 20, temperature=1.5, seed=7))
     assert not np.array_equal(a, net.generate(prompt, 20, temperature=1.5, seed=8))
-    assert set(net.generate([1], 30, top_k=2, seed=0)[1:]) <= set(range(len(CHARS)))
+    # top_k: each token drawn is among the k likeliest after what came before it
+    out = net.generate([1], 12, top_k=2, seed=0)
+    for i in range(1, len(out)):
+        window = out[max(0, i - T):i]
+        padded = np.zeros((1, T), int)
+        padded[0, :len(window)] = window
+        p = net.predict(padded)[0, len(window) - 1]
+        assert out[i] in np.argsort(p)[-2:]
+    greedy = net.generate([1], 12, top_k=1)
+    assert np.array_equal(greedy, net.generate([1], 12, temperature=1e-6, seed=3))
     long = net.generate(list(range(len(CHARS))) * 2, 3, top_k=1)    # beyond the context
     assert long.shape == (2 * len(CHARS) + 3,)
 
@@ -72,6 +81,10 @@ def test_what_generate_refuses():
         net.generate(np.zeros((1, 1, 1), int), 2)
     with pytest.raises(InputError, match="takes a language model"):
         pn.mlp((4,), classes=2, device="cpu").generate([1], 2)
+    whole = pn.from_description(f"embedding({len(CHARS)}, 4) attention(1, causal=false) "
+                                f"dense({len(CHARS)}, softmax)", (T,), device="cpu")
+    with pytest.raises(InputError, match="takes a causal network"):
+        whole.generate([1], 2)
 
 
 def test_a_description_builds_the_sequence_layers():
@@ -84,8 +97,22 @@ def test_a_description_builds_the_sequence_layers():
 
 
 def test_dropouts_of_one_seed_draw_masks_of_their_own():
+    """Each Dropout of a network its own key; the first keeps the key a network of one
+    Dropout always had (so such networks draw the masks they did)."""
+    from portanet.rng import mix32
     net = small(dropout=0.5)
     x, y = windows()
     net.fit(x[:4], y[:4], epochs=1, batch_size=4, verbose=0)
     keys = [l.key for _, l in pn.layers.walk(net.layers) if isinstance(l, pn.Dropout)]
     assert len(keys) == 3 and len(set(keys)) == 3
+    assert keys[0] == mix32(0 * 0x9E3779B1 + mix32(1))     # seed 0, step 1, rank 0
+
+
+def test_gpt_starts_as_gpt2_does():
+    net = pn.gpt(65, T, layers=2, heads=2, dim=32, dropout=0.0, device="cpu", seed=1)
+    w = net.get_weights()
+    assert w["1.1.w_qkv"].std() == pytest.approx(0.02, rel=0.1)
+    assert w["1.1.w_o"].std() == pytest.approx(0.01, rel=0.15)       # 0.02 / sqrt(2 layers)
+    assert w["2.2.w"].std() == pytest.approx(0.01, rel=0.15) and not w["2.1.b"].any()
+    x = np.random.default_rng(0).integers(0, 65, (16, T))
+    assert net.evaluate(x, x)[0] == pytest.approx(np.log(65), abs=0.05)

@@ -29,6 +29,12 @@ def data(n=12, outputs=3, loss="softmax_cross_entropy", seed=0):
 
 # -- a freed network -------------------------------------------------------------------------
 
+def generating(net):
+    """generate on a network that is no language model: refused for that, or for free()."""
+    with pytest.raises(pn.InputError, match="takes a language model"):
+        net.generate([0], 1)
+
+
 def calls(tmp_path, weights, torch_state):
     """{what: call on a network} for every public method and property of Sequential."""
     x, y = data()
@@ -52,6 +58,9 @@ def calls(tmp_path, weights, torch_state):
         "optimizer_state": lambda net: net.optimizer_state,
         "n_in": lambda net: net.n_in,
         "n_out": lambda net: net.n_out,
+        "tokens": lambda net: net.tokens,
+        "sequence_output": lambda net: net.sequence_output,
+        "generate": generating,
         "load_torch_state": lambda net: pn.load_torch_state(net, torch_state),
     }
 

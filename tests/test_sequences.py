@@ -66,10 +66,32 @@ def test_targets_are_a_label_per_token(rng):
         net.evaluate(x, y)
 
 
+def test_a_plain_input_of_two_axes_is_flattened_as_before(rng):
+    """Only Embedding's output (and what follows it) is a sequence: floats of (N, A, B)
+    go into Dense flattened, as they always did."""
+    net = pn.mlp((6, 5), classes=3, hidden=(8,), device="cpu")
+    assert net.layers[0].w.shape == (8, 30) and net.output_shape == (3,)
+    x = rng.standard_normal((4, 6, 5)).astype(np.float32)
+    net.fit(x, np.array([0, 1, 2, 0]), epochs=1, verbose=0)
+    assert net.predict(x).shape == (4, 3)
+
+
+def test_a_sequence_of_one_token_is_still_a_sequence(rng):
+    net = pn.gpt(VOCAB, 1, layers=1, heads=1, dim=4, dropout=0.0, device="cpu")
+    x = rng.integers(0, VOCAB, (3, 1))
+    assert net.predict(x).shape == (3, 1, VOCAB)
+    assert net.generate([1, 2], 3, seed=0).shape == (5,)
+
+
 def test_what_a_sequence_output_refuses(rng):
     with pytest.raises(ShapeError, match="loss='softmax_cross_entropy' \\(a class per token\\)"):
         pn.Sequential([pn.Embedding(VOCAB, 4), pn.Dense(1, "sigmoid")], (T,),
                       loss="binary_cross_entropy", device="cpu")
     x, y = task(rng, 8)
+    net = network()
+    before = net.get_weights()["0.table"].copy()
     with pytest.raises(InputError, match="sent with each batch"):
-        network().fit(x, y, epochs=1, verbose=0, data_on_device=True)
+        net.fit(x, y, epochs=1, verbose=0, data_on_device=True)
+    assert np.array_equal(net.get_weights()["0.table"], before)
+    with pytest.raises(pn.PortanetError, match="no ONNX form for Embedding"):
+        net.to_onnx("never.onnx")

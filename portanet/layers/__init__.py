@@ -13,14 +13,14 @@ Dropout, Flatten), blocks (BatchNorm, LayerNorm, Residual), attention
 """
 from ..backends.base import conv_out
 from ..errors import InputError
-from .base import (DELTA_AND_BIAS, MAX_NESTING, Layer, _short, nesting_error,
+from .base import (DELTA_AND_BIAS, MAX_NESTING, Layer, Tokens, _short, nesting_error,
                    parameter_views, walk, walk_one)
 from .attention import MultiHeadAttention
 from .blocks import BatchNorm, LayerNorm, Residual
 from .dense import (AvgPool2D, Conv2D, Dense, Dropout, Embedding, Flatten, GlobalAvgPool2D,
                     MaxPool2D, _Pool2D)
 
-__all__ = ["Layer", "Dense", "Embedding", "Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D",
+__all__ = ["Layer", "Tokens", "Dense", "Embedding", "Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D",
            "Dropout", "Flatten", "BatchNorm", "LayerNorm", "MultiHeadAttention", "Residual", "LAYERS", "MAX_NESTING",
            "DELTA_AND_BIAS", "from_config", "walk", "walk_one", "parameter_views",
            "conv_out", "nesting_error"]

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..backends.ops.attention import MAX_HEAD_DIM
 from ..errors import InputError, ShapeError
-from .base import Layer, _count
+from .base import Layer, Tokens, _count
 
 
 class MultiHeadAttention(Layer):
@@ -35,13 +35,16 @@ class MultiHeadAttention(Layer):
         return {"heads": self.heads, "causal": self.causal}
 
     def output_shape(self, in_shape):
-        if len(in_shape) != 2:
+        if not isinstance(in_shape, Tokens):
             raise ShapeError(f"{self} takes a sequence (features, T) a sample, as Embedding "
                              f"gives, got inputs of shape {in_shape}")
         dim = in_shape[0]
-        if dim % self.heads or dim // self.heads > MAX_HEAD_DIM:
-            raise ShapeError(f"{self}: {dim} features do not make {self.heads} heads of at "
-                             f"most {MAX_HEAD_DIM} features each: give a multiple of heads")
+        if dim % self.heads:
+            raise ShapeError(f"{self}: {dim} features do not split into {self.heads} heads: "
+                             f"give a multiple of heads")
+        if dim // self.heads > MAX_HEAD_DIM:
+            raise ShapeError(f"{self}: heads of {dim // self.heads} features; at most "
+                             f"{MAX_HEAD_DIM} a head: give more heads")
         return in_shape
 
     @property

@@ -14,6 +14,13 @@ from ..memory import elements
 # its file's JSON within files.MAX_JSON_DEPTH (3 levels a block).
 MAX_NESTING = 16
 
+class Tokens(tuple):
+    """A per-sample shape (features, T) that is a sequence of T tokens, as Embedding makes
+    it and the layers after it keep it: Dense and LayerNorm take it a token at a time. A
+    plain shape of two axes (an input of (N, A, B) floats) is no sequence: Dense flattens
+    it as any other."""
+
+
 # backward's delta_in_z where the loss kernel left the last layer's delta in its z and also
 # formed its bias gradient (SoftmaxCrossEntropy.forward in losses.py); true, so other layers take it as True
 DELTA_AND_BIAS = "delta and bias"
@@ -55,7 +62,7 @@ class Layer:
         is allocated: the network plans memory from what the layer declares (parameters,
         buffers, batch_buffers, shared_sizes) and then allocates it."""
         self.backend = backend
-        self.in_shape = tuple(in_shape)
+        self.in_shape = in_shape if isinstance(in_shape, Tokens) else tuple(in_shape)
         self.out_shape = self.output_shape(self.in_shape)
         return self.out_shape
 

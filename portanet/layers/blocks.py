@@ -6,7 +6,7 @@ import numpy as np
 from ..backends.base import ACTIVATIONS, conv_out
 from ..errors import InputError, ShapeError
 from ..memory import elements
-from .base import MAX_NESTING, Layer, _output_dtype, nesting_error, walk
+from .base import MAX_NESTING, Layer, Tokens, _output_dtype, nesting_error, walk
 from .dense import Conv2D, Dense, Flatten, from_output, grad_kind
 
 class BatchNorm(Layer):
@@ -260,7 +260,8 @@ class Residual(Layer):
         self.layers[-1].half_slot = self.half_slot
 
     def configure(self, backend, in_shape):
-        self.backend, self.in_shape = backend, tuple(in_shape)
+        self.backend = backend
+        self.in_shape = in_shape if isinstance(in_shape, Tokens) else tuple(in_shape)
         shape = self.in_shape
         for layer in self.layers:
             shape = layer.configure(backend, shape)
@@ -274,7 +275,8 @@ class Residual(Layer):
 
     def _projection(self, out):
         inp = self.in_shape
-        if len(inp) == len(out) == 1 or len(inp) == len(out) == 2 and inp[1] == out[1]:
+        if len(inp) == len(out) == 1 or isinstance(inp, Tokens) and isinstance(out, Tokens) \
+                and inp[1] == out[1]:
             return Dense(out[0])            # (a sequence's: a token at a time)
         if len(inp) == len(out) == 3:
             stride = _stride_to(inp[1:], out[1:])

@@ -10,7 +10,7 @@ from ..backends.base import ACTIVATIONS, CONV_WORKSPACE_BYTES, conv_out
 from ..errors import InputError, ShapeError
 from ..memory import elements
 from ..rng import key_array, mix32
-from .base import DELTA_AND_BIAS, Layer, _count, _output_dtype
+from .base import DELTA_AND_BIAS, Layer, Tokens, _count, _output_dtype
 
 # activations whose derivative follows from the sign of z alone, which a = f(z) keeps
 SIGN_ONLY = ("relu", "leaky_relu")
@@ -55,12 +55,13 @@ class Dense(Layer):
         return {"units": self.units, "activation": self.activation}
 
     def output_shape(self, in_shape):
-        return (self.units, in_shape[1]) if self.tokens_of(in_shape) else (self.units,)
+        return Tokens((self.units, in_shape[1])) if self.tokens_of(in_shape) else (self.units,)
 
     @staticmethod
     def tokens_of(in_shape):
-        """Whether inputs of in_shape are sequences, (features, T), taken a token at a time."""
-        return len(in_shape) == 2
+        """Whether inputs of in_shape are sequences (Tokens: (features, T)), taken a token at
+        a time."""
+        return isinstance(in_shape, Tokens)
 
     @property
     def tokens(self):
@@ -306,7 +307,7 @@ class Embedding(Layer):
         if len(in_shape) != 1:
             raise ShapeError(f"{self} takes a sequence of T token ids a sample, (T,), got "
                              f"inputs of shape {in_shape}")
-        return (self.dim, in_shape[0])
+        return Tokens((self.dim, in_shape[0]))
 
     def parameters(self):
         out = {"table": (self.vocab, self.dim)}
@@ -330,9 +331,7 @@ class Embedding(Layer):
                                self.a_prev)
 
     def backward(self, train, first, delta_in_z=False):
-        if not first:
-            raise InputError(f"{self} must be the network's first layer: its input is token "
-                             f"ids, which have no gradient")
+        # (first always: the network refuses an Embedding anywhere else)
         g, alpha, beta = train.gradient(self)
         self.backend.embedding_grad(g["table"], g.get("pos"), self.a, self.a_prev, alpha, beta)
         train.update(self)
