@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import OutOfMemoryError
+from .errors import OutOfMemoryError, ShapeError
 
 
 @dataclass(frozen=True)
@@ -244,9 +244,18 @@ def largest_batch(fits, limit):
     return low
 
 
+MAX_ELEMENTS = 2**31 - 1      # the kernels index an array with 32-bit ints
+
+
 def allocate(backend, buffers):
     """{name: device array} for `buffers`, all or nothing: on a failure the ones already
-    made are given back before the error goes on."""
+    made are given back before the error goes on. A buffer of more than MAX_ELEMENTS is
+    refused before anything is made, naming it."""
+    for b in buffers:
+        if elements(b.shape) > MAX_ELEMENTS:
+            raise ShapeError(f"{b.owner} {b.name} would hold {elements(b.shape):,d} elements; "
+                             f"portanet's kernels index at most {MAX_ELEMENTS:,d}: use a "
+                             f"smaller batch (or layer)")
     made = []
     try:
         for b in buffers:

@@ -95,3 +95,15 @@ def test_what_a_sequence_output_refuses(rng):
     assert np.array_equal(net.get_weights()["0.table"], before)
     with pytest.raises(pn.PortanetError, match="no ONNX form for Embedding"):
         net.to_onnx("never.onnx")
+
+
+def test_a_buffer_beyond_32_bit_indices_is_refused_by_name():
+    """A GPT-2-sized vocabulary over long windows makes logits of more elements than the
+    kernels' 32-bit indices reach: refused before anything is allocated, naming the
+    buffer (where the host could hold it at all)."""
+    net = pn.Sequential([pn.Embedding(50000, 8), pn.Dense(50000, "softmax")], (1024,),
+                        device="cpu")
+    if not net.memory_plan(48).fits:
+        pytest.skip("this machine cannot hold the buffers the test needs refused")
+    with pytest.raises(ShapeError, match=r"_z would hold 2,457,600,000 elements"):
+        net.predict(np.zeros((48, 1024), int), batch_size=48)
