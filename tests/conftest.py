@@ -156,6 +156,23 @@ def fashion():
         pytest.skip(f"Fashion-MNIST is not installed here: {e}")
 
 
+@pytest.fixture(params=["float32", "float64"])
+def bk(request, backend):
+    """The test's device in float32 and in float64 (skipped, saying why, where it has no
+    float64): the kernel modules' op tests."""
+    dtype = np.dtype(request.param)
+    if backend.dtype != dtype:
+        backend = get_backend(request.node.callspec.params["backend"], dtype)
+    return backend
+
+
+def poisoned(bk, shape):
+    """A device array of `shape` holding NaN: an element a kernel forgot to write fails."""
+    x = bk.empty(shape)
+    bk.write(x, np.full(shape, np.nan))
+    return x
+
+
 def rng_seed(nodeid):
     return zlib.crc32(nodeid.encode())
 

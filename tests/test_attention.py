@@ -8,27 +8,13 @@ import pytest
 
 from portanet.backends.numpy import NumpyBackend
 from portanet.errors import ShapeError
-from conftest import F32, F64_GRAD, get_backend, rel_err, simulated
+from conftest import F32, F64_GRAD, poisoned, rel_err, simulated
 
 REF = NumpyBackend("cpu", np.float64)
 TOL = {np.dtype(np.float32): 2 * F32, np.dtype(np.float64): 1e-12}
 # heads, head dim, tokens, samples
 SIZES = [(1, 1, 1, 1), (2, 3, 7, 3), (3, 5, 1, 4), (1, 32, 13, 2), (2, 64, 5, 2),
          (1, 80, 9, 1), (1, 128, 4, 2)]
-
-
-@pytest.fixture(params=["float32", "float64"])
-def bk(request, backend):
-    dtype = np.dtype(request.param)
-    if backend.dtype != dtype:
-        backend = get_backend(request.node.callspec.params["backend"], dtype)
-    return backend
-
-
-def poisoned(bk, shape):
-    x = bk.empty(shape)
-    bk.write(x, np.full(shape, np.nan))
-    return x
 
 
 def forward(bk, qkv, heads, t, causal):

@@ -13,7 +13,7 @@ from portanet.backends import gpu, sources
 from portanet.backends.base import ACTIVATIONS
 from portanet.backends.numpy import NumpyBackend, activate, activate_grad
 from portanet.errors import InputError, ShapeError
-from conftest import F32, F64_GRAD, get_backend, rel_err, simulated
+from conftest import F32, F64_GRAD, poisoned, rel_err, simulated
 
 NORM_FAMILY = gpu.FAMILIES["norm"]
 NORM_ACTIVATIONS = [a for a in ACTIVATIONS if a != "softmax"]
@@ -27,26 +27,10 @@ ROWS, NS = [1, 3, 17], [1, 2, 5, 333, 2049]
 EPS, MOMENTUM = 1e-5, 0.1
 
 
-@pytest.fixture(params=["float32", "float64"])
-def bk(request, backend):
-    """The test's device in float32 and in float64 (skipped, saying why, where it has no
-    float64)."""
-    dtype = np.dtype(request.param)
-    if backend.dtype != dtype:
-        backend = get_backend(request.node.callspec.params["backend"], dtype)
-    return backend
-
-
 def rounded(bk, *arrays):
     """The arrays as bk holds them, back in float64: the reference then sees the very
     inputs the device does, and the comparison measures the kernel's arithmetic alone."""
     return [np.asarray(a).astype(bk.dtype).astype(np.float64) for a in arrays]
-
-
-def poisoned(bk, shape):
-    x = bk.empty(shape)
-    bk.write(x, np.full(shape, np.nan))
-    return x
 
 
 def row_work(rows, n, bk):

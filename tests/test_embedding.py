@@ -9,25 +9,11 @@ import pytest
 import portanet as pn
 from portanet.backends.numpy import NumpyBackend
 from portanet.errors import InputError, ShapeError
-from conftest import F32, get_backend, rel_err, simulated
+from conftest import F32, poisoned, rel_err, simulated
 
 REF = NumpyBackend("cpu", np.float64)
 TOL = {np.dtype(np.float32): F32, np.dtype(np.float64): 1e-12}
 SHAPES = [(1, 1, 1, 1), (7, 5, 3, 4), (300, 3, 17, 5), (11, 64, 9, 33)]   # vocab, dim, T, m
-
-
-@pytest.fixture(params=["float32", "float64"])
-def bk(request, backend):
-    dtype = np.dtype(request.param)
-    if backend.dtype != dtype:
-        backend = get_backend(request.node.callspec.params["backend"], dtype)
-    return backend
-
-
-def poisoned(bk, shape):
-    x = bk.empty(shape)
-    bk.write(x, np.full(shape, np.nan))
-    return x
 
 
 def case(rng, vocab, dim, t, m):

@@ -8,29 +8,15 @@ import pytest
 
 from portanet.backends.numpy import NumpyBackend
 from portanet.errors import ShapeError
-from conftest import F32, F64_GRAD, get_backend, rel_err, simulated
+from conftest import F32, F64_GRAD, poisoned, rel_err, simulated
 
 REF = NumpyBackend("cpu", np.float64)
 TOL = {np.dtype(np.float32): F32, np.dtype(np.float64): 1e-12}
 EPS = 1e-5
 
 
-@pytest.fixture(params=["float32", "float64"])
-def bk(request, backend):
-    dtype = np.dtype(request.param)
-    if backend.dtype != dtype:
-        backend = get_backend(request.node.callspec.params["backend"], dtype)
-    return backend
-
-
 def rounded(bk, *arrays):
     return [np.asarray(a).astype(bk.dtype).astype(np.float64) for a in arrays]
-
-
-def poisoned(bk, shape):
-    x = bk.empty(shape)
-    bk.write(x, np.full(shape, np.nan))
-    return x
 
 
 def inputs(rng, bk, shape):

@@ -9,7 +9,27 @@ from ..memory import elements
 from .base import MAX_NESTING, Layer, Tokens, _output_dtype, nesting_error, walk
 from .dense import Conv2D, Dense, Flatten, from_output, grad_kind
 
-class BatchNorm(Layer):
+class _Normalization(Layer):
+    """What BatchNorm and LayerNorm share: inputs viewed (rows, n), a row per feature (of a
+    vector or a sequence's token) or per channel (of an image), and a scale and a shift
+    (gamma, beta) per row."""
+    trainable = True
+
+    def output_shape(self, in_shape):
+        if len(in_shape) not in (1, 3) and not isinstance(in_shape, Tokens):
+            raise ShapeError(f"{self} takes features (F,), sequences (F, T) or images "
+                             f"(C, H, W), got inputs of shape {in_shape}")
+        return in_shape
+
+    @property
+    def rows(self):
+        return self.in_shape[0]
+
+    def parameters(self):
+        return {"gamma": (self.rows,), "beta": (self.rows,)}
+
+
+class BatchNorm(_Normalization):
     """Batch normalization (Ioffe and Szegedy), then an activation: per feature after a
     Dense layer (over the batch, and a sequence's tokens), per channel (over the batch and
     the image) after a Conv2D. Training
@@ -26,7 +46,6 @@ class BatchNorm(Layer):
     block makes its sum over our output in real storage and we activate, the block reads
     that gradient again after our backward, and the delta has a buffer of its own
     (`delta_apart`)."""
-    trainable = True
     half_storage = True
     half_alike = True
 
@@ -46,19 +65,6 @@ class BatchNorm(Layer):
 
     def config(self):
         return {"activation": self.activation, "momentum": self.momentum, "eps": self.eps}
-
-    def output_shape(self, in_shape):
-        if len(in_shape) not in (1, 2, 3):
-            raise ShapeError(f"{self} takes features (F,), sequences (F, T) or images "
-                             f"(C, H, W), got inputs of shape {in_shape}")
-        return in_shape
-
-    @property
-    def rows(self):
-        return self.in_shape[0]
-
-    def parameters(self):
-        return {"gamma": (self.rows,), "beta": (self.rows,)}
 
     def buffers(self):
         return {"running_mean": (self.rows,), "running_var": (self.rows,)}
@@ -124,7 +130,7 @@ class BatchNorm(Layer):
         train.update(self)
 
 
-class LayerNorm(Layer):
+class LayerNorm(_Normalization):
     """Layer normalization (Ba, Kiros and Hinton): each sample's features, each token's of
     a sequence, or each image position's channels, normalized over them, then scaled and
     shifted per feature or channel (gamma, beta). The same in training and inference: no
@@ -135,7 +141,6 @@ class LayerNorm(Layer):
 
     It keeps its output and the columns' mean and 1/std; its backward reads its input,
     which its dL/dx then replaces."""
-    trainable = True
 
     def __init__(self, eps=1e-5):
         ok = isinstance(eps, (int, float)) and not isinstance(eps, bool) \
@@ -146,19 +151,6 @@ class LayerNorm(Layer):
 
     def config(self):
         return {"eps": self.eps}
-
-    def output_shape(self, in_shape):
-        if len(in_shape) not in (1, 2, 3):
-            raise ShapeError(f"{self} takes features (F,), sequences (F, T) or images "
-                             f"(C, H, W), got inputs of shape {in_shape}")
-        return in_shape
-
-    @property
-    def rows(self):
-        return self.in_shape[0]
-
-    def parameters(self):
-        return {"gamma": (self.rows,), "beta": (self.rows,)}
 
     def initial(self, rng):
         return {"gamma": np.ones(self.rows)}
