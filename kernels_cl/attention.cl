@@ -13,6 +13,18 @@
 #define MAX_HEAD_DIM 128
 #endif
 
+/* A kernel's work-item: its column c of the batch's tokens, token `token` of sample n,
+   and head h (returning where there is none), and that head's rows of q, k and v in qkv
+   (cols = t m apart). */
+#define HEAD_ROWS(token)                                                                  \
+    const int c = GLOBAL_ID(0), h = GLOBAL_ID(1);                                         \
+    const int cols = t * m;                                                               \
+    if (c >= cols || h * hd >= dim) return;                                               \
+    const int token = c / m, n = c - token * m;                                           \
+    const GLOBAL real* q = qkv + qkv_off + (h * hd) * cols;                               \
+    const GLOBAL real* k = qkv + qkv_off + (dim + h * hd) * cols;                         \
+    const GLOBAL real* v = qkv + qkv_off + (2 * dim + h * hd) * cols
+
 /* The last key token i's query sees. */
 DEVICE int last_key(const int i, const int t, const int causal) {
     return causal ? i : t - 1;
@@ -25,13 +37,7 @@ KERNEL void attention_forward(GLOBAL real* o, const int o_off, GLOBAL real* lse,
                               const int lse_off, const GLOBAL real* qkv, const int qkv_off,
                               const int dim, const int hd, const int t, const int m,
                               const real scale, const int causal) {
-    const int c = GLOBAL_ID(0), h = GLOBAL_ID(1);
-    const int cols = t * m;
-    if (c >= cols || h * hd >= dim) return;
-    const int i = c / m, n = c - i * m;
-    const GLOBAL real* q = qkv + qkv_off + (h * hd) * cols;
-    const GLOBAL real* k = qkv + qkv_off + (dim + h * hd) * cols;
-    const GLOBAL real* v = qkv + qkv_off + (2 * dim + h * hd) * cols;
+    HEAD_ROWS(i);
     real qi[MAX_HEAD_DIM], acc[MAX_HEAD_DIM];
     for (int d = 0; d < hd; d++) {
         qi[d] = q[d * cols + c] * scale;
@@ -82,13 +88,7 @@ KERNEL void attention_grad_q(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL
                              const GLOBAL real* dsum, const int dsum_off, const int dim,
                              const int hd, const int t, const int m, const real scale,
                              const int causal) {
-    const int c = GLOBAL_ID(0), h = GLOBAL_ID(1);
-    const int cols = t * m;
-    if (c >= cols || h * hd >= dim) return;
-    const int i = c / m, n = c - i * m;
-    const GLOBAL real* q = qkv + qkv_off + (h * hd) * cols;
-    const GLOBAL real* k = qkv + qkv_off + (dim + h * hd) * cols;
-    const GLOBAL real* v = qkv + qkv_off + (2 * dim + h * hd) * cols;
+    HEAD_ROWS(i);
     const GLOBAL real* dy = dout + dout_off + (h * hd) * cols;
     real qi[MAX_HEAD_DIM], dyi[MAX_HEAD_DIM], dq[MAX_HEAD_DIM];
     for (int d = 0; d < hd; d++) {
@@ -116,13 +116,7 @@ KERNEL void attention_grad_kv(GLOBAL real* dqkv, const int dqkv_off, const GLOBA
                               const GLOBAL real* dsum, const int dsum_off, const int dim,
                               const int hd, const int t, const int m, const real scale,
                               const int causal) {
-    const int c = GLOBAL_ID(0), h = GLOBAL_ID(1);
-    const int cols = t * m;
-    if (c >= cols || h * hd >= dim) return;
-    const int j = c / m, n = c - j * m;
-    const GLOBAL real* q = qkv + qkv_off + (h * hd) * cols;
-    const GLOBAL real* k = qkv + qkv_off + (dim + h * hd) * cols;
-    const GLOBAL real* v = qkv + qkv_off + (2 * dim + h * hd) * cols;
+    HEAD_ROWS(j);
     const GLOBAL real* dy = dout + dout_off + (h * hd) * cols;
     real kj[MAX_HEAD_DIM], vj[MAX_HEAD_DIM], dk[MAX_HEAD_DIM], dv[MAX_HEAD_DIM];
     for (int d = 0; d < hd; d++) {

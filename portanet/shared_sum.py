@@ -73,7 +73,6 @@ class SharedSum:
         """results[turn][start:start + count] <- the sum over every rank of its slot's
         elements there, once every rank of the host has its own in its slot (each rank
         calls it for the same pieces in the same order)."""
-        comm = self.node_.node
         self._barrier()                         # every slot holds the piece
         share = -(-count // self.size)
         lo = start + min(count, self.rank * share)
