@@ -7,6 +7,7 @@
    real. */
 #include "prelude.h"
 #include "copies.h"
+#include "random.h"
 
 /* Columns col0 .. col0 + ncols of the patch matrix (a chunk: the workspace holds no more):
    cols[(c k + ki) k + kj, col - col0] <- x[c, oh s - p + ki, ow s - p + kj, n] for
@@ -168,15 +169,6 @@ KERNEL void avgpool_grad(GLOBAL real* dx, const int dx_off, const GLOBAL real* d
     dx[dx_off + e] = sum / (real)(ph * pw);
 }
 
-/* The counter-based hash behind dropout (lowbias32 by C. Wellons): the same bits on
-   every device and in the NumPy reference for the same key and element. */
-DEVICE unsigned int mix32(unsigned int h) {
-    h ^= h >> 16; h *= 0x7feb352du;
-    h ^= h >> 15; h *= 0x846ca68bu;
-    h ^= h >> 16;
-    return h;
-}
-
 /* out <- x . mask / (1 - rate), mask[i] = (uniform(key, i) >= rate): a product, as in the
    reference, so a dropped NaN or inf gives NaN. The key is read from the device (the host
    writes each step's before the step), so a recorded step draws a new mask at each replay.
@@ -186,7 +178,6 @@ KERNEL void dropout(GLOBAL STORED* out, const int out_off, const GLOBAL STORED* 
                     const real scale, const int n) {
     const int i = GLOBAL_ID(0);
     if (i >= n) return;
-    const unsigned int h = mix32((unsigned int)i * 0x9e3779b1u + (unsigned int)key[key_off]);
-    const real u = (real)(h >> 8) * (real)(1.0f / 16777216.0f);
-    out[out_off + i] = TO_STORED(FROM_STORED(x[x_off + i]) * (u >= rate ? scale : (real)0));
+    out[out_off + i] = TO_STORED(FROM_STORED(x[x_off + i])
+                                 * kept((unsigned int)key[key_off], (unsigned int)i, rate, scale));
 }

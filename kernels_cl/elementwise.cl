@@ -378,6 +378,17 @@ KERNEL void unscale_check(GLOBAL real* g, const int g_off, const GLOBAL real* s,
     if (!isfinite(gi)) ATOMIC_MIN(found + found_off, -1);
 }
 
+/* g <- g min(1, max_norm / (sqrt(squares[0]) inv_unit + 1e-6)): global-norm clipping of
+   the gradient g holds times a unit of 1 / inv_unit, after gemv made squares[0] = g . g
+   (torch.nn.utils.clip_grad_norm_'s factor, 1e-6 its guard) */
+KERNEL void clip_scale(GLOBAL real* g, const int g_off, const GLOBAL real* squares,
+                       const int squares_off, const real max_norm, const real inv_unit,
+                       const int n) {
+    const int i = GLOBAL_ID(0);
+    const real coef = max_norm / (sqrt(squares[squares_off]) * inv_unit + (real)1e-6);
+    if (i < n && coef < 1) g[g_off + i] *= coef;
+}
+
 /* Adam's numbers of a loss-scaled step, which the device counts (a skipped step is not a
    step, as in PyTorch): where found[0] is 0, t[0] <- t[0] + 1 and s <- [lr / (1 -
    beta1^t), sqrt(1 - beta2^t)], each 1 - beta^t as -expm1(t log beta) (log_beta1,

@@ -162,6 +162,9 @@ def warmup(specs, precision_names, model_names, batch_sizes):
 @click.option("--nesterov", is_flag=True, help="sgd: Nesterov momentum")
 @click.option("--weight-decay", type=float, default=None,
               help="L2 on the weights (adamw: decoupled; default 0, adamw 0.01)")
+@click.option("--clip-norm", type=float, default=None,
+              help="clip the gradients' global norm to this before each update, e.g. 1.0 "
+                   "(default: no clipping)")
 @click.option("--device", default=None, help="cpu, opencl, opencl:P, opencl:P:D, cuda, cuda:N "
               "(default: $PORTANET_DEVICE, else cpu)")
 @click.option("--precision", default=None,
@@ -203,7 +206,7 @@ def warmup(specs, precision_names, model_names, batch_sizes):
 @BUCKET_MB
 @FIRST_BUCKET_MB
 def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum, nesterov,
-          weight_decay, device, precision, seed, limit, test_limit, validation_split, save,
+          weight_decay, clip_norm, device, precision, seed, limit, test_limit, validation_split, save,
           checkpoint, resume, plot_path, plan, download, context, sample, as_json, dist, balance,
           bucket_mb, first_bucket_mb):
     """Train a network and report test accuracy (for a text corpus, the loss and accuracy
@@ -236,7 +239,7 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
         check_outputs(("--save", save, "the model"),         # before the training, not
                       ("--checkpoint", checkpoint, "the checkpoints"),      # after it
                       ("--plot", plot_path, "the training curves"))
-        opt = make_optimizer(optimizer, lr, momentum, nesterov, weight_decay)
+        opt = make_optimizer(optimizer, lr, momentum, nesterov, weight_decay, clip_norm)
         lr_schedule = schedules.parse("cosine({})".format(epochs) if schedule.strip().lower()
                                       == "cosine" else schedule)
         if text:
@@ -365,10 +368,12 @@ def _check_plot(path):
                             f"not {fmt!r}; end the name with .png, .svg or .pdf")
 
 
-def make_optimizer(name, lr, momentum, nesterov, weight_decay):
+def make_optimizer(name, lr, momentum, nesterov, weight_decay, clip_norm=None):
     """The optimizer the train command's options describe."""
     lr = DEFAULT_LR[name] if lr is None else lr
     extra = {} if weight_decay is None else {"weight_decay": weight_decay}
+    if clip_norm is not None:
+        extra["clip_norm"] = clip_norm
     if name == "sgd":
         return optim.SGD(lr, 0.9 if momentum is None else momentum, nesterov=nesterov, **extra)
     if nesterov:

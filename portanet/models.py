@@ -12,7 +12,7 @@ A description is a sequence of layers, each `name(arguments)`:
     batchnorm(activation, momentum=0.1, eps=1e-5)         BatchNorm
     layernorm(eps=1e-5)                                   LayerNorm
     embedding(vocab, dim, positions=false)                Embedding
-    attention(heads, causal=true)                         MultiHeadAttention
+    attention(heads, causal=true, dropout=0)              MultiHeadAttention
     residual(layers..., activation)                       Residual
     dropout(rate)                                         Dropout
     flatten                                               Flatten
@@ -236,13 +236,14 @@ def gpt(vocab, context, layers=6, heads=6, dim=384, dropout=0.2, device=None,
     context) token ids and its targets the next token of each. The defaults are nanoGPT's
     character-level "baby GPT" (6 layers, 6 heads, 384 wide, dropout 0.2; for 65
     characters and a context of 256, 10.8 M parameters). Dropout goes after the
-    embeddings and at the end of each block's branch; unlike nanoGPT's there is none on
-    the attention's weights, the output's weights are not tied to the token embedding's,
-    and every Dense and LayerNorm has a bias. The weights start as GPT-2's: normal with
+    embeddings, on the attention's probabilities and at the end of each block's branch, as
+    nanoGPT's; unlike nanoGPT's, the output's weights are not tied to the token
+    embedding's, and every Dense and LayerNorm has a bias. The weights start as GPT-2's: normal with
     deviation 0.02, the products that end a block's branch 0.02 / sqrt(2 layers), biases
     0 (drawn from seed). Train it with AdamW."""
     drop = f" dropout({dropout})" if dropout else ""
-    block = (f"residual(layernorm attention({heads}){drop}) "
+    attend = f"attention({heads}, dropout={dropout})" if dropout else f"attention({heads})"
+    block = (f"residual(layernorm {attend}{drop}) "
              f"residual(layernorm dense({4 * dim}, gelu) dense({dim}){drop}) ")
     text = (f"embedding({vocab}, {dim}, positions=true){drop} " + block * layers
             + f"layernorm dense({vocab}, softmax)")

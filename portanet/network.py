@@ -137,10 +137,8 @@ class Sequential:
         for layer in self.layers:
             shape = layer.configure(self.backend, shape)
         self.output_shape = shape
-        # each Dropout its own masks, where several share a seed (a GPT's, in every block)
-        dropouts = [l for _, l in layer_module.walk(self.layers)
-                    if isinstance(l, layer_module.Dropout)]
-        for i, layer in enumerate(dropouts):
+        # each layer that draws masks its own, where several share a seed (a GPT's)
+        for i, (_, layer) in enumerate(layer_module.masking(self.layers)):
             layer.stream = i
         self._check_output()
         # the network's memory: its buffers, bound to the layers, and its recorded steps
@@ -269,7 +267,7 @@ class Sequential:
     def fit(self, x, y, epochs=1, batch_size=32, optimizer=training.DEFAULT_OPTIMIZER,
             seed=None, shuffle=True, validation_data=None, validation_split=0.0,
             callbacks=None, schedule=None, checkpoint=None, resume=None, progress=None,
-            on_epoch=None, data_on_device="auto", verbose="auto"):
+            on_epoch=None, data_on_device="auto", verbose="auto", clip_norm=None):
         """Train; returns a History (a dict) of per-epoch lists: loss, accuracy, lr,
         seconds, val_loss and val_accuracy when validating, and loss_scale and
         skipped_steps where the network scales its loss (fp16's default).
@@ -282,6 +280,9 @@ class Sequential:
         optimizer: pn.SGD, pn.Adam, pn.AdamW or pn.RMSprop; its state is allocated at the
         first fit and kept by later ones of the same kind. schedule (portanet.schedules, or
         its text such as "cosine(30)") sets each epoch's learning rate from optimizer.lr.
+        clip_norm: before each update, the gradients are scaled down so that their global
+        norm is at most this (torch.nn.utils.clip_grad_norm_; the optimizer's own
+        clip_norm keyword does the same).
         validation_split sets the last fraction of x, y apart (before shuffling) to
         validate on after each epoch; or give validation_data=(x_val, y_val).
         callbacks: portanet.callbacks objects (EarlyStopping, ModelCheckpoint).
@@ -310,7 +311,7 @@ class Sequential:
             shuffle=shuffle, validation_data=validation_data,
             validation_split=validation_split, callbacks=callbacks, schedule=schedule,
             checkpoint=checkpoint, resume=resume, progress=progress, on_epoch=on_epoch,
-            data_on_device=data_on_device, verbose=verbose))
+            data_on_device=data_on_device, verbose=verbose, clip_norm=clip_norm))
 
     def evaluate(self, x, y, batch_size=None):
         """(mean loss, accuracy) over the whole of x, y (NumPy arrays, or any with

@@ -22,26 +22,54 @@ and `bytes_per_parameter` what that costs beside the parameters themselves.
 A loss-scaled step (`LossScale`, fp16's default) multiplies the loss's delta by a scale S,
 so that small gradients survive half precision's products, and must not update anything
 when a gradient overflowed. So every layer's gradient goes into its own part of a workspace
-as large as the network (`target(scaled=True)`: SGD's velocity can no longer be gemm's
+as large as the network (`target(gathered=True)`: SGD's velocity can no longer be gemm's
 beta, since a step that is then skipped would have spoilt it), the step divides them by S
 and looks for inf and NaN in one launch, and the updates (`skip`) change nothing where it
 found any; S halves after such a step and doubles after `growth_interval` clean ones, all
 on the device (training.OptimizerState).
+
+Global-norm clipping (`clip_norm`, any optimizer's keyword, as Keras's `global_clipnorm`;
+fit's clip_norm sets it) gathers the gradients so too: once backward has written them all
+(and a distributed step has averaged them), one sum of squares over the workspace gives
+the global norm, and they are scaled by min(1, clip_norm / (norm + 1e-6)) on the device,
+as torch.nn.utils.clip_grad_norm_ does, before the updates read them.
 """
+import dataclasses
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from .errors import InputError
 
 
+@dataclass(frozen=True)
 class Optimizer:
     """The interface. Subclasses are frozen dataclasses: equal settings are one key of a
-    recorded training step (network._train_step)."""
+    recorded training step (network._train_step). clip_norm, a keyword of every one: the
+    gradients' global norm is clipped to it before each update (None: never)."""
+    clip_norm: float = field(default=None, kw_only=True)
 
     name = "optimizer"
+
+    def __post_init__(self):
+        if self.clip_norm is not None:
+            _check(self, "clip_norm", 0, math.inf, low_open=True)
+
+    def __repr__(self):
+        """Its fields in order, clip_norm last and only where it is set."""
+        shown = [f"{f.name}={getattr(self, f.name)!r}" for f in dataclasses.fields(self)
+                 if f.name != "clip_norm"]
+        if self.clip_norm is not None:
+            shown.append(f"clip_norm={self.clip_norm!r}")
+        return f"{type(self).__name__}({', '.join(shown)})"
+
+    @property
+    def gathers(self):
+        """Whether the step gathers every gradient in the network's workspace before any
+        update, as clipping must (and loss scaling: `target(gathered=True)`)."""
+        return self.clip_norm is not None
 
     def slots(self):
         """Names of the state buffers kept per parameter, each as large as the parameters."""
@@ -56,10 +84,11 @@ class Optimizer:
         workspace is shared by the network, sized for its largest layer)."""
         return (1 + len(self.slots())) * itemsize
 
-    def target(self, scaled=False):
+    def target(self, gathered=False):
         """(slot, scale, beta): the layer writes scale/m (its dL/dparams summed over a
         batch of m) + beta target into the state buffer `slot`, or into the gradient
-        workspace where slot is None (always, when the step is loss-scaled)."""
+        workspace where slot is None (always, where the step gathers the gradients: loss
+        scaling, clipping)."""
         return None, 1.0, 0.0
 
     def step_scalars(self, t):
@@ -71,23 +100,23 @@ class Optimizer:
         """A loss-scaled step's step_scalars, formed on the device, which counts its steps
         in `steps` where `found` says the step was not skipped (the host cannot know)."""
 
-    def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
+    def update(self, bk, flat, grad, state, n_decay, scalars, skip, gathered=False):
         """Apply the rule to one layer's flat parameters, where its target() put the
         gradient (`grad`): one kernel launch, which changes nothing where the device flag
         `skip` is set."""
         raise NotImplementedError
 
-    def update_layers(self, bk, layers, scalars, skip, scaled=False):
+    def update_layers(self, bk, layers, scalars, skip, gathered=False):
         """update on each (flat, grad, state, n_decay) of `layers`, in as few launches as
         the backend takes them."""
         for flat, grad, state, n_decay in layers:
-            self.update(bk, flat, grad, state, n_decay, scalars, skip, scaled)
+            self.update(bk, flat, grad, state, n_decay, scalars, skip, gathered)
 
     def describe(self):
         return f"{self.name} ({self.bytes_per_parameter(4)} bytes per float32 parameter)"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SGD(Optimizer):
     lr: float = 0.01            # eta
     momentum: float = 0.0       # mu; 0 is plain SGD
@@ -97,6 +126,7 @@ class SGD(Optimizer):
     name = "sgd"
 
     def __post_init__(self):
+        super().__post_init__()
         _check(self, "lr", 0, math.inf, low_open=True)
         _check(self, "momentum", 0, 1, high_open=True)
         _check(self, "weight_decay", 0, math.inf)
@@ -111,35 +141,35 @@ class SGD(Optimizer):
     def uses_workspace(self):
         return self.nesterov or not self.momentum
 
-    def _from_gradient(self, scaled):
+    def _from_gradient(self, gathered):
         """Whether the velocity is updated from the gradient in the workspace (sgd_update):
-        with Nesterov momentum, and with any momentum when the step is loss-scaled; else
-        it is gemm's beta (or there is none)."""
-        return self.nesterov or bool(self.momentum and scaled)
+        with Nesterov momentum, and with any momentum where the step gathers the gradients
+        (loss scaling, clipping); else it is gemm's beta (or there is none)."""
+        return self.nesterov or bool(self.momentum and gathered)
 
-    def target(self, scaled=False):
-        if self._from_gradient(scaled):
+    def target(self, gathered=False):
+        if self._from_gradient(gathered):
             return None, 1.0, 0.0
         if self.momentum:                    # momentum is gemm's beta: v <- mu v - eta/m g
             return "v", -self.lr, self.momentum
         return None, -self.lr, 0.0
 
-    def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
-        if self._from_gradient(scaled):
+    def update(self, bk, flat, grad, state, n_decay, scalars, skip, gathered=False):
+        if self._from_gradient(gathered):
             bk.sgd_update(flat, grad, state["v"], self.lr, self.momentum, self.weight_decay,
                           n_decay, self.nesterov, skip)
         else:                                # v -= eta lambda w; w += v
             bk.momentum_update(flat, grad, self.lr * self.weight_decay, n_decay, skip)
 
-    def update_layers(self, bk, layers, scalars, skip, scaled=False):
-        if self._from_gradient(scaled):
-            super().update_layers(bk, layers, scalars, skip, scaled)
+    def update_layers(self, bk, layers, scalars, skip, gathered=False):
+        if self._from_gradient(gathered):
+            super().update_layers(bk, layers, scalars, skip, gathered)
         else:
             bk.momentum_updates([(flat, grad, n_decay) for flat, grad, _, n_decay in layers],
                                 self.lr * self.weight_decay, skip)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Adam(Optimizer):
     lr: float = 0.001
     betas: tuple = (0.9, 0.999)
@@ -150,6 +180,7 @@ class Adam(Optimizer):
     decoupled = False
 
     def __post_init__(self):
+        super().__post_init__()
         _check(self, "lr", 0, math.inf, low_open=True)
         betas = self.betas
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
@@ -171,13 +202,13 @@ class Adam(Optimizer):
     def count_step(self, bk, scalars, steps, found):
         bk.adam_scalars(scalars, steps, found, self.lr, *self.betas)
 
-    def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
+    def update(self, bk, flat, grad, state, n_decay, scalars, skip, gathered=False):
         l2, shrink = (0.0, self.lr * self.weight_decay) if self.decoupled else (self.weight_decay, 0.0)
         bk.adam_update(flat, grad, state["m"], state["v"], scalars, self.betas[0],
                        self.betas[1], self.eps, l2, shrink, n_decay, skip)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class AdamW(Adam):
     weight_decay: float = 0.01      # decoupled: w <- w (1 - lr wd) before Adam's step
 
@@ -185,7 +216,7 @@ class AdamW(Adam):
     decoupled = True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class RMSprop(Optimizer):
     lr: float = 0.01
     alpha: float = 0.99
@@ -197,6 +228,7 @@ class RMSprop(Optimizer):
     name = "rmsprop"
 
     def __post_init__(self):
+        super().__post_init__()
         _check(self, "lr", 0, math.inf, low_open=True)
         _check(self, "alpha", 0, 1, high_open=True)
         _check(self, "eps", 0, math.inf, low_open=True)
@@ -207,7 +239,7 @@ class RMSprop(Optimizer):
     def slots(self):
         return ("v",) + (("buf",) if self.momentum else ()) + (("gavg",) if self.centered else ())
 
-    def update(self, bk, flat, grad, state, n_decay, scalars, skip, scaled=False):
+    def update(self, bk, flat, grad, state, n_decay, scalars, skip, gathered=False):
         bk.rmsprop_update(flat, grad, state["v"], state.get("buf"), state.get("gavg"), self.lr,
                           self.alpha, self.eps, self.weight_decay, self.momentum, n_decay,
                           skip)
@@ -269,6 +301,17 @@ def get(optimizer):
         raise InputError(f"optimizer must be an optimizer object such as "
                          f"pn.SGD(lr=0.01, momentum=0.9) or pn.Adam(), got {optimizer!r}")
     return optimizer
+
+
+def clipped(optimizer, clip_norm):
+    """The optimizer with clip_norm set (fit's keyword); None leaves it as it is. An
+    InputError where it has another clip_norm of its own."""
+    if clip_norm is None or clip_norm == optimizer.clip_norm:
+        return optimizer
+    if optimizer.clip_norm is not None:
+        raise InputError(f"clip_norm={clip_norm!r} was given to fit, and the optimizer has "
+                         f"clip_norm={optimizer.clip_norm!r}: give it once")
+    return dataclasses.replace(optimizer, clip_norm=clip_norm)
 
 
 def _number(opt, name, value, low, high, low_open=False, high_open=False):

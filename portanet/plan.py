@@ -202,9 +202,10 @@ class Plan:
         self.capacity, self.m = 0, None
         self._batch_bytes = None        # (a, b): batch buffers of a m + b bytes (inference_batch)
         self.replays = Replays(backend, config.graphs() and all(l.capturable for l in layers))
-        # layers with host work before each step (Dropout's key)
+        # layers with host work before each step (a dropout mask's key)
         self.stepped = [l for _, l in self.walk()
-                        if type(l).begin_step is not layer_module.Layer.begin_step]
+                        if type(l).begin_step is not layer_module.Layer.begin_step
+                        and getattr(l, "draws_masks", True)]
         self.batch = []                 # (owner, Buffer, device array) of the batch buffers
         self._staging = None            # the batch buffer write_samples goes through
         self._products = self._products1 = None     # 16-bit layers' float32 sums (Shared)
@@ -272,18 +273,25 @@ class Plan:
         return (self.scaling is not None or distributed.current() is not None
                 or bool(self.state is not None and self.state.whole))
 
+    def gathers(self, optimizer):
+        """Whether a step with `optimizer` gathers every gradient in the workspace before
+        the updates: loss scaling and clipping (optim.py)."""
+        return self.scaling is not None or optimizer.gathers
+
     def state_buffers(self, optimizer):
         """[(owner, Buffer)] of an optimizer's state for this network; owner None for the
         network-wide ones (kept by the OptimizerState): the gradient workspace (as large as
-        the largest layer, or the whole network's: whole_workspace), Adam's step numbers,
-        the loss scale, and `found`, the updates' skip flag (set by a scaled step that
-        overflowed; an unscaled one keeps it 0)."""
+        the largest layer, or the whole network's: whole_workspace, and where the step
+        gathers the gradients), Adam's step numbers, the loss scale, the sum of squares a
+        clipped step's norm comes from, and `found`, the updates' skip flag (set by a scaled
+        step that overflowed; an unscaled one keeps it 0)."""
         real = self.backend.dtype
-        scaled = self.scaling is not None
+        scaled, gathered = self.scaling is not None, self.gathers(optimizer)
+        whole = self.whole_workspace or gathered
         # with a whole workspace, a slot that is the gradient's target (SGD's velocity) is
         # one vector of the network too, each layer a part: averaged in a distributed job,
         # a bucket of adjacent layers is one span, one all-reduce
-        joined = optimizer.target(scaled)[0] if self.whole_workspace else None
+        joined = optimizer.target(gathered)[0] if whole else None
         out, largest, total = [], 0, 0
         for path, layer in trainable(self.layers):
             n = flat_size(layer)
@@ -293,10 +301,11 @@ class Plan:
         if joined is not None:
             out.append((None, Buffer("network", joined, "optimizer state", (max(total, 1),),
                                      real)))
-        if optimizer.uses_workspace or scaled:
+        if optimizer.uses_workspace or gathered:
             out.append((None, Buffer("network", "workspace", "workspace",
-                                     (max(total if self.whole_workspace else largest, 1),),
-                                     real)))
+                                     (max(total if whole else largest, 1),), real)))
+        if optimizer.clip_norm is not None:
+            out.append((None, Buffer("network", "squares", "optimizer state", (1,), real)))
         if optimizer.step_scalars(1) is not None:
             out.append((None, Buffer("network", "scalars", "optimizer state", (2,), real)))
             if scaled:                          # its steps, counted on the device

@@ -1,4 +1,4 @@
-"""The counter-based hash behind dropout, lowbias32 (C. Wellons), as kernels_cl/conv.cl
+"""The counter-based hash behind dropout, lowbias32 (C. Wellons), as kernels_cl/random.h
 computes it in OpenCL and CUDA: the same bits on every backend for the same key."""
 import numpy as np
 
@@ -20,9 +20,11 @@ def key_array(key):
     return np.array([key & 0xFFFFFFFF], dtype=np.uint32).view(np.int32)
 
 
-def dropout_mask(n, key, rate):
-    """The kernels' mask: uniform(key, i) >= rate for i < n."""
+def dropout_mask(n, key, rate, index=None):
+    """The kernels' mask (kernels_cl/random.h's kept): uniform(key, i) >= rate for i < n, or
+    for each i of `index` (elements' numbers, taken mod 2^32)."""
     with np.errstate(over="ignore"):
-        i = np.arange(n, dtype=np.uint32)
+        i = np.arange(n, dtype=np.uint32) if index is None else \
+            (np.asarray(index, np.int64) & 0xFFFFFFFF).astype(np.uint32)
         h = mix32(i * np.uint32(0x9E3779B1) + np.uint32(key & 0xFFFFFFFF))
     return (h >> 8).astype(np.float64) / 16777216.0 >= rate

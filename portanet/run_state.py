@@ -15,7 +15,7 @@ import numpy as np
 
 from .errors import ModelFileError
 from .files import parse_json
-from .layers import Dropout
+from .layers import masking
 
 
 @dataclasses.dataclass
@@ -30,10 +30,12 @@ class Run:
 
 def optimizer_config(optimizer):
     """The optimizer as fit's settings record it: {"name", "config"}, its fields as JSON
-    holds them (tuples as lists)."""
+    holds them (tuples as lists); clip_norm only where it is set, as files written before
+    it existed say."""
     return {"name": optimizer.name,
             "config": {k: list(v) if isinstance(v, tuple) else v
-                       for k, v in dataclasses.asdict(optimizer).items()}}
+                       for k, v in dataclasses.asdict(optimizer).items()
+                       if not (k == "clip_norm" and v is None)}}
 
 
 def training_metadata(net, run):
@@ -43,8 +45,9 @@ def training_metadata(net, run):
     return json.dumps({"epoch": run.epoch, "history": run.history, "rng": run.rng,
                        "settings": run.settings, "step": state.t,
                        "optimizer": optimizer_config(state.optimizer),
-                       "dropout_steps": {path: layer.step for path, layer in net.walk()
-                                         if isinstance(layer, Dropout)}}, allow_nan=False)
+                       "dropout_steps": {path: layer.step
+                                         for path, layer in masking(net.layers)}},
+                      allow_nan=False)
 
 
 # The entries of a checkpoint's training state (training_metadata), and of its settings:
@@ -127,7 +130,8 @@ def read_training(text, path, net):
     entry unless every entry is what fit writes: epoch and step whole numbers >= 0; history
     {name: list of `epoch` finite numbers} of exactly the names that run logged; rng a
     state of fit's generator; settings a mapping of the known settings, each of its kind;
-    dropout_steps {path: whole number >= 0} of exactly net's Dropout layers; optimizer the
+    dropout_steps {path: whole number >= 0} of exactly net's layers that draw dropout
+    masks (layers.masking); optimizer the
     settings' optimizer at some finite learning rate. Nothing is changed: resume uses the
     values only once all are checked (and the settings compared with the run's)."""
     def bad(what):
@@ -184,10 +188,10 @@ def read_training(text, path, net):
         raise bad(f"has an rng that {problem}")
 
     dropout_steps = saved["dropout_steps"]
-    mine = [p for p, layer in net.walk() if isinstance(layer, Dropout)]
+    mine = [p for p, _ in masking(net.layers)]
     if not isinstance(dropout_steps, dict) or sorted(dropout_steps) != sorted(mine):
         raise bad(f"has dropout_steps {str(dropout_steps)[:80]}, where this network's "
-                  f"Dropout layers are {', '.join(mine) or 'none'}")
+                  f"layers that draw dropout masks are {', '.join(mine) or 'none'}")
     for name, value in dropout_steps.items():
         if not _whole(value):
             raise bad(f"has the dropout step {value!r} of layer {name}: steps are whole "

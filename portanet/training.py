@@ -7,7 +7,8 @@ recorded steps); this module holds what training adds, working through the netwo
 - `OptimizerState`: the optimizer's buffers for every trainable layer (its `slots`, each a
   flat vector like the layer's parameters), the network's one gradient workspace (sized
   for the largest layer, or for the whole network: Plan.whole_workspace), the device
-  scalars of Adam's bias correction, the step count, and the loss scale.
+  scalars of Adam's bias correction, the step count, the loss scale, and the sum of
+  squares of a clipped step's gradients.
   It is planned with the network's memory (plan.Plan.state_buffers) and allocated once,
   when fit first sees an optimizer of its kind; the plan holds it (`plan.state`); layers
   ask it where their gradient goes (`gradient`) and for the optimizer's kernel (`update`).
@@ -60,6 +61,8 @@ class OptimizerState:
                           if l.parameters()]
         self.scaling = plan.scaling         # an optim.LossScale, or None
         self.kind = state_kind(optimizer, self.scaling)
+        # every gradient in the workspace before the updates (loss scaling, clipping)
+        self.gathered = plan.gathers(optimizer)
         self.optimizer = optimizer          # the one of this epoch (its lr follows the schedule)
         self.t = 0
         self.share = 1.0                    # this rank's part of the global batch (update)
@@ -67,9 +70,10 @@ class OptimizerState:
         self._pending = []                  # layers whose update waits for finish()
         self._averaging = None              # in a distributed job: its Buckets
         # [(owner, Buffer, device array)], which the plan counts as held
-        self.whole = plan.whole_workspace   # each layer its own part of the workspace
+        # each layer its own part of the workspace
+        self.whole = plan.whole_workspace or self.gathered
         self.arrays = plan.allocate(plan.state_buffers(optimizer))
-        self.workspace = self.scalars = self.loss_scale = self.steps = None
+        self.workspace = self.scalars = self.loss_scale = self.steps = self.squares = None
         bk = self.backend
         for owner, buf, x in self.arrays:
             if buf.dtype == np.int32:
@@ -100,7 +104,7 @@ class OptimizerState:
     def use(self, optimizer):
         """Train with `optimizer` (the same kind, this epoch's rate) from now on."""
         self.optimizer = optimizer
-        self._slot, self._scale, self._beta = optimizer.target(self.scaling is not None)
+        self._slot, self._scale, self._beta = optimizer.target(self.gathered)
 
     def begin_step(self):
         """Count the step; give the update the numbers of step t (Adam's bias correction),
@@ -129,7 +133,7 @@ class OptimizerState:
         group = distributed.current()
         if group is not None:       # the updates wait for the averaging's end (finish)
             self._averaging_in(group).add(target, self.share)
-        if group is None and self._slot is None and self.scaling is None:
+        if group is None and self._slot is None and not self.gathered:
             self.optimizer.update(self.backend, layer.flat, target, layer.state,
                                   layer.n_decay, self.scalars, self.found)
         else:
@@ -143,8 +147,10 @@ class OptimizerState:
     def finish(self):
         """The updates that `update` left for the end of backward. A scaled step first
         divides the network's gradients by the scale and looks for inf and NaN in them
-        (one launch over the whole workspace), which the updates then obey; then the
-        scale moves for the next step."""
+        (one launch over the whole workspace), which the updates then obey; a clipped one
+        then scales them to the optimizer's clip_norm where their global norm is above it
+        (after the averaging of a distributed step, as with DDP); then the scale moves for
+        the next step."""
         bk, scaling = self.backend, self.scaling
         group = distributed.current()
         if group is not None:
@@ -153,9 +159,12 @@ class OptimizerState:
             bk.unscale_check(self.workspace, self.loss_scale, self.found)
             if self.steps is not None:
                 self.optimizer.count_step(bk, self.scalars, self.steps, self.found)
+        if self.optimizer.clip_norm is not None:
+            # the workspace holds _scale times the gradient (plain SGD: -lr)
+            bk.clip_norm(self.workspace, self.squares, self.optimizer.clip_norm, self._scale)
         if self._pending:
             self.optimizer.update_layers(bk, self._pending, self.scalars, self.found,
-                                         scaling is not None)
+                                         self.gathered)
             self._pending = []
         if scaling is not None:
             bk.update_loss_scale(self.loss_scale, self.found, scaling.growth_interval,
@@ -206,7 +215,8 @@ class OptimizerState:
 
 def state_kind(optimizer, scaling):
     """What decides an optimizer's buffers: equal kinds share them (and their values)."""
-    return type(optimizer), optimizer.slots(), optimizer.uses_workspace, scaling
+    return (type(optimizer), optimizer.slots(), optimizer.uses_workspace, scaling,
+            optimizer.gathers)
 
 
 def _named_views(bk, layer, flat):
@@ -434,12 +444,14 @@ class FitConfig:
     on_epoch: object = None                 # on_epoch(epoch, logs) after each epoch
     data_on_device: object = "auto"         # True, False or "auto"
     verbose: object = "auto"                # 0, 1, 2, "auto", or a progress.Progress
+    clip_norm: object = None                # the optimizer's clip_norm, given to fit
 
     def checked(self):
         """This config with the optimizer, the schedule, epochs, batch_size and callbacks
         checked (an InputError naming the first that is wrong) and made objects."""
         return dataclasses.replace(
-            self, optimizer=optim.get(self.optimizer), schedule=schedules.get(self.schedule),
+            self, optimizer=optim.clipped(optim.get(self.optimizer), self.clip_norm),
+            clip_norm=None, schedule=schedules.get(self.schedule),
             epochs=check_count("epochs", self.epochs, 1),
             batch_size=check_count("batch_size", self.batch_size, 1),
             callbacks=callback_module.checked(self.callbacks),

@@ -97,15 +97,54 @@ def test_a_description_builds_the_sequence_layers():
 
 
 def test_dropouts_of_one_seed_draw_masks_of_their_own():
-    """Each Dropout of a network its own key; the first keeps the key a network of one
-    Dropout always had (so such networks draw the masks they did)."""
+    """Each layer that draws masks (the Dropouts, the attention's dropout) its own key; the
+    first keeps the key a network of one Dropout always had (so such networks draw the
+    masks they did)."""
     from portanet.rng import mix32
     net = small(dropout=0.5)
     x, y = windows()
     net.fit(x[:4], y[:4], epochs=1, batch_size=4, verbose=0)
-    keys = [l.key for _, l in pn.layers.walk(net.layers) if isinstance(l, pn.Dropout)]
-    assert len(keys) == 3 and len(set(keys)) == 3
+    drawing = pn.layers.masking(net.layers)
+    assert [type(l).__name__ for _, l in drawing] == ["Dropout", "MultiHeadAttention",
+                                                      "Dropout", "Dropout"]
+    keys = [l.key for _, l in drawing]
+    assert len(set(keys)) == 4
     assert keys[0] == mix32(0 * 0x9E3779B1 + mix32(1))     # seed 0, step 1, rank 0
+
+
+def test_the_attention_s_dropout_trains_and_resumes(tmp_path):
+    """A GPT whose only dropout is the attention's: its masks change the training (and are
+    drawn anew each step), not the predictions, and a run resumed from a checkpoint draws
+    the masks the whole run drew."""
+    x, y = windows()
+
+    def gpt(rate):
+        return pn.from_description(f"embedding({len(CHARS)}, 16, positions=true) residual("
+                                   f"layernorm attention(2, dropout={rate})) layernorm "
+                                   f"dense({len(CHARS)}, softmax)", (T,), device="cpu", seed=2)
+    runs = {}
+    for rate in (0.0, 0.3):
+        net = gpt(rate)
+        net.fit(x, y, epochs=2, batch_size=16, optimizer=pn.AdamW(1e-2), verbose=0)
+        runs[rate] = net
+    assert not np.allclose(runs[0.0].get_weights()["1.1.w_qkv"],
+                           runs[0.3].get_weights()["1.1.w_qkv"])
+    assert np.array_equal(runs[0.3].predict(x[:3]), runs[0.3].predict(x[:3]))
+    half = gpt(0.3)
+    half.fit(x, y, epochs=1, batch_size=16, optimizer=pn.AdamW(1e-2), verbose=0,
+             checkpoint=tmp_path / "run.ckpt")
+    again = gpt(0.3)
+    again.fit(x, y, epochs=2, batch_size=16, optimizer=pn.AdamW(1e-2), verbose=0,
+              resume=tmp_path / "run.ckpt")
+    assert np.array_equal(again.get_weights()["1.1.w_qkv"],
+                          runs[0.3].get_weights()["1.1.w_qkv"])
+    assert again.layers[1].layers[1].step == runs[0.3].layers[1].layers[1].step > 0
+
+
+def test_attention_refuses_a_rate_outside_0_1():
+    for rate in (-0.1, 1.0, True, "0.2"):
+        with pytest.raises(InputError, match="dropout must be a number in"):
+            pn.MultiHeadAttention(2, dropout=rate)
 
 
 def test_gpt_starts_as_gpt2_does():

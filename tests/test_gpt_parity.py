@@ -1,8 +1,9 @@
 """Parity with PyTorch for a GPT: pn.gpt and the same network in torch (nanoGPT's block:
 pre-norm, causal scaled_dot_product_attention, a gelu MLP; torch's starting from
 portanet's initial weights) train 20 AdamW steps with dropout off on the same batches of
-token windows, the loss the mean cross-entropy over every token; then every parameter, the
-mean loss and the predictions are compared. The oracle is torch on the CPU in float64, as
+token windows, the loss the mean cross-entropy over every token, the gradients' global norm
+clipped as nanoGPT clips it (torch.nn.utils.clip_grad_norm_; CLIP below the norm of some
+steps, not all); then every parameter, the mean loss and the predictions are compared. The oracle is torch on the CPU in float64, as
 in test_torch_parity (whose docstring says why); float64 is held to 1e-9 relative per
 tensor, float32 to 1e-4 (with AdamW's eps 1e-4 there, for the reason given there), and
 torch's training must move every parameter by more than twice that. Weight decay applies
@@ -22,6 +23,7 @@ STEPS, BATCH = 20, 16
 VOCAB, CONTEXT, LAYERS, HEADS, DIM = 11, 8, 2, 2, 16
 TOL = {"float64": 1e-9, "float32": 1e-4}
 EPS = {"float64": 1e-8, "float32": 1e-4}
+CLIP = 0.3             # between the norms of these steps: some are clipped, some not
 
 
 def torch_gpt(weights):
@@ -70,22 +72,24 @@ def test_a_gpt_trains_as_torch(device_name, dtype, rng):
     y = ids[1:len(x) * CONTEXT + 1].reshape(-1, CONTEXT)
     opt = dict(lr=3e-3, betas=(0.9, 0.95), eps=EPS[dtype], weight_decay=0.1)
     history = net.fit(x, y, epochs=1, batch_size=BATCH, optimizer=pn.AdamW(**opt),
-                      shuffle=False, verbose=0)
+                      shuffle=False, verbose=0, clip_norm=CLIP)
 
     forward, w, decayed, others = torch_gpt(start)
     adamw = torch.optim.AdamW([{"params": decayed, "weight_decay": opt["weight_decay"]},
                                {"params": others, "weight_decay": 0.0}],
                               lr=opt["lr"], betas=opt["betas"], eps=opt["eps"])
-    losses = []
+    losses, norms = [], []
     for step in range(STEPS):
         xb = torch.tensor(x[step * BATCH:(step + 1) * BATCH])
         yb = torch.tensor(y[step * BATCH:(step + 1) * BATCH])
         loss = F.cross_entropy(forward(xb).reshape(-1, VOCAB), yb.reshape(-1))
         adamw.zero_grad()
         loss.backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(decayed + others, CLIP)))
         adamw.step()
         losses.append(loss.item())
 
+    assert min(norms) < CLIP < max(norms), norms
     ours = net.get_weights()
     for name, value in w.items():
         want = value.detach().numpy()

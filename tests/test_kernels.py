@@ -1235,6 +1235,25 @@ def test_unscale_check_divides_exactly_and_finds_inf_and_nan(bk, rng, bad):
         assert np.array_equal(bk.download(views[0]), g.astype(bk.dtype))
 
 
+@pytest.mark.parametrize("bound", [0.5, 1e6])
+def test_clip_norm_scales_to_the_bound_only_above_it(bk, rng, bound):
+    """squares[0] the sum of squares of g, and g scaled to the bound's norm where its norm
+    is above it (the factor torch's clip_grad_norm_ takes), left bit for bit below it."""
+    g = real(bk, rng.standard_normal(N_PARAMS + 1000))
+    views, _, _ = packed(bk, g, real(bk, [7.0]))
+    bk.clip_norm(views[0], views[1], bound)
+    want, squares = g.astype(bk.dtype), np.zeros(1, bk.dtype)
+    REF.clip_norm(want, squares, bound)
+    norm = np.linalg.norm(g.astype(np.float64))
+    assert rel_err(bk.download(views[1]), [norm ** 2]) < TOL[bk.dtype]
+    if bound > norm:
+        assert np.array_equal(bk.download(views[0]), g.astype(bk.dtype))
+    else:
+        assert rel_err(bk.download(views[0]), want) < TOL[bk.dtype]
+        assert np.linalg.norm(bk.download(views[0]).astype(np.float64)) == pytest.approx(
+            bound, rel=1e-5)
+
+
 def test_update_loss_scale_halves_on_overflow_and_grows_after_clean_steps(bk, rng):
     """The device's scale over a run of steps, found or clean, as the reference moves it:
     halved (and counted) on each overflow, doubled after growth_interval clean steps in a

@@ -184,6 +184,18 @@ def check_loss_scale(op, s):
                          f"clean steps, skipped steps]")
 
 
+def check_clip(g, squares, max_norm, unit):
+    """clip_norm's operands: a gradient vector, a real of one element for its sum of
+    squares, a positive finite bound, a finite nonzero unit."""
+    if not (np.isfinite(unit) and unit != 0):
+        raise ShapeError(f"clip_norm: unit must be a finite number other than 0, got {unit!r}")
+    if len(g.shape) != 1 or squares.size != 1:
+        raise ShapeError(f"clip_norm: g {tuple(g.shape)} must be a vector and squares "
+                         f"{tuple(squares.shape)} one number")
+    if not (np.isfinite(max_norm) and max_norm > 0):
+        raise ShapeError(f"clip_norm: max_norm must be a finite number > 0, got {max_norm!r}")
+
+
 def check_found(op, found):
     """The flag a loss-scaled step's check sets: an int32 device array of one element."""
     if found is None:

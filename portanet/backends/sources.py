@@ -1,8 +1,8 @@
 """Kernel sources, each shared body written once.
 
 kernels_cl/ holds every family both languages build (<family>.cl) and the headers they
-include: prelude.h (the dialect's words in OpenCL C), groups.h (group sums) and copies.h
-(the 16-bit storage type). kernels_cu/ holds only what CUDA alone says: its own prelude.h
+include: prelude.h (the dialect's words in OpenCL C), groups.h (group sums), copies.h
+(the 16-bit storage type) and random.h (dropout's hash). kernels_cu/ holds only what CUDA alone says: its own prelude.h
 and the tensor-core families (CUDA_ONLY, <family>.cu). Both folders come from the
 installed package (setup.cfg maps the two top-level folders into it) or, in a checkout,
 from the repo."""
@@ -13,7 +13,7 @@ FOLDERS = {"cl": "kernels_cl", "cu": "kernels_cu"}
 # families CUDA alone builds: tensor-core kernels, which OpenCL C has no way to
 CUDA_ONLY = ("mma", "wgmma")
 PRELUDE = "prelude.h"                       # the dialect's words: one per language
-SHARED_HEADERS = ("groups.h", "copies.h")   # one text for both languages, in kernels_cl/
+SHARED_HEADERS = ("groups.h", "copies.h", "random.h")  # one text for both languages, in kernels_cl/
 HEADERS = (PRELUDE, *SHARED_HEADERS)        # what kernel sources #include, inlined
 
 

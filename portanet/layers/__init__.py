@@ -13,8 +13,8 @@ Dropout, Flatten), blocks (BatchNorm, LayerNorm, Residual), attention
 """
 from ..backends.base import conv_out
 from ..errors import InputError
-from .base import (DELTA_AND_BIAS, MAX_NESTING, Layer, Tokens, _short, nesting_error,
-                   parameter_views, walk, walk_one)
+from .base import (DELTA_AND_BIAS, MAX_NESTING, Layer, Masks, Tokens, _short, masking,
+                   nesting_error, parameter_views, walk, walk_one)
 from .attention import MultiHeadAttention
 from .blocks import BatchNorm, LayerNorm, Residual
 from .dense import (AvgPool2D, Conv2D, Dense, Dropout, Embedding, Flatten, GlobalAvgPool2D,
@@ -22,7 +22,7 @@ from .dense import (AvgPool2D, Conv2D, Dense, Dropout, Embedding, Flatten, Globa
 
 __all__ = ["Layer", "Tokens", "Dense", "Embedding", "Conv2D", "MaxPool2D", "AvgPool2D", "GlobalAvgPool2D",
            "Dropout", "Flatten", "BatchNorm", "LayerNorm", "MultiHeadAttention", "Residual", "LAYERS", "MAX_NESTING",
-           "DELTA_AND_BIAS", "from_config", "walk", "walk_one", "parameter_views",
+           "DELTA_AND_BIAS", "Masks", "masking", "from_config", "walk", "walk_one", "parameter_views",
            "conv_out", "nesting_error"]
 
 LAYERS = {"Dense": Dense, "Embedding": Embedding, "Flatten": Flatten, "Conv2D": Conv2D, "MaxPool2D": MaxPool2D,

@@ -5,10 +5,10 @@ import numpy as np
 
 from ..backends.ops.attention import MAX_HEAD_DIM
 from ..errors import InputError, ShapeError
-from .base import Layer, Tokens, _count
+from .base import Layer, Masks, Tokens, _count
 
 
-class MultiHeadAttention(Layer):
+class MultiHeadAttention(Masks, Layer):
     """Multi-head self-attention (Vaswani et al.) over a sequence, (dim, T) a sample, as a
     GPT's: q, k and v of every token from one product over the batch's tokens (w_qkv,
     (3 dim, dim), and b_qkv: PyTorch's in_proj and nanoGPT's c_attn), each of `heads` heads
@@ -18,21 +18,39 @@ class MultiHeadAttention(Layer):
     softmax is made online, so no T x T matrix is ever in memory, and the backward makes
     the scores again.
 
+    dropout: while training, each attention probability is zeroed with this probability
+    after the softmax and the rest scaled by 1 / (1 - dropout), as nanoGPT's attn_dropout
+    and torch's scaled_dot_product_attention(dropout_p) do; its masks are drawn as
+    Dropout's (layers.Masks: a hash of seed, step and element, never stored).
+
     It keeps q, k and v, the heads' outputs and each query's log softmax denominator for
     the backward, and has gradient buffers of its own for q, k, v and the heads' outputs;
     its dL/dx replaces its input, as every layer's."""
     trainable = True
     decayed = ("w_qkv", "w_o")
 
-    def __init__(self, heads, causal=True):
+    def __init__(self, heads, causal=True, dropout=0.0, seed=0):
         self.heads = _count("heads", heads, 1, "MultiHeadAttention")
         if not isinstance(causal, bool):
             raise InputError(f"MultiHeadAttention: causal must be True or False, got "
                              f"{causal!r}")
-        self.causal = causal
+        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
+                or not 0 <= dropout < 1:
+            raise InputError(f"MultiHeadAttention: dropout must be a number in [0, 1), got "
+                             f"{dropout!r}")
+        self.causal, self.dropout = causal, float(dropout)
+        self.seed = _count("seed", seed, 0, "MultiHeadAttention")
+        self.step = 0
+
+    @property
+    def draws_masks(self):
+        return self.dropout > 0
 
     def config(self):
-        return {"heads": self.heads, "causal": self.causal}
+        out = {"heads": self.heads, "causal": self.causal}
+        if self.dropout:
+            out.update(dropout=self.dropout, seed=self.seed)
+        return out
 
     def output_shape(self, in_shape):
         if not isinstance(in_shape, Tokens):
@@ -75,7 +93,7 @@ class MultiHeadAttention(Layer):
         return {"_qkv": (3 * d * cols, None), "_o": (d * cols, None),
                 "_lse": (self.heads * cols, None), "_a": (d * cols, None),
                 "_dqkv": (3 * d * cols, None), "_do": (d * cols, None),
-                "_dsum": (self.heads * cols, None)}
+                "_dsum": (self.heads * cols, None), "_key": (1, np.int32)}
 
     def products(self, m):
         cols, d = self.tokens * m, self.dim
@@ -96,7 +114,8 @@ class MultiHeadAttention(Layer):
     def forward(self, training=True):
         bk = self.backend
         bk.dense("linear", self.w_qkv, self.a_prev, self.b_qkv, self.qkv, self.qkv)
-        bk.attention(self.o, self.lse, self.qkv, self.heads, self.tokens, self.causal)
+        bk.attention(self.o, self.lse, self.qkv, self.heads, self.tokens, self.causal,
+                     self._key, self.dropout if training else 0.0)
         bk.dense("linear", self.w_o, self.o, self.b_o, self.a, self.a)
 
     def backward(self, train, first, delta_in_z=False):
@@ -109,7 +128,7 @@ class MultiHeadAttention(Layer):
         # the attention, then q, k and v's product: its weight gradient reads the input
         # before dL/dx replaces it
         bk.attention_grad(self.dqkv, self.dsum, self.do, self.qkv, self.o, self.lse,
-                          self.heads, self.tokens, self.causal)
+                          self.heads, self.tokens, self.causal, self._key, self.dropout)
         bk.gemv(alpha, self.dqkv, self.ones, beta, g["b_qkv"])
         bk.gemm(alpha, self.dqkv, self.a_prev, beta, g["w_qkv"], trans_b=True)
         if not first:

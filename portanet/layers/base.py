@@ -3,9 +3,11 @@ views, and the bounds a layer's arguments are held to."""
 import functools
 import reprlib
 
+from .. import distributed
 from ..backends.base import ACTIVATIONS
 from ..errors import InputError, check_count
 from ..memory import elements
+from ..rng import key_array, mix32
 
 
 # How deep Residual blocks may nest, one inside another (a ResNet's are 1 deep): far above
@@ -193,6 +195,42 @@ class Layer:
     def __repr__(self):
         args = ", ".join(f"{k}={v!r}" for k, v in self.config().items())
         return f"{type(self).__name__}({args})"
+
+
+class Masks:
+    """What a layer that draws dropout masks adds to the protocol (Dropout; attention with
+    dropout): no mask is stored, a counter-based hash of (seed, step, element) draws it
+    again for the backward, the same on every backend (rng.py). Each step's key is written
+    to the device before the step (begin_step) into the layer's `_key`, where the kernels
+    read it: a recorded step stays valid. The network numbers these layers (`stream`),
+    which the key mixes in, so that several of one seed draw masks of their own; a
+    checkpoint keeps each one's `step`."""
+    stream = 0                  # this layer's number in its network (set by the network)
+    step = 0                    # steps drawn so far
+    key = 0                     # this step's key
+
+    @property
+    def draws_masks(self):
+        """Whether it draws masks at all (a checkpoint keeps its step where it does)."""
+        return True
+
+    def begin_step(self):
+        if not self.draws_masks:
+            return
+        self.step += 1
+        # in a distributed job each rank its own masks (rank 0's are one process's): with
+        # one key, every rank would drop the same units of its j-th sample
+        group = distributed.current()
+        rank = group.rank if group else 0
+        self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step) + rank * 0x85EBCA6B
+                         + self.stream * 0x27D4EB2F)
+        self.backend.write(self._key, key_array(self.key))
+
+
+def masking(layers):
+    """[(path, layer)] of the layers under `layers` that draw masks (Masks.draws_masks)."""
+    return [(path, layer) for path, layer in walk(layers)
+            if isinstance(layer, Masks) and layer.draws_masks]
 
 
 def _output_dtype(layer):

@@ -4,13 +4,11 @@ import math
 
 import numpy as np
 
-from .. import distributed
 from ..backends.arrays import OF_OUTPUT
 from ..backends.base import ACTIVATIONS, CONV_WORKSPACE_BYTES, conv_out
 from ..errors import InputError, ShapeError
 from ..memory import elements
-from ..rng import key_array, mix32
-from .base import DELTA_AND_BIAS, Layer, Tokens, _count, _output_dtype
+from .base import DELTA_AND_BIAS, Layer, Masks, Tokens, _count, _output_dtype
 
 # activations whose derivative follows from the sign of z alone, which a = f(z) keeps
 SIGN_ONLY = ("relu", "leaky_relu")
@@ -401,16 +399,12 @@ class MaxPool2D(_Pool2D):
 
 
 
-class Dropout(Layer):
+class Dropout(Masks, Layer):
     """Zeroes each input with probability `rate` while training and scales the rest by
-    1 / (1 - rate); the identity in inference. The mask is not stored: a counter-based hash
-    of (seed, step, element) recomputes it for the backward, the same on every backend.
-    Each step's key is written to the device before the step (begin_step), where the
-    kernels read it: a recorded step stays valid. The network numbers its Dropouts
-    (`stream`), which the key mixes in: two of one seed draw masks of their own. In 16-bit storage its output is stored as
-    its input is; the gradient, float32, is masked in place."""
+    1 / (1 - rate); the identity in inference. Its masks are drawn as Masks says. In
+    16-bit storage its output is stored as its input is; the gradient, float32, is masked
+    in place."""
     passes_storage = True
-    stream = 0                  # this Dropout's number in its network (set by the network)
 
     def __init__(self, rate=0.5, seed=0):
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
@@ -428,16 +422,6 @@ class Dropout(Layer):
         super().bind(a_prev, m, shared)
         self.a = self.backend.view(self._a, a_prev.shape)
         self.da, self.da_prev = self.half_views(shared, self.a, self.a_prev)
-
-    def begin_step(self):
-        self.step += 1
-        # in a distributed job each rank its own masks (rank 0's are one process's): with
-        # one key, every rank would drop the same units of its j-th sample
-        group = distributed.current()
-        rank = group.rank if group else 0
-        self.key = mix32(self.seed * 0x9E3779B1 + mix32(self.step) + rank * 0x85EBCA6B
-                         + self.stream * 0x27D4EB2F)
-        self.backend.write(self._key, key_array(self.key))
 
     def forward(self, training=True):
         if training:

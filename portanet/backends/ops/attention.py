@@ -3,9 +3,11 @@ online, no T x T matrix in memory, the backward making the scores again (attenti
 import numpy as np
 
 from ...errors import ShapeError
+from ...rng import dropout_mask
 from .reference import quiet
 
-MAX_HEAD_DIM = 128      # a head's features a work-item holds (attention.cl's private rows)
+MAX_HEAD_DIM = 128      # a head's features a work-item holds (attention.cl's registers)
+QUERY_TILE = 64         # a work-group's tokens (attention.cl's)
 
 
 def check_attention(op, qkv, o, lse, heads, t):
@@ -24,19 +26,31 @@ def check_attention(op, qkv, o, lse, heads, t):
     return dim, dim // heads, cols // t, cols
 
 
+def check_key(key):
+    """A dropout's key: a one-element int32 device array."""
+    if key is None or key.size != 1 or key.dtype != np.int32:
+        raise ShapeError("attention: a dropout rate > 0 needs its key, a one-element int32 "
+                         "array")
+
+
 class AttentionOps:
     """The family's interface. Column c = t m + n of every array is token t of sample n;
     head h takes rows h hd .. h hd + hd - 1 of q, k, v and o (hd = dim / heads); each token
     sees every token (or, causal, those at or before it) of its own sample."""
 
-    def attention(self, o, lse, qkv, heads, t, causal):
+    def attention(self, o, lse, qkv, heads, t, causal, key=None, rate=0.0):
         """o <- softmax(q k^T / sqrt(hd)) v for each sample and head; lse <- the log of each
-        query's softmax denominator (with its maximum), which the backward reads."""
+        query's softmax denominator (with its maximum), which the backward reads. With a
+        dropout rate > 0, each probability p_ij (sample n, head h) is kept, times
+        1 / (1 - rate), where rng.dropout_mask of key (a one-element int32 device array,
+        as Dropout's) says for element ((n heads + h) t + i) t + j, else zeroed."""
         raise NotImplementedError
 
-    def attention_grad(self, dqkv, dsum, dout, qkv, o, lse, heads, t, causal):
-        """dqkv (3 dim, t m) <- the gradients of q, k and v given dout, the gradient of o;
-        dsum (heads, t m) is room for dout . o a query, which the kernels share."""
+    def attention_grad(self, dqkv, dsum, dout, qkv, o, lse, heads, t, causal, key=None,
+                       rate=0.0):
+        """dqkv (3 dim, t m) <- the gradients of q, k and v given dout, the gradient of o
+        (of the forward with the same key and rate); dsum (heads, t m) is room for
+        dout . o a query, which the kernels share."""
         raise NotImplementedError
 
 
@@ -61,21 +75,34 @@ class AttentionReference(AttentionOps):
         total = e.sum(axis=-1, keepdims=True)
         return q, k, v, e / total, (mx + np.log(total))[..., 0], dim, hd, m
 
+    @staticmethod
+    def _dropped(heads, m, t, key, rate):
+        """The dropout's factors (heads, m, t, t): 1 / (1 - rate) or 0, else 1s."""
+        if not rate:
+            return 1.0
+        check_key(key)
+        element = np.arange(m * heads * t * t, dtype=np.int64)
+        keep = dropout_mask(None, int(key.reshape(-1)[0]) & 0xFFFFFFFF, rate, element)
+        return (keep / (1 - rate)).reshape(m, heads, t, t).transpose(1, 0, 2, 3)
+
     @quiet
-    def attention(self, o, lse, qkv, heads, t, causal):
+    def attention(self, o, lse, qkv, heads, t, causal, key=None, rate=0.0):
         check_attention("attention", qkv, o, lse, heads, t)
         _, _, v, p, l, dim, hd, m = self._scores(qkv, heads, t, causal)
-        o[...] = (p @ v).transpose(0, 3, 2, 1).reshape(dim, t * m)
+        p_kept = p * self._dropped(heads, m, t, key, rate)
+        o[...] = (p_kept @ v).transpose(0, 3, 2, 1).reshape(dim, t * m)
         lse[...] = l.transpose(0, 2, 1).reshape(heads, t * m)
 
     @quiet
-    def attention_grad(self, dqkv, dsum, dout, qkv, o, lse, heads, t, causal):
+    def attention_grad(self, dqkv, dsum, dout, qkv, o, lse, heads, t, causal, key=None,
+                       rate=0.0):
         check_attention("attention_grad", qkv, o, lse, heads, t)
         check_attention("attention_grad", dqkv, dout, dsum, heads, t)
         q, k, v, p, _, dim, hd, m = self._scores(qkv, heads, t, causal)
+        dropped = self._dropped(heads, m, t, key, rate)
         dy = self._heads(dout, dim, hd, t, m)
-        dv = p.transpose(0, 1, 3, 2) @ dy
-        dp = dy @ v.transpose(0, 1, 3, 2)
+        dv = (p * dropped).transpose(0, 1, 3, 2) @ dy
+        dp = (dy @ v.transpose(0, 1, 3, 2)) * dropped
         ds = p * (dp - (dy * self._heads(o, dim, hd, t, m)).sum(-1, keepdims=True)) / np.sqrt(hd)
         dq, dk = ds @ k, ds.transpose(0, 1, 3, 2) @ q
         dqkv[...] = np.concatenate([g.transpose(0, 3, 2, 1).reshape(dim, t * m)
@@ -85,24 +112,42 @@ class AttentionReference(AttentionOps):
 
 
 class AttentionKernels(AttentionOps):
-    """KernelBackend's: launches of attention.cl's kernels, a work-item per token and head,
-    a work-group's work-items all of one head (the default 32 x 8 groups would leave a
-    quarter of them idle for 6 heads, seven eighths for 1)."""
+    """KernelBackend's: launches of attention.cl's kernels, built for each head dim met
+    (HEAD_DIM: a work-item's rows in registers), a work-group of QUERY_TILE work-items per
+    tile of a sample's tokens and head."""
 
-    def _heads_local(self):
-        return (min(128, self.gemv_threads), 1)
+    def _attention_kernel(self, name, hd):
+        """attention.cl's kernel `name` built for heads of hd features."""
+        key = (name, "head dim", hd)
+        if key not in self._kernels:
+            self._kernels[key] = self._build("attention", name, [f"-DHEAD_DIM={hd}"])
+        return self._kernels[key]
 
-    def attention(self, o, lse, qkv, heads, t, causal):
+    def _tiles(self, name, hd, heads, t, m, *args):
+        """A launch of `name` over (tiles of QUERY_TILE tokens, heads, samples)."""
+        self._run(self._attention_kernel(name, hd), (-(-t // QUERY_TILE) * QUERY_TILE, heads, m),
+                  *args, local=(QUERY_TILE, 1, 1), label=name)
+
+    @staticmethod
+    def _dropout(key, rate, lse):
+        """The kernels' dropout arguments: the key, the rate and 1 / (1 - rate); without
+        dropout, lse stands in for the key (never read)."""
+        if rate:
+            check_key(key)
+        return (key if rate else lse), float(rate), float(1 / (1 - rate))
+
+    def attention(self, o, lse, qkv, heads, t, causal, key=None, rate=0.0):
         dim, hd, m, cols = check_attention("attention", qkv, o, lse, heads, t)
-        self._run("attention_forward", (cols, heads), o, lse, qkv, dim, hd, t, m,
-                  float(1 / np.sqrt(hd)), bool(causal), local=self._heads_local())
+        self._tiles("attention_forward", hd, heads, t, m, o, lse, qkv, dim, hd, t, m,
+                    float(1 / np.sqrt(hd)), bool(causal), *self._dropout(key, rate, lse))
 
-    def attention_grad(self, dqkv, dsum, dout, qkv, o, lse, heads, t, causal):
+    def attention_grad(self, dqkv, dsum, dout, qkv, o, lse, heads, t, causal, key=None,
+                       rate=0.0):
         dim, hd, m, cols = check_attention("attention_grad", qkv, o, lse, heads, t)
         check_attention("attention_grad", dqkv, dout, dsum, heads, t)
         scale = float(1 / np.sqrt(hd))
-        local = self._heads_local()
-        self._run("attention_dsum", (cols, heads), dsum, dout, o, dim, hd, cols, local=local)
+        self._run(self._attention_kernel("attention_dsum", hd), (cols, heads), dsum, dout, o,
+                  dim, hd, cols, local=(min(128, self.gemv_threads), 1), label="attention_dsum")
         for kernel in ("attention_grad_q", "attention_grad_kv"):
-            self._run(kernel, (cols, heads), dqkv, qkv, dout, lse, dsum, dim, hd, t, m, scale,
-                      bool(causal), local=local)
+            self._tiles(kernel, hd, heads, t, m, dqkv, qkv, dout, lse, dsum, dim, hd, t, m,
+                        scale, bool(causal), *self._dropout(key, rate, lse))

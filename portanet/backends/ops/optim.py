@@ -3,11 +3,12 @@ SGD with momentum (several layers in one launch on GPUs), Adam, RMSprop (element
 import numpy as np
 
 from ..arrays import STEPS
-from ..checks import (check_adam, check_found, check_loss_scale, check_skip, check_update,
-                      log_beta)
+from ..checks import (check_adam, check_clip, check_found, check_loss_scale, check_skip,
+                      check_update, log_beta)
 from .reference import quiet
 
 UPDATE_LAYERS = 4          # the layers one momentum_updates launch takes (elementwise.cl)
+CLIP_EPS = 1e-6            # clip_grad_norm_'s: the norm's guard against 0 (elementwise.cl too)
 
 
 class UpdateOps:
@@ -65,6 +66,12 @@ class UpdateOps:
     def unscale_check(self, g, s, found):
         """g <- g s[1] (divided by the scale, exactly: it is a power of two); found[0] <- -1
         where any element of the result is inf or NaN, else left as it is."""
+        raise NotImplementedError
+
+    def clip_norm(self, g, squares, max_norm, unit=1.0):
+        """Global-norm clipping (torch.nn.utils.clip_grad_norm_) of the gradient that g holds
+        times `unit` (plain SGD's workspace holds -lr times it): squares[0] <- g . g; then
+        g <- g min(1, max_norm / (sqrt(squares[0]) / |unit| + 1e-6)), all on the device."""
         raise NotImplementedError
 
     def adam_scalars(self, s, t, found, lr, beta1, beta2):
@@ -149,6 +156,14 @@ class UpdateReference(UpdateOps):
         g *= s[1]
         if not np.isfinite(g).all():
             found[0] = -1
+
+    @quiet
+    def clip_norm(self, g, squares, max_norm, unit=1.0):
+        check_clip(g, squares, max_norm, unit)
+        squares[0] = g @ g
+        coef = max_norm / (np.sqrt(squares[0]) / abs(unit) + CLIP_EPS)
+        if coef < 1:
+            g *= g.dtype.type(coef)
 
     @quiet
     def adam_scalars(self, s, t, found, lr, beta1, beta2):
@@ -248,6 +263,12 @@ class UpdateKernels(UpdateOps):
         check_loss_scale("unscale_check", s)
         check_found("unscale_check", found)
         self._run("unscale_check", (g.size,), g, s, found, g.size)
+
+    def clip_norm(self, g, squares, max_norm, unit=1.0):
+        check_clip(g, squares, max_norm, unit)
+        self.gemv(1.0, self.view(g, (1, g.size)), g, 0.0, squares)
+        self._run("clip_scale", (g.size,), g, squares, float(max_norm), float(1 / abs(unit)),
+                  g.size)
 
     def adam_scalars(self, s, t, found, lr, beta1, beta2):
         check_found("adam_scalars", found)
