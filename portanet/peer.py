@@ -207,7 +207,7 @@ def torch_resnet(torch):
 def torch_gpt(torch, vocab, context, layers, heads, dim, dropout):
     """pn.gpt's network in PyTorch, as nanoGPT writes it: token and position embeddings,
     pre-norm blocks of causal scaled_dot_product_attention and a gelu MLP, a LayerNorm and
-    the output product; dropout where pn.gpt has it (none on the attention's weights)."""
+    the output product; dropout where pn.gpt has it (the attention's probabilities too)."""
     nn, F = torch.nn, torch.nn.functional
 
     class Block(nn.Module):
@@ -222,7 +222,8 @@ def torch_gpt(torch, vocab, context, layers, heads, dim, dropout):
             b, t, _ = x.shape
             q, k, v = self.qkv(self.ln1(x)).split(dim, dim=2)
             q, k, v = (z.view(b, t, heads, dim // heads).transpose(1, 2) for z in (q, k, v))
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True,
+                                               dropout_p=dropout if self.training else 0.0)
             x = x + self.drop(self.proj(y.transpose(1, 2).reshape(b, t, dim)))
             return x + self.drop(self.out(F.gelu(self.fc(self.ln2(x)))))
 

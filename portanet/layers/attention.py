@@ -24,8 +24,9 @@ class MultiHeadAttention(Masks, Layer):
     Dropout's (layers.Masks: a hash of seed, step and element, never stored).
 
     It keeps q, k and v, the heads' outputs and each query's log softmax denominator for
-    the backward, and has gradient buffers of its own for q, k, v and the heads' outputs;
-    its dL/dx replaces its input, as every layer's."""
+    the backward; the gradients of q, k, v and the heads' outputs live in the network's
+    shared workspace, only while its backward runs; its dL/dx replaces its input, as every
+    layer's."""
     trainable = True
     decayed = ("w_qkv", "w_o")
 
@@ -86,13 +87,14 @@ class MultiHeadAttention(Masks, Layer):
                 "w_o": rng.uniform(-1 / math.sqrt(d), 1 / math.sqrt(d), (d, d))}
 
     def shared_sizes(self, m):
-        return self.tokens * m, 0           # the ones vector of the bias gradients
+        # the ones vector of the bias gradients; the gradients of q, k, v and o
+        cols = self.tokens * m
+        return cols, 4 * self.dim * cols
 
     def batch_buffers(self, m):
         cols, d = self.tokens * m, self.dim
         return {"_qkv": (3 * d * cols, None), "_o": (d * cols, None),
                 "_lse": (self.heads * cols, None), "_a": (d * cols, None),
-                "_dqkv": (3 * d * cols, None), "_do": (d * cols, None),
                 "_dsum": (self.heads * cols, None), "_key": (1, np.int32)}
 
     def products(self, m):
@@ -107,7 +109,9 @@ class MultiHeadAttention(Masks, Layer):
         self.qkv, self.o = bk.view(self._qkv, (3 * d, cols)), bk.view(self._o, (d, cols))
         self.lse = bk.view(self._lse, (self.heads, cols))
         self.a = bk.view(self._a, (d, cols))
-        self.dqkv, self.do = bk.view(self._dqkv, (3 * d, cols)), bk.view(self._do, (d, cols))
+        self.shared = shared
+        self.do = bk.view(shared.workspace, (d, cols))
+        self.dqkv = bk.view(shared.workspace, (3 * d, cols), d * cols)
         self.dsum = bk.view(self._dsum, (self.heads, cols))
         self.ones = bk.view(shared.ones, (cols,))
 
@@ -120,6 +124,7 @@ class MultiHeadAttention(Masks, Layer):
 
     def backward(self, train, first, delta_in_z=False):
         bk = self.backend
+        self.shared.workspace_holds = None      # no conv layer's patches are left there
         g, alpha, beta = train.gradient(self)
         # the projection: dL/da arrived in a
         bk.gemv(alpha, self.a, self.ones, beta, g["b_o"])
