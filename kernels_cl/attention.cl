@@ -22,8 +22,12 @@
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
 #endif
-#define QUERY_TILE 64                       /* a work-group's tokens (its work-items) */
-#define KEY_TILE (64 / (int)sizeof(real))   /* the other side's tokens a local tile holds */
+#ifndef QUERY_TILE
+#define QUERY_TILE 64           /* a work-group's tokens (its work-items): what local memory holds */
+#endif
+#ifndef KEY_TILE
+#define KEY_TILE (32 / (int)sizeof(real))   /* the other side's tokens a local tile holds */
+#endif
 
 /* A work-item's token i of sample n in head h (valid: i < t; the others only help load
    tiles), the group's first token, its column c, that head's rows of q, k and v in qkv
@@ -133,7 +137,9 @@ KERNEL void attention_dsum(GLOBAL real* dsum, const int dsum_off, const GLOBAL r
 }
 
 /* dq_i <- scale sum_j p_ij (do_i . v_j m_ij - dsum_i) k_j over the keys token i sees (m_ij
-   the dropout's factor, p_ij made again from lse), a tile of keys at a time. */
+   the dropout's factor, p_ij made again from lse), a tile of keys at a time. q_i and dq_i
+   are registers, do_i the work-item's own column of local memory (read once a feature for
+   a whole tile of keys: registers for all three spilled). */
 KERNEL void attention_grad_q(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL real* qkv,
                              const int qkv_off, const GLOBAL real* dout, const int dout_off,
                              const GLOBAL real* lse, const int lse_off,
@@ -142,13 +148,14 @@ KERNEL void attention_grad_q(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL
                              const int causal, const GLOBAL int* key, const int key_off,
                              const real rate, const real keep) {
     TILE_ROWS(i);
-    LOCAL real ks[KEY_TILE * HEAD_DIM], vs[KEY_TILE * HEAD_DIM];
+    LOCAL real ks[KEY_TILE * HEAD_DIM], vs[KEY_TILE * HEAD_DIM], dys[HEAD_DIM * QUERY_TILE];
     const GLOBAL real* dy = dout + dout_off + (h * HEAD_DIM) * cols;
-    real qi[HEAD_DIM], dyi[HEAD_DIM], dq[HEAD_DIM];
+    const int own = LOCAL_ID(0);
+    real qi[HEAD_DIM], dq[HEAD_DIM];
 #pragma unroll
     for (int d = 0; d < HEAD_DIM; d++) {
         qi[d] = valid ? q[d * cols + c] * scale : (real)0;
-        dyi[d] = valid ? dy[d * cols + c] : (real)0;
+        dys[d * QUERY_TILE + own] = valid ? dy[d * cols + c] : (real)0;
         dq[d] = 0;
     }
     const real l = valid ? lse[lse_off + h * cols + c] : (real)0;
@@ -160,23 +167,29 @@ KERNEL void attention_grad_q(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL
         load_tile(vs, v, j0, t, m, n, cols);
         BARRIER();
         const int count = seen(valid, i, j0, t, causal);
-        real g[KEY_TILE];
+        real s[KEY_TILE], dp[KEY_TILE];
 #pragma unroll
-        for (int jj = 0; jj < KEY_TILE; jj++) {
-            real s = 0, dp = 0;
+        for (int jj = 0; jj < KEY_TILE; jj++) s[jj] = dp[jj] = 0;
 #pragma unroll
-            for (int d = 0; d < HEAD_DIM; d++) {
-                s += qi[d] * ks[jj * HEAD_DIM + d];
-                dp += dyi[d] * vs[jj * HEAD_DIM + d];
+        for (int d = 0; d < HEAD_DIM; d++) {
+            const real qd = qi[d], yd = dys[d * QUERY_TILE + own];
+#pragma unroll
+            for (int jj = 0; jj < KEY_TILE; jj++) {
+                s[jj] += qd * ks[jj * HEAD_DIM + d];
+                dp[jj] += yd * vs[jj * HEAD_DIM + d];
             }
-            const real p = exp(s - l) * scale;
-            g[jj] = jj < count ? p * (DROPPED(dp, i, j0 + jj) - di) : (real)0;
         }
+#pragma unroll
+        for (int jj = 0; jj < KEY_TILE; jj++)       // s becomes the score's gradient
+            s[jj] = jj < count ? exp(s[jj] - l) * scale * (DROPPED(dp[jj], i, j0 + jj) - di)
+                               : (real)0;
+        // the tile is read again, not kept in registers from above (which spilled them)
+        BARRIER();
 #pragma unroll
         for (int d = 0; d < HEAD_DIM; d++) {
             real a = dq[d];
 #pragma unroll
-            for (int jj = 0; jj < KEY_TILE; jj++) a += g[jj] * ks[jj * HEAD_DIM + d];
+            for (int jj = 0; jj < KEY_TILE; jj++) a += s[jj] * ks[jj * HEAD_DIM + d];
             dq[d] = a;
         }
     }
@@ -187,7 +200,8 @@ KERNEL void attention_grad_q(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL
 
 /* dk_j <- scale sum_i p_ij (do_i . v_j m_ij - dsum_i) q_i and dv_j <- sum_i p_ij m_ij do_i
    over the queries that see token j (m_ij the dropout's factor), a tile of queries (their
-   q, do, lse and dsum) at a time: here the work-group's tokens are keys. */
+   q, do, lse and dsum) at a time: here the work-group's tokens are keys. dk_j and dv_j are
+   registers, k_j and v_j the work-item's own columns of local memory. */
 KERNEL void attention_grad_kv(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL real* qkv,
                               const int qkv_off, const GLOBAL real* dout, const int dout_off,
                               const GLOBAL real* lse, const int lse_off,
@@ -198,12 +212,14 @@ KERNEL void attention_grad_kv(GLOBAL real* dqkv, const int dqkv_off, const GLOBA
     TILE_ROWS(j);
     LOCAL real qs[KEY_TILE * HEAD_DIM], dys[KEY_TILE * HEAD_DIM];
     LOCAL real lses[KEY_TILE], dsums[KEY_TILE];
+    LOCAL real kown[HEAD_DIM * QUERY_TILE], vown[HEAD_DIM * QUERY_TILE];
     const GLOBAL real* dy = dout + dout_off + (h * HEAD_DIM) * cols;
-    real kj[HEAD_DIM], vj[HEAD_DIM], dk[HEAD_DIM], dv[HEAD_DIM];
+    const int own = LOCAL_ID(0);
+    real dk[HEAD_DIM], dv[HEAD_DIM];
 #pragma unroll
     for (int d = 0; d < HEAD_DIM; d++) {
-        kj[d] = valid ? k[d * cols + c] * scale : (real)0;
-        vj[d] = valid ? v[d * cols + c] : (real)0;
+        kown[d * QUERY_TILE + own] = valid ? k[d * cols + c] * scale : (real)0;
+        vown[d * QUERY_TILE + own] = valid ? v[d * cols + c] : (real)0;
         dk[d] = 0;
         dv[d] = 0;
     }
@@ -212,36 +228,41 @@ KERNEL void attention_grad_kv(GLOBAL real* dqkv, const int dqkv_off, const GLOBA
         BARRIER();
         load_tile(qs, q, i0, t, m, n, cols);
         load_tile(dys, dy, i0, t, m, n, cols);
-        if (LOCAL_ID(0) < KEY_TILE) {
-            const int at = h * cols + (i0 + LOCAL_ID(0)) * m + n;
-            const bool in = i0 + LOCAL_ID(0) < t;
-            lses[LOCAL_ID(0)] = in ? lse[lse_off + at] : (real)0;
-            dsums[LOCAL_ID(0)] = in ? dsum[dsum_off + at] : (real)0;
+        if (own < KEY_TILE) {
+            const int at = h * cols + (i0 + own) * m + n;
+            const bool in = i0 + own < t;
+            lses[own] = in ? lse[lse_off + at] : (real)0;
+            dsums[own] = in ? dsum[dsum_off + at] : (real)0;
         }
         BARRIER();
-        if (!valid) continue;
-        real g[KEY_TILE], pm[KEY_TILE];
+        real s[KEY_TILE], dp[KEY_TILE];
 #pragma unroll
-        for (int ii = 0; ii < KEY_TILE; ii++) {
-            real s = 0, dp = 0;
+        for (int ii = 0; ii < KEY_TILE; ii++) s[ii] = dp[ii] = 0;
 #pragma unroll
-            for (int d = 0; d < HEAD_DIM; d++) {
-                s += qs[ii * HEAD_DIM + d] * kj[d];
-                dp += dys[ii * HEAD_DIM + d] * vj[d];
+        for (int d = 0; d < HEAD_DIM; d++) {
+            const real kd = kown[d * QUERY_TILE + own], vd = vown[d * QUERY_TILE + own];
+#pragma unroll
+            for (int ii = 0; ii < KEY_TILE; ii++) {
+                s[ii] += qs[ii * HEAD_DIM + d] * kd;
+                dp[ii] += dys[ii * HEAD_DIM + d] * vd;
             }
-            const int i = i0 + ii;
-            const bool sees = i < t && (!causal || i >= j);
-            const real p = sees ? exp(s - lses[ii]) : (real)0;
-            g[ii] = p * (DROPPED(dp, i, j) - dsums[ii]) * scale;
-            pm[ii] = DROPPED(p, i, j);
         }
+#pragma unroll
+        for (int ii = 0; ii < KEY_TILE; ii++) {     // s, dp become the gradients' factors
+            const int i = i0 + ii;
+            const real p = i < t && (!causal || i >= j) ? exp(s[ii] - lses[ii]) : (real)0;
+            s[ii] = p * (DROPPED(dp[ii], i, j) - dsums[ii]) * scale;
+            dp[ii] = DROPPED(p, i, j);
+        }
+        // the tiles are read again, not kept in registers from above (which spilled them)
+        BARRIER();
 #pragma unroll
         for (int d = 0; d < HEAD_DIM; d++) {
             real a = dk[d], b = dv[d];
 #pragma unroll
             for (int ii = 0; ii < KEY_TILE; ii++) {
-                a += g[ii] * qs[ii * HEAD_DIM + d];
-                b += pm[ii] * dys[ii * HEAD_DIM + d];
+                a += s[ii] * qs[ii * HEAD_DIM + d];
+                b += dp[ii] * dys[ii * HEAD_DIM + d];
             }
             dk[d] = a;
             dv[d] = b;

@@ -7,7 +7,8 @@ from ...rng import dropout_mask
 from .reference import quiet
 
 MAX_HEAD_DIM = 128      # a head's features a work-item holds (attention.cl's registers)
-QUERY_TILE = 64         # a work-group's tokens (attention.cl's)
+QUERY_TILES = (64, 32, 16, 8, 4, 2, 1)  # a work-group's tokens, the most local memory holds
+LOCAL_RESERVED = 64     # bytes of local memory a build may take beside its arrays
 
 
 def check_attention(op, qkv, o, lse, heads, t):
@@ -111,22 +112,39 @@ class AttentionReference(AttentionOps):
             heads, t * m)
 
 
+def query_tile(hd, itemsize, local_bytes):
+    """The tokens a work-group of attention.cl takes for heads of hd features: the most of
+    QUERY_TILES whose local memory fits (attention_grad_kv's, the most: its keys' own
+    columns of k and v, tiles of KEY_TILE queries' q and do, their lse and dsum)."""
+    key_tile = 32 // itemsize
+    for tile in QUERY_TILES:
+        if (2 * tile * hd + 2 * key_tile * hd + 2 * key_tile) * itemsize \
+                <= local_bytes - LOCAL_RESERVED:
+            return tile
+    raise ShapeError(f"attention: heads of {hd} features do not fit the device's "
+                     f"{local_bytes} bytes of local memory: give more heads")
+
+
 class AttentionKernels(AttentionOps):
     """KernelBackend's: launches of attention.cl's kernels, built for each head dim met
-    (HEAD_DIM: a work-item's rows in registers), a work-group of QUERY_TILE work-items per
-    tile of a sample's tokens and head."""
+    (HEAD_DIM: a work-item's rows in registers) and the work-group's tokens that local
+    memory holds (QUERY_TILE), a work-group per tile of a sample's tokens and head."""
 
     def _attention_kernel(self, name, hd):
-        """attention.cl's kernel `name` built for heads of hd features."""
+        """(attention.cl's kernel `name` built for heads of hd features, its tile)."""
         key = (name, "head dim", hd)
         if key not in self._kernels:
-            self._kernels[key] = self._build("attention", name, [f"-DHEAD_DIM={hd}"])
+            tile = query_tile(hd, self.dtype.itemsize, self.gemm_limits[1])
+            self._kernels[key] = (self._build("attention", name, [f"-DHEAD_DIM={hd}",
+                                                                 f"-DQUERY_TILE={tile}"]),
+                                  tile)
         return self._kernels[key]
 
     def _tiles(self, name, hd, heads, t, m, *args):
         """A launch of `name` over (tiles of QUERY_TILE tokens, heads, samples)."""
-        self._run(self._attention_kernel(name, hd), (-(-t // QUERY_TILE) * QUERY_TILE, heads, m),
-                  *args, local=(QUERY_TILE, 1, 1), label=name)
+        kernel, tile = self._attention_kernel(name, hd)
+        self._run(kernel, (-(-t // tile) * tile, heads, m), *args, local=(tile, 1, 1),
+                  label=name)
 
     @staticmethod
     def _dropout(key, rate, lse):
@@ -146,8 +164,9 @@ class AttentionKernels(AttentionOps):
         dim, hd, m, cols = check_attention("attention_grad", qkv, o, lse, heads, t)
         check_attention("attention_grad", dqkv, dout, dsum, heads, t)
         scale = float(1 / np.sqrt(hd))
-        self._run(self._attention_kernel("attention_dsum", hd), (cols, heads), dsum, dout, o,
-                  dim, hd, cols, local=(min(128, self.gemv_threads), 1), label="attention_dsum")
+        self._run(self._attention_kernel("attention_dsum", hd)[0], (cols, heads), dsum, dout,
+                  o, dim, hd, cols, local=(min(128, self.gemv_threads), 1),
+                  label="attention_dsum")
         for kernel in ("attention_grad_q", "attention_grad_kv"):
             self._tiles(kernel, hd, heads, t, m, dqkv, qkv, dout, lse, dsum, dim, hd, t, m,
                         scale, bool(causal), *self._dropout(key, rate, lse))
