@@ -212,11 +212,12 @@ class NormKernels(NormOps):
     def layernorm(self, y, mean, inv_std, x, gamma, beta, eps):
         rows, n = check_columns(self, "layernorm", x, {"y": y}, {"gamma": gamma, "beta": beta},
                                 {"mean": mean, "inv_std": inv_std})
-        self._run("layernorm", (n,), y, mean, inv_std, x, gamma, beta, float(eps), rows, n)
+        self._run("layernorm", _lanes(n), y, mean, inv_std, x, gamma, beta, float(eps), rows,
+                  n, local=(LN_COLS, LN_LANES))
 
     def layernorm_grad(self, dx, dgamma, dbeta, dy, x, gamma, mean, inv_std, alpha, beta):
         """The parameters' gradients first (a group per row), while x and dy are whole; then
-        dx (a work-item per column), which may be written over either."""
+        dx (layernorm's groups), which may be written over either."""
         rows, n = check_columns(self, "layernorm_grad", x, {"dx": dx, "dy": dy},
                                 {"dgamma": dgamma, "dbeta": dbeta, "gamma": gamma},
                                 {"mean": mean, "inv_std": inv_std})
@@ -224,4 +225,13 @@ class NormKernels(NormOps):
                   mean, inv_std, float(alpha), float(beta), rows, n,
                   local=(self.gemv_threads,))
         if dx is not None:
-            self._run("layernorm_dx", (n,), dx, dy, x, gamma, mean, inv_std, rows, n)
+            self._run("layernorm_dx", _lanes(n), dx, dy, x, gamma, mean, inv_std, rows, n,
+                      local=(LN_COLS, LN_LANES))
+
+
+LN_COLS, LN_LANES = 32, 8       # norm.cl's layernorm groups: columns by lanes over the rows
+
+
+def _lanes(n):
+    """The global size of layernorm's groups over n columns."""
+    return (-(-n // LN_COLS) * LN_COLS, LN_LANES)
