@@ -594,7 +594,7 @@ def tune(specs, budget, sizes, quick, output, json_path):
 @click.argument("model_file", type=click.Path(dir_okay=False))
 @click.argument("out", type=click.Path(dir_okay=False))
 @click.option("--opset", type=int, default=None,
-              help="the ONNX opset to write (default 17)")
+              help="the ONNX opset to write (default 17, 23 for a network with attention)")
 def export(model_file, out, opset):
     """Write MODEL_FILE (a file saved by portanet) as the ONNX model OUT (extra `onnx`):
     samples-first input (N, ...) with N free, the output activation included."""
@@ -604,7 +604,7 @@ def export(model_file, out, opset):
         path = onnx_export.to_onnx(net, out, opset)
     except PortanetError as e:
         raise click.ClickException(str(e)) from e
-    click.echo(export_report(net, model_file, path, opset or onnx_export.OPSET))
+    click.echo(export_report(net, model_file, path, opset or onnx_export.default_opset(net)))
 
 
 def export_report(net, source, path, opset):

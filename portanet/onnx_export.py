@@ -6,7 +6,14 @@ BatchNormalization with the running statistics, LayerNorm -> LayerNormalization 
 features; over the channels of images, between two Transposes), Residual -> its layers,
 the shortcut and Add, Dropout -> Dropout (the identity in inference, kept so that an import trains as the
 network did). The input is samples-first, (N, C, H, W) or (N, F), as users feed predict,
-with N left free. It takes a network that exists and imports no network: the way back,
+with N left free.
+
+A sequence (a network from Embedding: token ids (N, T) in, int64) is (N, T, features) in
+the graph, as PyTorch holds one: Embedding -> Gather of its table (+ Add of the positions'
+rows), Dense a token at a time -> MatMul + Add, LayerNorm -> LayerNormalization over the
+features, MultiHeadAttention -> MatMul + Add of q, k and v, Split, ONNX's Attention (opset
+23: the heads, causal) and MatMul + Add of the output projection; a softmax output is over
+the last axis. It takes a network that exists and imports no network: the way back,
 portanet.from_onnx, is onnx_import.py's.
 """
 import math
@@ -20,6 +27,7 @@ OPSET = 17                 # the default: read by ONNX Runtime, TensorRT and Ope
 MIN_OPSET = 13             # Softmax over one axis, Unsqueeze's axes as an input
 GELU_OPSET = 20            # the first opset with a Gelu operator
 LAYERNORM_OPSET = 17       # the first with LayerNormalization
+ATTENTION_OPSET = 23       # the first with Attention (scaled dot-product, heads, causal)
 
 # ONNX activation operators <-> portanet's activations (LeakyRelu and Elu with the
 # alpha portanet's kernels use)
@@ -40,10 +48,10 @@ def require_onnx():
 
 def to_onnx(net, path, opset=None):
     """Write `net` as an ONNX model to `path` (atomically), its input samples-first with
-    a free batch dimension; checked with onnx.checker before it is written. opset: OPSET
-    where None."""
+    a free batch dimension; checked with onnx.checker before it is written. opset: where
+    None, OPSET, or ATTENTION_OPSET for a network with attention."""
     onnx = require_onnx()
-    opset = OPSET if opset is None else opset
+    opset = default_opset(net) if opset is None else opset
     newest = onnx.defs.onnx_opset_version()
     if isinstance(opset, bool) or not isinstance(opset, int) or not MIN_OPSET <= opset <= newest:
         raise InputError(f"opset must be a whole number from {MIN_OPSET} to {newest} (this "
@@ -54,12 +62,21 @@ def to_onnx(net, path, opset=None):
                                        "the ONNX model")
 
 
-def export_model(net, opset=OPSET):
+def default_opset(net):
+    """The opset an export takes unless told: OPSET, the first with Attention where the
+    network has one."""
+    attention = any(isinstance(layer, L.MultiHeadAttention) for _, layer in net.walk())
+    return ATTENTION_OPSET if attention else OPSET
+
+
+def export_model(net, opset=None):
     """The ModelProto of `net` (see to_onnx)."""
+    opset = default_opset(net) if opset is None else opset
     onnx = require_onnx()
     g = _Builder(onnx, opset)
     weights = net.get_weights()
-    g.value_info("input", net.input_shape)
+    ids = isinstance(net.layers[0], L.Embedding)
+    g.value_info("input", net.input_shape, ids=ids)
     x, shape = "input", net.input_shape
     for path, layer in zip(map(str, range(len(net.layers))), net.layers):
         x, shape = g.layer(layer, path, x, shape, weights)
@@ -90,9 +107,12 @@ class _Builder:
         self.nodes, self.initializers, self.inputs = [], [], []
         self.count = 0
 
-    def value_info(self, name, shape):
+    def value_info(self, name, shape, ids=False):
+        """A value of per-sample `shape`: a sequence (features, T) as (N, T, features);
+        ids: token ids, int64."""
+        dims = ["N", shape[1], shape[0]] if isinstance(shape, L.Tokens) else ["N", *shape]
         info = self.onnx.helper.make_tensor_value_info(
-            name, self.onnx.TensorProto.FLOAT, ["N", *shape])
+            name, self.onnx.TensorProto.INT64 if ids else self.onnx.TensorProto.FLOAT, dims)
         if name == "input":
             self.inputs.append(info)
         return info
@@ -105,8 +125,11 @@ class _Builder:
         return out
 
     def const(self, name, value):
+        """An initializer: float32, or an int64 array as it is (shapes, splits)."""
+        value = np.asarray(value)
+        dtype = np.int64 if value.dtype == np.int64 else np.float32
         self.initializers.append(self.onnx.numpy_helper.from_array(
-            np.array(value, dtype=np.float32, order="C"), name))
+            np.array(value, dtype=dtype, order="C"), name))
         return name
 
     def layer(self, layer, path, x, shape, weights):
@@ -118,10 +141,16 @@ class _Builder:
             x = self.node("Conv", [x, self.const(f"{path}.w", w),
                                    self.const(f"{path}.b", weights[f"{path}.b"])],
                           kernel_shape=[k, k], strides=[s, s], pads=[p, p, p, p])
+        elif isinstance(layer, L.Embedding):
+            x = self.node("Gather", [self.const(f"{path}.table", weights[f"{path}.table"]), x],
+                          axis=0)
+            if layer.positions:
+                x = self.node("Add", [x, self.const(f"{path}.pos", weights[f"{path}.pos"])])
+        elif isinstance(layer, L.MultiHeadAttention):
+            x = self.attention(layer, path, x, weights)
+        elif isinstance(layer, L.Dense) and layer.tokens_of(shape):
+            x = self.tokens_dense(path, x, weights[f"{path}.w"], weights[f"{path}.b"])
         elif isinstance(layer, L.Dense):
-            if layer.tokens_of(shape):
-                raise InputError(f"{layer}: no ONNX form yet for a Dense layer over a "
-                                 f"sequence, a token at a time")
             if len(shape) != 1:
                 x = self.node("Flatten", [x], axis=1)
             x = self.node("Gemm", [x, self.const(f"{path}.w", weights[f"{path}.w"]),
@@ -147,7 +176,32 @@ class _Builder:
             x = self.node("Dropout", [x, self.const(f"{path}.ratio", np.float32(layer.rate))])
         else:
             raise InputError(f"{layer}: no ONNX form for {kind} layers")
-        return self.activation(getattr(layer, "activation", "linear"), x), layer.out_shape
+        return self.activation(getattr(layer, "activation", "linear"), x,
+                               isinstance(layer.out_shape, L.Tokens)), layer.out_shape
+
+    def tokens_dense(self, path, x, w, b, name="w", bias="b"):
+        """x (N, T, in) times w^T plus b: a Dense a token at a time."""
+        x = self.node("MatMul", [x, self.const(f"{path}.{name}", np.ascontiguousarray(w.T))])
+        return self.node("Add", [x, self.const(f"{path}.{bias}", b)])
+
+    def attention(self, layer, path, x, weights):
+        """q, k and v of every token from one product, split; ONNX's Attention over them
+        (its heads, causal); the output projection."""
+        if self.opset < ATTENTION_OPSET:
+            raise InputError(f"{layer}: ONNX has Attention from opset {ATTENTION_OPSET}; "
+                             f"export with opset={ATTENTION_OPSET} or later")
+        d = layer.dim
+        qkv = self.tokens_dense(path, x, weights[f"{path}.w_qkv"], weights[f"{path}.b_qkv"],
+                                "w_qkv", "b_qkv")
+        parts = [f"{qkv}_{part}" for part in "qkv"]
+        self.count += 1
+        self.nodes.append(self.onnx.helper.make_node(
+            "Split", [qkv, self.const(f"{path}.split", np.array([d, d, d], np.int64))], parts,
+            name=f"Split_{self.count}", axis=2))
+        y = self.node("Attention", parts, is_causal=int(layer.causal), q_num_heads=layer.heads,
+                      kv_num_heads=layer.heads)
+        return self.tokens_dense(path, y, weights[f"{path}.w_o"], weights[f"{path}.b_o"],
+                                 "w_o", "b_o")
 
     def layernorm(self, layer, path, x, shape, weights):
         """LayerNormalization over the last axis: the features, or the channels of images
@@ -155,8 +209,6 @@ class _Builder:
         if self.opset < LAYERNORM_OPSET:
             raise InputError(f"{layer}: ONNX has LayerNormalization from opset "
                              f"{LAYERNORM_OPSET}; export with opset={LAYERNORM_OPSET} or later")
-        if isinstance(shape, L.Tokens):
-            raise InputError(f"{layer}: no ONNX form yet for a LayerNorm over a sequence")
         images = len(shape) == 3
         if images:
             x = self.node("Transpose", [x], perm=[0, 2, 3, 1])
@@ -174,7 +226,9 @@ class _Builder:
             shortcut, _ = self.layer(block.projection, f"{path}.proj", x, shape, weights)
         return self.node("Add", [inner, shortcut])
 
-    def activation(self, kind, x):
+    def activation(self, kind, x, tokens=False):
+        """The activation's nodes on x; a softmax over the features (the last axis of a
+        sequence's (N, T, features))."""
         if kind == "linear":
             return x
         if kind == "silu":                                     # x sigmoid(x)
@@ -186,6 +240,6 @@ class _Builder:
                                     self.const(f"one_{self.count}", 1.0)])
             return self.node("Mul", [self.node("Mul", [x, one]),
                                      self.const(f"half_{self.count}", 0.5)])
-        attrs = {"axis": 1} if op == "Softmax" else \
+        attrs = {"axis": -1 if tokens else 1} if op == "Softmax" else \
             {"alpha": ALPHA[op]} if op in ALPHA else {}
         return self.node(op, [x], **attrs)

@@ -23,7 +23,9 @@ SUPPORTED = ("Gemm, MatMul (+ Add), Conv, BatchNormalization, LayerNormalization
              "features), MaxPool, AveragePool, "
              "GlobalAveragePool (or ReduceMean over H and W), Flatten, Reshape, Relu, "
              "Sigmoid, Tanh, Softmax, LeakyRelu, Elu, Gelu (or its erf form), x * Sigmoid(x), "
-             "Add (residual), Dropout, Identity; constants and Shape arithmetic for reshapes")
+             "Add (residual), Dropout, Identity; for token ids (N, T): Gather of a table (+ "
+             "Add of positions), and over (N, T, features) MatMul + Add, Split into q, k, v "
+             "and Attention; constants and Shape arithmetic for reshapes")
 
 # the free batch size while reshapes' shape arithmetic is evaluated on import
 BATCH = 2**31 - 1
@@ -206,6 +208,7 @@ class Graph(NodeErrors):
         self.onnx, self.where = onnx, where
         self.constants = Constants(onnx, graph, where)
         self.shapes, self.ops, self.users, self.pending = {}, {}, {}, {}
+        self.splits = {}        # {q, k or v of a Split of the stream: (the Split, its input)}
         self.variances = []                     # (node, name, BatchNorm's running variance)
         inputs = [i for i in graph.input if i.name not in self.constants.values]
         if len(inputs) != 1 or len(graph.output) != 1:
@@ -227,6 +230,12 @@ class Graph(NodeErrors):
         erf form, or an Op on the stream."""
         stream = [i for i in node.input if i in self.shapes]
         if self.gelu(node, stream):
+            return
+        if node.op_type == "Split" and stream:
+            self.split(node, attrs, stream[0])
+            return
+        if node.op_type == "Attention":
+            self.add(self.attention(node, attrs))
             return
         if not stream:
             self.constants.fold(node, attrs)
@@ -342,10 +351,20 @@ class Graph(NodeErrors):
             return op("add", inputs=stream)
         if t == "Add":
             b = self.constants.weight(node, next(i for i in node.input if i != x), "bias")
-            if len(shape) != 1 or b.size != shape[0]:
+            made = self.ops.get(x)
+            if isinstance(shape, L.Tokens) and made is not None and made.kind == "layer" \
+                    and type(made.layer) is L.Embedding and not made.layer.positions \
+                    and b.size == shape[0] * shape[1] and self.users.get(x) is None:
+                # an embedding's positions: the row of each token added
+                made.layer = L.Embedding(made.layer.vocab, made.layer.dim, positions=True)
+                made.weights["pos"] = b.reshape(shape[1], shape[0]).astype(np.float64)
+                return op("skip")
+            if len(shape) not in (1, 2) or b.size != shape[0]:
                 raise self.unsupported(node, f"an Add of a {b.shape} constant to {shape} "
                                              f"samples; portanet adds biases after MatMul")
             return op("bias", bias=b.reshape(-1))
+        if t == "Gather":
+            return self.embedding(node, attrs, x, shape, op)
         if t == "Mul" and len(stream) == 2:
             gate = [v for v in stream if v in self.ops and self.ops[v].kind == "act"
                     and self.ops[v].activation == "sigmoid" and self.ops[v].inputs == [
@@ -401,10 +420,10 @@ class Graph(NodeErrors):
     def layernorm(self, node, attrs, shape, op):
         """LayerNormalization over the features of vectors (axis -1 or 1), with a scale and
         a bias of one value each (or one for all)."""
-        if len(shape) != 1 or attrs.get("axis", -1) not in (-1, 1):
+        if len(shape) not in (1, 2) or attrs.get("axis", -1) not in (-1, len(shape)):
             raise self.unsupported(node, f"a normalization over axis {attrs.get('axis', -1)} "
                                          f"of {shape} samples; portanet's LayerNorm takes the "
-                                         f"features of vectors")
+                                         f"features of vectors or of a sequence's tokens")
         if len([o for o in node.output if o]) > 1:
             raise self.unsupported(node, "its mean and 1/std as outputs")
         if len(node.input) < 2 or not node.input[1]:
@@ -423,6 +442,62 @@ class Graph(NodeErrors):
             "gamma": np.broadcast_to(gamma.reshape(-1), (n,)).astype(np.float64),
             "beta": np.broadcast_to(beta.reshape(-1), (n,)).astype(np.float64)})
 
+    def embedding(self, node, attrs, x, shape, op):
+        """Gather of a constant table (vocab, dim) at the graph's token ids: Embedding."""
+        if x != self.input or node.input[1] != x or attrs.get("axis", 0) != 0 \
+                or len(shape) != 1:
+            raise self.unsupported(node, "a Gather other than of a table's rows at the "
+                                         "graph's token ids (N, T)")
+        table = self.constants.weight(node, node.input[0], "table")
+        if table.ndim != 2:
+            raise self.unsupported(node, f"a table of shape {table.shape}")
+        layer = self.layer(node, f"a table of {table.shape}",
+                           lambda: L.Embedding(table.shape[0], table.shape[1]))
+        return op("layer", L.Tokens((table.shape[1], shape[0])), layer=layer,
+                  weights={"table": table.astype(np.float64)})
+
+    def split(self, node, attrs, x):
+        """A Split of a sequence's features into three equal parts (q, k and v), which
+        only an Attention may take."""
+        shape = self.shapes[x]
+        parts = [o for o in node.output if o]
+        sizes = self.constants.const(node, node.input[1]) if len(node.input) > 1 \
+            and node.input[1] else attrs.get("split")
+        sizes = [shape[0] // 3] * 3 if sizes is None else [int(v) for v in np.ravel(sizes)]
+        if not isinstance(shape, L.Tokens) or attrs.get("axis", 0) not in (-1, 2) \
+                or len(parts) != 3 or sizes != [shape[0] // 3] * 3 or shape[0] % 3:
+            raise self.unsupported(node, "a Split other than of a sequence's features into "
+                                         "three equal parts (q, k and v for an Attention)")
+        for part in parts:
+            self.splits[part] = (node, x)
+
+    def attention(self, node, attrs):
+        """ONNX's Attention over q, k and v of one Split of the stream, of equal heads, no
+        mask or cache, the default scale: MultiHeadAttention's core, which Stream joins
+        with the products on either side."""
+        ins = [i for i in node.input if i]
+        made = [self.splits.get(i) for i in ins]
+        if len(ins) != 3 or None in made or len({id(m[0]) for m in made}) != 1 \
+                or ins != [o for o in made[0][0].output if o]:
+            raise self.unsupported(node, "an Attention other than over q, k and v of one "
+                                         "Split of the stream, in that order")
+        heads = int(attrs.get("q_num_heads", 0))
+        x = made[0][1]
+        dim = self.shapes[x][0] // 3
+        if heads < 1 or attrs.get("kv_num_heads", heads) != heads or dim % heads \
+                or attrs.get("softcap", 0.0) or attrs.get("qk_matmul_output_mode", 0) \
+                or len([o for o in node.output if o]) != 1:
+            raise self.unsupported(node, "heads other than q's and kv's alike dividing the "
+                                         "features, a softcap, or outputs beside y")
+        if "scale" in attrs and not math.isclose(attrs["scale"], (dim // heads) ** -0.5,
+                                                 rel_tol=1e-6):
+            raise self.unsupported(node, f"a scale other than 1 / sqrt({dim // heads})")
+        causal = bool(attrs.get("is_causal", 0))
+        layer = self.layer(node, f"{heads} heads",
+                           lambda: L.MultiHeadAttention(heads, causal=causal))
+        return Op(node, "attention", [x], node.output[0], L.Tokens((dim, self.shapes[x][1])),
+                  layer=layer)
+
     def check_activation(self, node, t, attrs, shape):
         if t in ALPHA and not math.isclose(attrs.get("alpha", 0.01 if t == "LeakyRelu"
                                                      else 1.0), ALPHA[t], rel_tol=1e-6):
@@ -430,15 +505,17 @@ class Graph(NodeErrors):
                                          f"alpha {ALPHA[t]}")
         if t == "Gelu" and attrs.get("approximate", "none") != "none":
             raise self.unsupported(node, "the tanh approximation; portanet's gelu is erf's")
-        if t == "Softmax" and (len(shape) != 1 or attrs.get("axis", -1) not in (1, -1)):
-            raise self.unsupported(node, "softmax over other than the features of vectors")
+        if t == "Softmax" and attrs.get("axis", -1) not in (-1, len(shape)):
+            raise self.unsupported(node, "softmax over other than the features of vectors "
+                                         "or of a sequence's tokens")
 
     def check_images(self, node, shape):
         if len(shape) != 3:
             raise self.unsupported(node, f"it takes images, the stream has {shape} samples")
 
     def dense(self, node, attrs, x, shape, op):
-        if len(shape) != 1:
+        tokens = isinstance(shape, L.Tokens)        # a product a token at a time
+        if len(shape) != 1 and not (tokens and node.op_type == "MatMul"):
             raise self.unsupported(node, f"a product with {shape} samples; flatten first")
         if len(node.input) < 2:
             raise self.damaged(node, "its weight is missing")
@@ -467,7 +544,8 @@ class Graph(NodeErrors):
         if w.shape[1] != shape[0]:
             raise self.unsupported(node, f"a weight for {w.shape[1]} inputs on {shape[0]}")
         layer = self.layer(node, f"{w.shape[0]} outputs", lambda: L.Dense(w.shape[0]))
-        return op("layer", (w.shape[0],), layer=layer,
+        out = L.Tokens((w.shape[0], shape[1])) if tokens else (w.shape[0],)
+        return op("layer", out, layer=layer,
                   weights={"w": w, "b": np.zeros(w.shape[0]) if b is None else b},
                   bias=b is not None)
 

@@ -96,6 +96,7 @@ class Stream(NodeErrors):
     def network(self):
         """([layers], {name in get_weights: the graph's array}) of the graph."""
         self.params, self.biased = {}, set()
+        self.projecting = None      # an attention whose output projection comes next
         # the ops in the graph's (topological) order, where each is, and the stream values
         # from which a path reaches the output (the others are dead ends)
         self.order = list(self.ops.values())
@@ -140,7 +141,12 @@ class Stream(NodeErrors):
 
     def apply(self, layers, op):
         last = layers[-1] if layers else None
-        if op.kind == "layer":
+        if self.projecting is not None and op.kind != "attention":
+            self.project(op)
+            return
+        if op.kind == "attention":
+            self.attention(layers, op, last)
+        elif op.kind == "layer":
             layers.append(op.layer)
             self.params[id(op.layer)] = op.weights
             if op.bias is not False:
@@ -174,6 +180,39 @@ class Stream(NodeErrors):
             self.biased.add(id(last))
         elif op.kind != "skip":
             raise self.unsupported(op.node)
+
+    def attention(self, layers, op, last):
+        """MultiHeadAttention from the product that made q, k and v (the Dense before the
+        Split, which it replaces) and the one after (project)."""
+        d = op.shape[0]
+        if type(last) is not L.Dense or last.activation != "linear" or last.units != 3 * d:
+            raise self.unsupported(op.node, f"an Attention after {last or 'the input'}; "
+                                            f"portanet's takes q, k and v from one product")
+        layers[-1] = op.layer
+        made = self.params.pop(id(last))
+        self.params[id(op.layer)] = {"w_qkv": made["w"], "b_qkv": made["b"]}
+        if id(last) in self.biased:
+            self.biased.add(id(op.layer))
+        self.projecting = (op.layer, False)
+
+    def project(self, op):
+        """The output projection of the attention before op: its product (MatMul) and then
+        its bias."""
+        attention, multiplied = self.projecting
+        params = self.params[id(attention)]
+        d = op.shape[0]
+        if not multiplied and op.kind == "layer" and type(op.layer) is L.Dense \
+                and op.weights["w"].shape == (d, d):
+            params["w_o"], params["b_o"] = op.weights["w"], op.weights["b"]
+            self.projecting = None if op.bias is not False else (attention, True)
+        elif multiplied and op.kind == "bias":
+            params["b_o"] = op.bias
+            self.projecting = None
+        elif multiplied and op.kind == "skip":
+            pass
+        else:
+            raise self.unsupported(op.node, "an Attention's output other than into its "
+                                            "projection (MatMul + Add)")
 
     def last(self, op):
         """Whether only skips lie between op and the graph's output."""
