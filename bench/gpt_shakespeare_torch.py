@@ -18,6 +18,7 @@ steps on a separate copy (CUDA context, cuBLAS, the allocator); evaluation is no
 Prints a line per epoch on stderr and one JSON object on stdout.
 
 Usage: python bench/gpt_shakespeare_torch.py [--epochs 18] [--schedule "cosine(18)"]
+       [--schedule-unit epoch|step]
        [--lr 1e-3] [--clip-norm 1.0] [--precision bf16|fp32] [--device cuda] [--seed 0]
        [--limit N]
 """
@@ -43,6 +44,7 @@ def main():
     args = argparse.ArgumentParser()
     args.add_argument("--epochs", type=int, default=18)
     args.add_argument("--schedule", default="cosine(18)")
+    args.add_argument("--schedule-unit", default="epoch", choices=["epoch", "step"])
     args.add_argument("--lr", type=float, default=1e-3)
     args.add_argument("--weight-decay", type=float, default=0.1)
     args.add_argument("--clip-norm", type=float, default=1.0)
@@ -102,6 +104,7 @@ def main():
     rng = np.random.default_rng(a.seed)
     seconds, losses = [], []
     sync()
+    steps = 0
     for epoch in range(a.epochs):
         lr = schedule(epoch, a.lr)
         for group in opt.param_groups:
@@ -110,6 +113,11 @@ def main():
         model.train()
         start, total = time.perf_counter(), torch.zeros((), device=device)
         for i in range(0, len(x), a.batch_size):
+            if a.schedule_unit == "step":      # the rate of each step, as portanet's
+                lr = schedule(steps, a.lr)
+                for group in opt.param_groups:
+                    group["lr"] = lr
+            steps += 1
             take = order[i:i + a.batch_size]
             total += step(model, opt, xs[take], ys[take]).detach() * len(take)
         sync()
@@ -126,10 +134,10 @@ def main():
             val += float(torch.nn.functional.cross_entropy(
                 logits.flatten(0, 1), yv[i:i + 256].flatten(), reduction="sum"))
             count += yv[i:i + 256].numel()
-    steps = a.epochs * -(-len(x) // a.batch_size)
     print(json.dumps({"library": "torch " + torch.__version__, "device": a.device,
                       "precision": a.precision, "epochs": a.epochs, "steps": steps,
-                      "schedule": repr(schedule), "train_windows": len(x),
+                      "schedule": repr(schedule), "schedule_unit": a.schedule_unit,
+                      "train_windows": len(x),
                       "val_windows": len(x_val), "epoch_seconds": seconds,
                       "seconds": sum(seconds), "final_loss": losses[-1],
                       "val_loss": val / count}))

@@ -11,11 +11,12 @@
 #                                 graph: tokens/s and peak memory (gpt-step.json); the
 #                                 step's profile on cuda (gpt-profile.txt)
 #   bash bench/gpu_gpt.sh train   nanoGPT's baby GPT on Shakespeare: 19 epochs of windows of
-#                                 256 side by side (5282 steps of 64), AdamW at 1e-3 with a
-#                                 cosine decay to 1e-4, the global norm clipped at 1, in bf16
-#                                 on cuda; the held-out loss, a sample and the time
-#                                 (gpt-train.json); then the same in PyTorch
-#                                 (gpt-train-torch.json, bench/gpt_shakespeare_torch.py)
+#                                 256 side by side (5282 steps of 64), AdamW at 1e-3 with
+#                                 nanoGPT's schedule by steps (100 of warmup, a cosine decay
+#                                 to 1e-4), the global norm clipped at 1, in bf16 on cuda;
+#                                 the held-out loss, a sample and the time (gpt-train.json);
+#                                 then the same in PyTorch (gpt-train-torch.json,
+#                                 bench/gpt_shakespeare_torch.py)
 source bench/gpu_setup.sh
 case "$1" in
 tests)
@@ -35,12 +36,14 @@ step)
 train)
     timeout ${TRAIN_S:-330} python3 -m portanet.cli train --model gpt --dataset shakespeare \
         --device cuda --precision bf16 --optimizer adamw --lr 1e-3 --weight-decay 0.1 \
-        --clip-norm 1.0 --schedule "cosine(19, 1e-4)" --epochs 19 --batch-size 64 \
+        --clip-norm 1.0 --schedule "warmup(100, cosine(5182, 1e-4))" --schedule-unit step \
+        --epochs 19 --batch-size 64 \
         --sample 300 --json > "$OUT/gpt-train.log" 2> "$OUT/gpt-train.err"
     tail -1 "$OUT/gpt-train.log" > "$OUT/gpt-train.json"
     grep "test loss" "$OUT/gpt-train.log"
-    timeout 240 python3 bench/gpt_shakespeare_torch.py --epochs 19 \
-        --schedule "cosine(19, 1e-4)" --precision bf16 > "$OUT/gpt-train-torch.json" ;;
+    timeout 240 python3 bench/gpt_shakespeare_torch.py --epochs 19 --schedule-unit step \
+        --schedule "warmup(100, cosine(5182, 1e-4))" --precision bf16 \
+        > "$OUT/gpt-train-torch.json" ;;
 *)
     echo "usage: bash bench/gpu_gpt.sh tests|step|train"; exit 2 ;;
 esac

@@ -295,23 +295,24 @@ KERNEL void sgd_update(const GLOBAL int* skip, const int skip_off, GLOBAL real* 
     w[w_off + i] = wi + (nesterov ? momentum * vi - lr * d : vi);
 }
 
-/* Adam and AdamW: on weights d = g + l2 w (Adam's L2) and w <- keep w (AdamW's decoupled
-   decay, keep = 1 - lr wd), else d = g; m <- beta1 m + (1 - beta1) d;
+/* Adam and AdamW: on weights d = g + l2 w (Adam's L2) and w <- s[2] w (AdamW's decoupled
+   decay, s[2] = 1 - lr wd), else d = g; m <- beta1 m + (1 - beta1) d;
    v <- beta2 v + (1 - beta2) d^2; w <- w - s[0] m / (sqrt(v) / s[1] + eps), where the host
-   writes s = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] on the device each step t (a recorded
-   step reads them there); rest1 = 1 - beta1, rest2 = 1 - beta2 */
+   writes s = [lr / (1 - beta1^t), sqrt(1 - beta2^t), 1 - lr wd, lr] on the device each
+   step t (a recorded step reads them there, so its rate may move every step);
+   rest1 = 1 - beta1, rest2 = 1 - beta2 */
 KERNEL void adam_update(const GLOBAL int* skip, const int skip_off, GLOBAL real* w,
                         const int w_off, GLOBAL real* m, const int m_off, GLOBAL real* v,
                         const int v_off, const GLOBAL real* g, const int g_off,
                         const GLOBAL real* s, const int s_off, const real beta1,
                         const real rest1, const real beta2, const real rest2, const real eps,
-                        const real l2, const real keep, const int n_decay, const int n) {
+                        const real l2, const int n_decay, const int n) {
     const int i = GLOBAL_ID(0);
     if (i >= n || skip[skip_off]) return;
     real wi = w[w_off + i], d = g[g_off + i];
     if (i < n_decay) {
         if (l2 != 0) d += l2 * wi;
-        wi *= keep;
+        wi *= s[s_off + 2];
     }
     const real mi = beta1 * m[m_off + i] + rest1 * d;
     const real vi = beta2 * v[v_off + i] + rest2 * (d * d);
@@ -390,14 +391,15 @@ KERNEL void clip_scale(GLOBAL real* g, const int g_off, const GLOBAL real* squar
 }
 
 /* Adam's numbers of a loss-scaled step, which the device counts (a skipped step is not a
-   step, as in PyTorch): where found[0] is 0, t[0] <- t[0] + 1 and s <- [lr / (1 -
-   beta1^t), sqrt(1 - beta2^t)], each 1 - beta^t as -expm1(t log beta) (log_beta1,
-   log_beta2 come from the host in double: no cancellation); else nothing. One work-item,
-   before the updates. */
+   step, as in PyTorch): where found[0] is 0, t[0] <- t[0] + 1 and s[0], s[1] <- lr / (1 -
+   beta1^t), sqrt(1 - beta2^t), each 1 - beta^t as -expm1(t log beta) (log_beta1,
+   log_beta2 come from the host in double: no cancellation), lr = s[3] (the host writes the
+   step's rate there); else nothing. One work-item, before the updates. */
 KERNEL void adam_scalars(GLOBAL real* s, const int s_off, GLOBAL real* t, const int t_off,
-                         const GLOBAL int* found, const int found_off, const real lr,
+                         const GLOBAL int* found, const int found_off,
                          const real log_beta1, const real log_beta2) {
     if (GLOBAL_ID(0) != 0 || found[found_off] != 0) return;
+    const real lr = s[s_off + 3];
     const real step = t[t_off] + 1;
     t[t_off] = step;
     s[s_off] = lr / -expm1(step * log_beta1);

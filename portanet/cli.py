@@ -157,6 +157,10 @@ def warmup(specs, precision_names, model_names, batch_sizes):
               help="learning rate per epoch, as portanet.schedules: constant, "
                    "'exponential(0.6)', 'step(10, 0.1)', 'cosine(30)', 'warmup(2, cosine(30))'"
                    "; 'cosine' alone spans --epochs")
+@click.option("--schedule-unit", type=click.Choice(["epoch", "step"]), default="epoch",
+              show_default=True,
+              help="what --schedule counts: epochs, or steps (adam and adamw: e.g. "
+                   "--schedule 'warmup(100, cosine(4900, 1e-4))' --schedule-unit step)")
 @click.option("--momentum", type=float, default=None,
               help="sgd's and rmsprop's momentum (default 0.9 for sgd, 0 for rmsprop)")
 @click.option("--nesterov", is_flag=True, help="sgd: Nesterov momentum")
@@ -205,10 +209,10 @@ def warmup(specs, precision_names, model_names, batch_sizes):
                    "proportional to its measured step rate")
 @BUCKET_MB
 @FIRST_BUCKET_MB
-def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum, nesterov,
-          weight_decay, clip_norm, device, precision, seed, limit, test_limit, validation_split, save,
-          checkpoint, resume, plot_path, plan, download, context, sample, as_json, dist, balance,
-          bucket_mb, first_bucket_mb):
+def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, schedule_unit, momentum,
+          nesterov, weight_decay, clip_norm, device, precision, seed, limit, test_limit,
+          validation_split, save, checkpoint, resume, plot_path, plan, download, context, sample,
+          as_json, dist, balance, bucket_mb, first_bucket_mb):
     """Train a network and report test accuracy (for a text corpus, the loss and accuracy
     of each next character on its last tenth)."""
     from . import distributed
@@ -240,6 +244,13 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
                       ("--checkpoint", checkpoint, "the checkpoints"),      # after it
                       ("--plot", plot_path, "the training curves"))
         opt = make_optimizer(optimizer, lr, momentum, nesterov, weight_decay, clip_norm)
+        if schedule_unit == "step" and not opt.rate_on_device:
+            raise click.UsageError(f"--schedule-unit step needs --optimizer adam or adamw "
+                                   f"(their steps read each one's rate on the device), not "
+                                   f"{optimizer}")
+        if schedule_unit == "step" and schedule.strip().lower() == "cosine":
+            raise click.UsageError("with --schedule-unit step, give cosine its steps, e.g. "
+                                   "--schedule 'cosine(5000)'")
         lr_schedule = schedules.parse("cosine({})".format(epochs) if schedule.strip().lower()
                                       == "cosine" else schedule)
         if text:
@@ -274,7 +285,8 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, momentum,
                                   write=click.echo) \
             if distributed.leader() else 0
         history = net.fit(x, y, epochs=epochs, batch_size=batch_size, optimizer=opt,
-                          schedule=lr_schedule, seed=seed, validation_split=validation_split,
+                          schedule=lr_schedule, schedule_unit=schedule_unit, seed=seed,
+                          validation_split=validation_split,
                           checkpoint=checkpoint, resume=resume, verbose=shown)
         if not distributed.leader():
             return              # the others' weights are rank 0's: it tests and saves

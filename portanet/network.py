@@ -267,7 +267,8 @@ class Sequential:
     def fit(self, x, y, epochs=1, batch_size=32, optimizer=training.DEFAULT_OPTIMIZER,
             seed=None, shuffle=True, validation_data=None, validation_split=0.0,
             callbacks=None, schedule=None, checkpoint=None, resume=None, progress=None,
-            on_epoch=None, data_on_device="auto", verbose="auto", clip_norm=None):
+            on_epoch=None, data_on_device="auto", verbose="auto", clip_norm=None,
+            schedule_unit="epoch"):
         """Train; returns a History (a dict) of per-epoch lists: loss, accuracy, lr,
         seconds, val_loss and val_accuracy when validating, and loss_scale and
         skipped_steps where the network scales its loss (fp16's default).
@@ -279,7 +280,10 @@ class Sequential:
 
         optimizer: pn.SGD, pn.Adam, pn.AdamW or pn.RMSprop; its state is allocated at the
         first fit and kept by later ones of the same kind. schedule (portanet.schedules, or
-        its text such as "cosine(30)") sets each epoch's learning rate from optimizer.lr.
+        its text such as "cosine(30)") sets each epoch's learning rate from optimizer.lr;
+        with schedule_unit="step" it counts steps instead and sets each step's (nanoGPT's
+        "warmup(100, cosine(4900, 1e-4))"; Adam and AdamW, whose rate a recorded step reads
+        from the device).
         clip_norm: before each update, the gradients are scaled down so that their global
         norm is at most this (torch.nn.utils.clip_grad_norm_; the optimizer's own
         clip_norm keyword does the same).
@@ -311,7 +315,8 @@ class Sequential:
             shuffle=shuffle, validation_data=validation_data,
             validation_split=validation_split, callbacks=callbacks, schedule=schedule,
             checkpoint=checkpoint, resume=resume, progress=progress, on_epoch=on_epoch,
-            data_on_device=data_on_device, verbose=verbose, clip_norm=clip_norm))
+            data_on_device=data_on_device, verbose=verbose, clip_norm=clip_norm,
+            schedule_unit=schedule_unit))
 
     def evaluate(self, x, y, batch_size=None):
         """(mean loss, accuracy) over the whole of x, y (NumPy arrays, or any with

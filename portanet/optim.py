@@ -91,9 +91,13 @@ class Optimizer:
         scaling, clipping)."""
         return None, 1.0, 0.0
 
-    def step_scalars(self, t):
-        """Numbers of step t (1, 2, ...) that the update reads from the device (so that a
-        recorded step stays valid), or None."""
+    # whether the update reads its rate from the device (step_scalars), so that a recorded
+    # step may take a new rate every step (a schedule by steps)
+    rate_on_device = False
+
+    def step_scalars(self, t, lr=None):
+        """Numbers of step t (1, 2, ...) at rate lr (default the optimizer's) that the
+        update reads from the device (so that a recorded step stays valid), or None."""
         return None
 
     def count_step(self, bk, scalars, steps, found):
@@ -195,17 +199,23 @@ class Adam(Optimizer):
     def slots(self):
         return ("m", "v")
 
-    def step_scalars(self, t):
+    rate_on_device = True
+
+    def step_scalars(self, t, lr=None):
+        """[lr / (1 - beta1^t), sqrt(1 - beta2^t), 1 - lr wd (AdamW's decay; 1 for Adam),
+        lr] at the rate lr (default the optimizer's)."""
         b1, b2 = self.betas
-        return np.array([self.lr / (1 - b1 ** t), math.sqrt(1 - b2 ** t)])
+        lr = self.lr if lr is None else lr
+        keep = 1.0 - lr * self.weight_decay if self.decoupled else 1.0
+        return np.array([lr / (1 - b1 ** t), math.sqrt(1 - b2 ** t), keep, lr])
 
     def count_step(self, bk, scalars, steps, found):
-        bk.adam_scalars(scalars, steps, found, self.lr, *self.betas)
+        bk.adam_scalars(scalars, steps, found, *self.betas)
 
     def update(self, bk, flat, grad, state, n_decay, scalars, skip, gathered=False):
-        l2, shrink = (0.0, self.lr * self.weight_decay) if self.decoupled else (self.weight_decay, 0.0)
         bk.adam_update(flat, grad, state["m"], state["v"], scalars, self.betas[0],
-                       self.betas[1], self.eps, l2, shrink, n_decay, skip)
+                       self.betas[1], self.eps, 0.0 if self.decoupled else self.weight_decay,
+                       n_decay, skip)
 
 
 @dataclass(frozen=True, repr=False)

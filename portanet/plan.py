@@ -306,8 +306,10 @@ class Plan:
                                      (max(total if whole else largest, 1),), real)))
         if optimizer.clip_norm is not None:
             out.append((None, Buffer("network", "squares", "optimizer state", (1,), real)))
-        if optimizer.step_scalars(1) is not None:
-            out.append((None, Buffer("network", "scalars", "optimizer state", (2,), real)))
+        scalars = optimizer.step_scalars(1)
+        if scalars is not None:
+            out.append((None, Buffer("network", "scalars", "optimizer state", scalars.shape,
+                                     real)))
             if scaled:                          # its steps, counted on the device
                 out.append((None, Buffer("network", "steps", "optimizer state", (1,), real)))
         if scaled:

@@ -56,7 +56,8 @@ def training_metadata(net, run):
 TRAINING_ENTRIES = ("epoch", "history", "rng", "settings", "step", "optimizer",
                     "dropout_steps")
 SETTINGS = ("batch_size", "optimizer", "schedule", "seed", "shuffle", "samples")
-LATER_SETTINGS = ("precision", "loss_scale", "loss", "validation", "ranks")
+SCHEDULE_UNITS = ("epoch", "step")     # what a schedule counts (fit's schedule_unit)
+LATER_SETTINGS = ("precision", "loss_scale", "loss", "validation", "ranks", "schedule_unit")
 
 
 def history_names(scaled, validated):
@@ -92,6 +93,7 @@ _SETTING_KINDS = {
     "shuffle": (lambda v: isinstance(v, bool), "true or false"),
     "validation": (lambda v: isinstance(v, bool), "true or false"),
     "schedule": (lambda v: isinstance(v, str), "a schedule's text"),
+    "schedule_unit": (lambda v: v in SCHEDULE_UNITS, "epoch or step"),
     "precision": (lambda v: isinstance(v, str), "a precision's name"),
     "loss": (lambda v: isinstance(v, str), "a loss's name"),
     "optimizer": (_optimizer_entry, '{"name": ..., "config": {...}}'),
@@ -167,6 +169,7 @@ def read_training(text, path, net):
             raise bad(f"has the setting {key} {value!r}, not {kind}")
     settings = dict(settings)
     settings.setdefault("loss_scale", None)
+    settings.setdefault("schedule_unit", "epoch")      # schedules moved once an epoch before
 
     history = saved["history"]
     if not isinstance(history, dict):

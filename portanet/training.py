@@ -39,7 +39,7 @@ from .errors import DivergedError, InputError, ModelFileError, check_count
 from .layers import parameter_views
 from .memory import Buffer, MemoryPlan, allocate, refuse
 from .plan import flat_size, trainable
-from .run_state import Run, history_names, optimizer_config
+from .run_state import SCHEDULE_UNITS, Run, history_names, optimizer_config
 
 log = logging.getLogger("portanet")
 
@@ -104,16 +104,22 @@ class OptimizerState:
     def use(self, optimizer):
         """Train with `optimizer` (the same kind, this epoch's rate) from now on."""
         self.optimizer = optimizer
+        self.rate = optimizer.lr        # a schedule by steps moves it before each step
         self._slot, self._scale, self._beta = optimizer.target(self.gathered)
 
     def begin_step(self):
-        """Count the step; give the update the numbers of step t (Adam's bias correction),
-        which a loss-scaled step forms on the device instead (`finish`: a step it skips is
-        not counted there)."""
+        """Count the step; give the update the numbers of step t at this step's rate (Adam's
+        bias correction and decay), of which a loss-scaled step forms the bias correction
+        on the device (`finish`: a step it skips is not counted there) from the rate the
+        host writes."""
         self.t += 1
-        scalars = self.optimizer.step_scalars(self.t)
-        if scalars is not None and self.scaling is None:
+        scalars = self.optimizer.step_scalars(self.t, self.rate)
+        if scalars is None:
+            return
+        if self.scaling is None:
             self.backend.write(self.scalars, scalars)
+        else:
+            self.backend.write(self.backend.view(self.scalars, (2,), 2), scalars[2:])
 
     def gradient(self, layer):
         """({parameter name: view}, alpha, beta): where the layer writes its gradient."""
@@ -445,13 +451,22 @@ class FitConfig:
     data_on_device: object = "auto"         # True, False or "auto"
     verbose: object = "auto"                # 0, 1, 2, "auto", or a progress.Progress
     clip_norm: object = None                # the optimizer's clip_norm, given to fit
+    schedule_unit: object = "epoch"         # what the schedule counts: "epoch" or "step"
 
     def checked(self):
         """This config with the optimizer, the schedule, epochs, batch_size and callbacks
         checked (an InputError naming the first that is wrong) and made objects."""
+        optimizer = optim.clipped(optim.get(self.optimizer), self.clip_norm)
+        if self.schedule_unit not in SCHEDULE_UNITS:
+            raise InputError(f"schedule_unit must be 'epoch' or 'step', got "
+                             f"{self.schedule_unit!r}")
+        if self.schedule_unit == "step" and not optimizer.rate_on_device:
+            raise InputError(f"a schedule by steps needs an optimizer that reads its rate "
+                             f"from the device each step (Adam, AdamW); "
+                             f"{type(optimizer).__name__}'s rate is part of its recorded "
+                             f"step: give schedule_unit='epoch'")
         return dataclasses.replace(
-            self, optimizer=optim.clipped(optim.get(self.optimizer), self.clip_norm),
-            clip_norm=None, schedule=schedules.get(self.schedule),
+            self, optimizer=optimizer, clip_norm=None, schedule=schedules.get(self.schedule),
             epochs=check_count("epochs", self.epochs, 1),
             batch_size=check_count("batch_size", self.batch_size, 1),
             callbacks=callback_module.checked(self.callbacks),
@@ -497,6 +512,7 @@ def _fit(net, x, y, validation, config):
                 "batch_size": config.batch_size, "optimizer": optimizer_config(config.optimizer),
                 "schedule": repr(config.schedule), "seed": seed, "shuffle": bool(config.shuffle),
                 "samples": n, "loss_scale": None, "loss": net.loss.name,
+                "schedule_unit": config.schedule_unit,
                 "validation": validation is not None,
                 "ranks": group.size if group is not None else 1}
     if net.loss_scaling is not None:
@@ -562,18 +578,24 @@ def _epochs(net, x, t, data, validation, rng, run, config, shown):
     if shown is not None:
         shown.begin(epochs, batches, plan.read_sums)
     bar = shown if shown is not None and shown.draws_bar else None
+    by_step = config.schedule_unit == "step"
     for epoch in range(run.epoch, epochs):
         if shown is not None:
             shown.start(epoch)
         start = time.perf_counter()
-        lr = config.schedule(epoch, optimizer.lr)
-        opt = dataclasses.replace(optimizer, lr=lr)
+        if by_step:         # one recorded step; each one's rate reaches the device with it
+            opt = optimizer
+        else:
+            lr = config.schedule(epoch, optimizer.lr)
+            opt = dataclasses.replace(optimizer, lr=lr)
         plan.state.use(opt)
         order = rng.permutation(n) if config.shuffle else np.arange(n)
         plan.bind(min(max(shares), n))
         plan.reset_sums()
         trained = 0                             # this rank's samples of the epoch
         for i in range(batches):
+            if by_step:                         # the rate of step t + 1 (t steps taken)
+                lr = plan.state.rate = config.schedule(plan.state.t, optimizer.lr)
             idx = order[i * batch_size:(i + 1) * batch_size]
             if group:
                 idx, plan.state.share = group.part(

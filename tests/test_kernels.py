@@ -1097,9 +1097,10 @@ def _check_steps(bk, rng, call, host, grad=1, scalars=None):
             assert rel_err(bk.download(got), ref) < TOL[bk.dtype], f"step {t}, array {i}"
 
 
-def adam_scalars(lr, beta1, beta2, t):
-    """Adam's device scalars at step t: [lr / (1 - beta1^t), sqrt(1 - beta2^t)]."""
-    return np.array([lr / (1 - beta1 ** t), math.sqrt(1 - beta2 ** t)])
+def adam_scalars(lr, beta1, beta2, t, shrink=0.0):
+    """Adam's device scalars at step t: [lr / (1 - beta1^t), sqrt(1 - beta2^t), 1 - shrink
+    (AdamW's decay, shrink = lr wd), lr]."""
+    return np.array([lr / (1 - beta1 ** t), math.sqrt(1 - beta2 ** t), 1 - shrink, lr])
 
 
 @pytest.fixture(params=["fused", "per_layer"])
@@ -1149,10 +1150,9 @@ def test_sgd_update(bk, rng, weight_decay, nesterov):
 @pytest.mark.parametrize("l2,shrink", [(0.0, 0.0), (1e-2, 0.0), (0.0, 1e-4)])
 def test_adam_update(bk, rng, l2, shrink):
     lr, beta1, beta2 = 1e-3, 0.9, 0.999
-    _check_steps(bk, rng, lambda b, x, s: b.adam_update(*x, s, beta1, beta2, 1e-8, l2, shrink,
-                                                        N_DECAY),
+    _check_steps(bk, rng, lambda b, x, s: b.adam_update(*x, s, beta1, beta2, 1e-8, l2, N_DECAY),
                  _state(bk, rng, 1.0, 1.0, 0.1, -0.01),
-                 scalars=lambda t: adam_scalars(lr, beta1, beta2, t))
+                 scalars=lambda t: adam_scalars(lr, beta1, beta2, t, shrink))
 
 
 @pytest.mark.parametrize("centered", [False, True])
@@ -1184,7 +1184,7 @@ def _updates():
             ("nesterov", lambda b, x, _, k: b.sgd_update(x[0], x[1], x[2], 0.1, 0.9, 1e-2,
                                                          N_DECAY, True, k)),
             ("adam_update", lambda b, x, sc, k: b.adam_update(x[0], x[1], x[2], x[3], sc, 0.9,
-                                                              0.999, 1e-8, 1e-2, 0, N_DECAY, k)),
+                                                              0.999, 1e-8, 1e-2, N_DECAY, k)),
             ("rmsprop_update", lambda b, x, _, k: b.rmsprop_update(
                 x[0], x[1], x[3], x[2], None, 1e-2, 0.99, 1e-8, 1e-2, 0.9, N_DECAY, k))]
 
@@ -1280,9 +1280,9 @@ def test_adam_scalars_count_only_the_steps_taken(bk, found):
     on where the step is taken, as the host forms them (adam_scalars of the reference and
     Adam.step_scalars in double), left as they were where it is skipped."""
     lr, beta1, beta2 = 1e-3, 0.9, 0.999
-    s, t = real(bk, [7.0, 7.0]), real(bk, [41.0])
+    s, t = real(bk, [7.0, 7.0, 1.0, lr]), real(bk, [41.0])
     views, _, _ = packed(bk, s, t)
-    bk.adam_scalars(views[0], views[1], _flag(bk, found), lr, beta1, beta2)
+    bk.adam_scalars(views[0], views[1], _flag(bk, found), beta1, beta2)
     if found:
         assert np.array_equal(bk.download(views[0]), s.astype(bk.dtype))
         assert bk.download(views[1])[0] == 41
@@ -1295,7 +1295,7 @@ def test_adam_scalars_count_only_the_steps_taken(bk, found):
 def test_updates_refuse_mismatched_sizes(backend):
     w, short = backend.zeros((10,)), backend.zeros((9,))
     with pytest.raises(ShapeError, match="adam_update"):
-        backend.adam_update(w, w, short, w, backend.zeros((2,)), 0.9, 0.999, 1e-8, 0, 0, 5)
+        backend.adam_update(w, w, short, w, backend.zeros((4,)), 0.9, 0.999, 1e-8, 0, 5)
     with pytest.raises(ShapeError, match="n_decay"):
         backend.momentum_update(w, w, 0.1, 11)
 
@@ -1389,8 +1389,8 @@ def test_reference_adam_is_torch(rng, decoupled):
     steps = torch_groups(torch_adam, w0, grads, wd, lr=lr, beta1=beta1, beta2=beta2, eps=eps,
                          decoupled=decoupled)
     for t, (g, want) in enumerate(zip(grads, steps), 1):
-        REF.adam_update(w, g, m, v, adam_scalars(lr, beta1, beta2, t), beta1, beta2, eps, l2,
-                        shrink, N_DECAY)
+        REF.adam_update(w, g, m, v, adam_scalars(lr, beta1, beta2, t, shrink), beta1, beta2,
+                        eps, l2, N_DECAY)
         for got, ref in zip((w, m, v), want):
             assert rel_err(got, ref) < F64, t
 

@@ -345,7 +345,9 @@ def test_optimizer_updates(backend, rng):
     v = (gavg.astype(np.float64) ** 2 + 0.01 * (1 + rng.random(n))).astype(np.float32)
     decayed = np.arange(n) < n_decay
     lr, mu, wd, beta1, beta2, alpha, eps = 0.1, 0.9, 0.01, 0.9, 0.999, 0.99, 1e-8
-    scalars = np.array([lr / (1 - beta1 ** 3), math.sqrt(1 - beta2 ** 3)], np.float32)
+    scalars = np.array([lr / (1 - beta1 ** 3), math.sqrt(1 - beta2 ** 3), 1.0, lr], np.float32)
+    decayed_scalars = scalars.copy()
+    decayed_scalars[2] = 1 - lr * wd                    # AdamW's
     runs = {
         "momentum": (lambda b, x: b.momentum_update(x["w"], x["v"], lr * wd, n_decay),
                      ("w", "v")),
@@ -354,9 +356,9 @@ def test_optimizer_updates(backend, rng):
         "nesterov": (lambda b, x: b.sgd_update(x["w"], x["g"], x["v"], lr, mu, wd, n_decay, True),
                      ("w", "v")),
         "adam": (lambda b, x: b.adam_update(x["w"], x["g"], x["m"], x["v"], x["scalars"], beta1,
-                                            beta2, eps, wd, 0.0, n_decay), ("w", "m", "v")),
-        "adamw": (lambda b, x: b.adam_update(x["w"], x["g"], x["m"], x["v"], x["scalars"], beta1,
-                                             beta2, eps, 0.0, lr * wd, n_decay), ("w", "m", "v")),
+                                            beta2, eps, wd, n_decay), ("w", "m", "v")),
+        "adamw": (lambda b, x: b.adam_update(x["w"], x["g"], x["m"], x["v"], x["decayed"],
+                                             beta1, beta2, eps, 0.0, n_decay), ("w", "m", "v")),
         "rmsprop": (lambda b, x: b.rmsprop_update(x["w"], x["g"], x["v"], x["buf"], None, lr,
                                                   alpha, eps, wd, mu, n_decay), ("w", "v", "buf")),
         "rmsprop centered": (lambda b, x: b.rmsprop_update(x["w"], x["g"], x["v"], None,
@@ -370,7 +372,8 @@ def test_optimizer_updates(backend, rng):
     tame = np.where(huge[0], np.sign(w) * 1e18, w), np.where(huge[1], np.sign(g) * 1e18, g)
     for name, (run, outputs) in runs.items():
         w_, g_ = tame if name == "rmsprop centered" else (w, g)
-        host = {"w": w_, "g": g_, "m": m, "v": v, "buf": buf, "gavg": gavg, "scalars": scalars}
+        host = {"w": w_, "g": g_, "m": m, "v": v, "buf": buf, "gavg": gavg, "scalars": scalars,
+                "decayed": decayed_scalars}
         want = {k: x.copy() for k, x in host.items()}
         run(REF, want)
         got = {k: backend.upload(x) for k, x in host.items()}

@@ -210,11 +210,11 @@ def log_beta(beta):
 
 
 def check_adam(scalars, n_decay, w, *state):
-    """check_update's checks, and Adam's device scalars two numbers."""
+    """check_update's checks, and Adam's device scalars four numbers."""
     check_update("adam_update", n_decay, w, *state)
-    if scalars.size != 2:
-        raise ShapeError(f"adam_update: scalars {scalars.shape} must hold 2 numbers, "
-                         f"[lr / (1 - beta1^t), sqrt(1 - beta2^t)]")
+    if scalars.size != 4:
+        raise ShapeError(f"adam_update: scalars {scalars.shape} must hold 4 numbers, "
+                         f"[lr / (1 - beta1^t), sqrt(1 - beta2^t), 1 - lr wd, lr]")
 
 
 def check_pool(op, a, x, pool, stride):

@@ -36,15 +36,15 @@ class UpdateOps:
         (Nesterov), else w <- w + v. v is -lr times torch.optim.SGD's momentum buffer."""
         raise NotImplementedError
 
-    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
-                    skip=None):
-        """Adam and AdamW (torch.optim.Adam, AdamW): for i < n_decay, w <- w (1 - shrink)
-        (AdamW's decoupled decay, shrink = lr wd) and d = g + l2 w_old (Adam's L2, l2 = wd;
-        at most one of shrink, l2 is nonzero); else d = g. Then m <- beta1 m + (1 - beta1) d;
-        v <- beta2 v + (1 - beta2) d^2; w <- w - scalars[0] m / (sqrt(v) / scalars[1] + eps).
-        scalars: a device array (2,) = [lr / (1 - beta1^t), sqrt(1 - beta2^t)] at step
-        t = 1, 2, ..., written by the host each step, so that a recorded step (a CUDA graph)
-        stays valid as t moves on."""
+    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, n_decay, skip=None):
+        """Adam and AdamW (torch.optim.Adam, AdamW): for i < n_decay, w <- w scalars[2]
+        (AdamW's decoupled decay, scalars[2] = 1 - lr wd) and d = g + l2 w_old (Adam's L2,
+        l2 = wd; AdamW's l2 is 0, Adam's scalars[2] 1); else d = g. Then m <- beta1 m +
+        (1 - beta1) d; v <- beta2 v + (1 - beta2) d^2; w <- w - scalars[0] m / (sqrt(v) /
+        scalars[1] + eps). scalars: a device array (4,) = [lr / (1 - beta1^t),
+        sqrt(1 - beta2^t), 1 - lr wd, lr] at step t = 1, 2, ... (optim.Adam.step_scalars),
+        written by the host each step, so that a recorded step (a CUDA graph) stays valid
+        as t and the rate move on."""
         raise NotImplementedError
 
     def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay,
@@ -74,10 +74,11 @@ class UpdateOps:
         g <- g min(1, max_norm / (sqrt(squares[0]) / |unit| + 1e-6)), all on the device."""
         raise NotImplementedError
 
-    def adam_scalars(self, s, t, found, lr, beta1, beta2):
+    def adam_scalars(self, s, t, found, beta1, beta2):
         """Adam's step numbers counted on the device (a loss-scaled step: a skipped one is no
-        step): where found[0] is 0, t[0] <- t[0] + 1 and s <- [lr / (1 - beta1^t),
-        sqrt(1 - beta2^t)] (adam_update's scalars), else nothing."""
+        step): where found[0] is 0, t[0] <- t[0] + 1 and s[0], s[1] <- lr / (1 - beta1^t),
+        sqrt(1 - beta2^t) (adam_update's scalars, lr = s[3], which the host writes), else
+        nothing."""
         raise NotImplementedError
 
     def update_loss_scale(self, s, found, growth_interval, low, high):
@@ -110,14 +111,13 @@ class UpdateReference(UpdateOps):
         w += momentum * v - lr * d if nesterov else v
 
     @quiet
-    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
-                    skip=None):
+    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, n_decay, skip=None):
         check_adam(scalars, n_decay, w, g, m, v)
         if _skipped("adam_update", skip):
             return
         d = _decayed(g, l2, w, n_decay)
         beta1, beta2 = float(beta1), float(beta2)
-        w[:n_decay] *= 1 - float(shrink)
+        w[:n_decay] *= scalars[2]
         m[...] = beta1 * m + (1 - beta1) * d
         v[...] = beta2 * v + (1 - beta2) * (d * d)
         w -= scalars[0] * (m / (np.sqrt(v) / scalars[1] + eps))
@@ -166,13 +166,13 @@ class UpdateReference(UpdateOps):
             g *= g.dtype.type(coef)
 
     @quiet
-    def adam_scalars(self, s, t, found, lr, beta1, beta2):
+    def adam_scalars(self, s, t, found, beta1, beta2):
         check_found("adam_scalars", found)
         if found[0] != 0:
             return
         real = s.dtype.type
         t[0] += 1
-        s[0] = real(lr) / -np.expm1(t[0] * real(log_beta(beta1)))
+        s[0] = s[3] / -np.expm1(t[0] * real(log_beta(beta1)))
         s[1] = np.sqrt(-np.expm1(t[0] * real(log_beta(beta2))))
 
     def update_loss_scale(self, s, found, growth_interval, low, high):
@@ -236,14 +236,13 @@ class UpdateKernels(UpdateOps):
                   float(lr), float(momentum), float(weight_decay), bool(nesterov), n_decay,
                   w.size)
 
-    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, shrink, n_decay,
-                    skip=None):
+    def adam_update(self, w, g, m, v, scalars, beta1, beta2, eps, l2, n_decay, skip=None):
         check_adam(scalars, n_decay, w, g, m, v)
-        # 1 - beta and 1 - shrink in double, as PyTorch and the reference form them
-        beta1, beta2, shrink = float(beta1), float(beta2), float(shrink)
+        # 1 - beta in double, as PyTorch and the reference form it
+        beta1, beta2 = float(beta1), float(beta2)
         self._run("adam_update", (w.size,), self._skip("adam_update", skip), w, m, v, g,
                   scalars, beta1, 1.0 - beta1, beta2, 1.0 - beta2, float(eps), float(l2),
-                  1.0 - shrink, n_decay, w.size)
+                  n_decay, w.size)
 
     def rmsprop_update(self, w, g, v, buf, gavg, lr, alpha, eps, l2, momentum, n_decay,
                        skip=None):
@@ -270,9 +269,9 @@ class UpdateKernels(UpdateOps):
         self._run("clip_scale", (g.size,), g, squares, float(max_norm), float(1 / abs(unit)),
                   g.size)
 
-    def adam_scalars(self, s, t, found, lr, beta1, beta2):
+    def adam_scalars(self, s, t, found, beta1, beta2):
         check_found("adam_scalars", found)
-        self._run("adam_scalars", (1,), s, t, found, float(lr), log_beta(float(beta1)),
+        self._run("adam_scalars", (1,), s, t, found, log_beta(float(beta1)),
                   log_beta(float(beta2)))
 
     def update_loss_scale(self, s, found, growth_interval, low, high):
