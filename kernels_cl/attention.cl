@@ -22,8 +22,9 @@
 #ifndef HEAD_DIM
 #define HEAD_DIM 64
 #endif
-#ifndef QUERY_TILE
-#define QUERY_TILE 64           /* a work-group's tokens (its work-items): what local memory holds */
+#ifndef QUERY_TILE              /* a work-group's tokens (its work-items): what local memory
+                                   holds (the host gives it; this default fits 48 KB) */
+#define QUERY_TILE (256 / (int)sizeof(real))
 #endif
 #ifndef KEY_TILE
 #define KEY_TILE (32 / (int)sizeof(real))   /* the other side's tokens a local tile holds */
