@@ -161,6 +161,8 @@ class _Builder:
             op = "MaxPool" if isinstance(layer, L.MaxPool2D) else "AveragePool"
             x = self.node(op, [x], kernel_shape=[layer.pool] * 2, strides=[layer.stride] * 2)
         elif isinstance(layer, L.Flatten):
+            if isinstance(shape, L.Tokens):     # (N, T, features) -> portanet's (features, T)
+                x = self.node("Transpose", [x], perm=[0, 2, 1])
             if len(shape) != 1:
                 x = self.node("Flatten", [x], axis=1)
         elif isinstance(layer, L.BatchNorm):

@@ -331,6 +331,14 @@ class Graph(NodeErrors):
         if t in ACTIVATIONS:
             self.check_activation(node, t, attrs, shape)
             return op("act", activation=ACTIVATIONS[t])
+        if t == "Transpose" and isinstance(shape, L.Tokens):
+            if list(attrs.get("perm", [])) != [0, 2, 1]:
+                raise self.unsupported(node, "a transpose of a sequence other than its tokens "
+                                             "and features")
+            return op("skip", tuple(shape))     # (N, features, T): portanet's own order
+        if isinstance(shape, L.Tokens) and t in ("Flatten", "Reshape"):
+            raise self.unsupported(node, "a flatten of a sequence's (N, T, features) other "
+                                         "than after a Transpose to (N, features, T)")
         if t in ("Flatten", "Reshape"):
             if t == "Flatten" and attrs.get("axis", 1) != 1:
                 raise self.unsupported(node, "portanet flattens from axis 1")

@@ -152,7 +152,7 @@ class Stream(NodeErrors):
             if op.bias is not False:
                 self.biased.add(id(op.layer))
         elif op.kind == "flatten":
-            if len(self.shapes[op.inputs[0]]) == 3 and not isinstance(last, L.GlobalAvgPool2D):
+            if len(self.shapes[op.inputs[0]]) >= 2 and not isinstance(last, L.GlobalAvgPool2D):
                 layers.append(L.Flatten())
         elif op.kind == "act":
             if op.activation == "softmax" and not self.last(op):

@@ -98,3 +98,18 @@ def test_what_a_gpt_import_cannot_represent_is_named(nodes, said):
                    (T, 4) if nodes[-1].op_type == "Attention" else (T, 12))
     with pytest.raises(InputError, match=said):
         pn.from_onnx(model)
+
+
+def test_a_flattened_sequence_goes_out_and_comes_back(rng, tmp_path):
+    """Flatten after a sequence: portanet flattens a sample's (features, T), ONNX's stream
+    is (N, T, features), so a Transpose goes before the Flatten, and comes back as the
+    Flatten."""
+    net = pn.Sequential([pn.Embedding(VOCAB, 3, positions=True), pn.Flatten(),
+                         pn.Dense(4, "softmax")], (T,), device="cpu", seed=2)
+    path = tmp_path / "flat.onnx"
+    net.to_onnx(path)
+    x = rng.integers(0, VOCAB, (5, T))
+    assert np.abs(run_ort(path, x.astype(np.int64)) - net.predict(x)).max() <= TOLERANCE
+    back = pn.from_onnx(path)
+    assert [type(l).__name__ for l in back.layers] == ["Embedding", "Flatten", "Dense"]
+    assert np.array_equal(back.predict(x), net.predict(x))
