@@ -59,6 +59,22 @@ DEVICE void load_tile(LOCAL_PTR real* tile, const GLOBAL real* rows, const int j
     }
 }
 
+/* The tokens up to which a work-group's tokens see keys: causal, those up to its last. */
+DEVICE int keys_end(const int first, const int t, const int causal) {
+    return causal ? min(t, first + QUERY_TILE) : t;
+}
+
+/* The tile of keys from j0 into ks and their values into vs, once the group has done with
+   the last tile; the whole group calls it (its barriers). */
+DEVICE void load_keys(LOCAL_PTR real* ks, LOCAL_PTR real* vs, const GLOBAL real* k,
+                      const GLOBAL real* v, const int j0, const int t, const int m,
+                      const int n, const int cols) {
+    BARRIER();
+    load_tile(ks, k, j0, t, m, n, cols);
+    load_tile(vs, v, j0, t, m, n, cols);
+    BARRIER();
+}
+
 /* The keys token i sees in the tile from j0 (0 to KEY_TILE; none for an invalid one). */
 DEVICE int seen(const bool valid, const int i, const int j0, const int t, const int causal) {
     return valid ? max(0, min((causal ? i + 1 : t) - j0, KEY_TILE)) : 0;
@@ -82,12 +98,8 @@ KERNEL void attention_forward(GLOBAL real* o, const int o_off, GLOBAL real* lse,
         acc[d] = 0;
     }
     real mx = -INFINITY, l = 0;
-    const int end = causal ? min(t, first + QUERY_TILE) : t;
-    for (int j0 = 0; j0 < end; j0 += KEY_TILE) {
-        BARRIER();
-        load_tile(ks, k, j0, t, m, n, cols);
-        load_tile(vs, v, j0, t, m, n, cols);
-        BARRIER();
+    for (int j0 = 0; j0 < keys_end(first, t, causal); j0 += KEY_TILE) {
+        load_keys(ks, vs, k, v, j0, t, m, n, cols);
         const int count = seen(valid, i, j0, t, causal);
         if (count == 0) continue;
         real p[KEY_TILE], top = mx;
@@ -161,12 +173,8 @@ KERNEL void attention_grad_q(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL
     }
     const real l = valid ? lse[lse_off + h * cols + c] : (real)0;
     const real di = valid ? dsum[dsum_off + h * cols + c] : (real)0;
-    const int end = causal ? min(t, first + QUERY_TILE) : t;
-    for (int j0 = 0; j0 < end; j0 += KEY_TILE) {
-        BARRIER();
-        load_tile(ks, k, j0, t, m, n, cols);
-        load_tile(vs, v, j0, t, m, n, cols);
-        BARRIER();
+    for (int j0 = 0; j0 < keys_end(first, t, causal); j0 += KEY_TILE) {
+        load_keys(ks, vs, k, v, j0, t, m, n, cols);
         const int count = seen(valid, i, j0, t, causal);
         real s[KEY_TILE], dp[KEY_TILE];
 #pragma unroll

@@ -106,6 +106,9 @@ class Stream(NodeErrors):
             if op.output in self.alive:
                 self.alive.update(op.inputs)
         layers = self.chain(self.input, self.output, depth=0)
+        if self.projecting is not None and not self.projecting[1]:
+            raise InputError(f"{self.where}: the graph ends at an Attention; portanet's "
+                             f"attention ends in its output projection (MatMul + Add)")
         if not any(isinstance(l, L.Layer) and type(l) is not L.Flatten for l in layers):
             raise InputError(f"{self.where}: the graph computes nothing portanet has a layer "
                              f"for")
@@ -141,8 +144,7 @@ class Stream(NodeErrors):
 
     def apply(self, layers, op):
         last = layers[-1] if layers else None
-        if self.projecting is not None and op.kind != "attention":
-            self.project(op)
+        if self.projecting is not None and op.kind != "attention" and self.project(op):
             return
         if op.kind == "attention":
             self.attention(layers, op, last)
@@ -196,23 +198,26 @@ class Stream(NodeErrors):
         self.projecting = (op.layer, False)
 
     def project(self, op):
-        """The output projection of the attention before op: its product (MatMul) and then
-        its bias."""
+        """Whether op is part of the output projection of the attention before it: its
+        product (MatMul or Gemm), then its bias (none: zeros, and op goes on as itself)."""
         attention, multiplied = self.projecting
         params = self.params[id(attention)]
         d = op.shape[0]
-        if not multiplied and op.kind == "layer" and type(op.layer) is L.Dense \
-                and op.weights["w"].shape == (d, d):
+        if not multiplied:
+            if op.kind != "layer" or type(op.layer) is not L.Dense \
+                    or op.weights["w"].shape != (d, d):
+                raise self.unsupported(op.node, "an Attention's output other than into its "
+                                                "projection (a product of as many outputs)")
             params["w_o"], params["b_o"] = op.weights["w"], op.weights["b"]
             self.projecting = None if op.bias is not False else (attention, True)
-        elif multiplied and op.kind == "bias":
+            return True
+        if op.kind == "skip":
+            return True
+        self.projecting = None
+        if op.kind == "bias":
             params["b_o"] = op.bias
-            self.projecting = None
-        elif multiplied and op.kind == "skip":
-            pass
-        else:
-            raise self.unsupported(op.node, "an Attention's output other than into its "
-                                            "projection (MatMul + Add)")
+            return True
+        return False
 
     def last(self, op):
         """Whether only skips lie between op and the graph's output."""

@@ -91,9 +91,15 @@ def _const(name, value):
      "portanet's takes q, k and v from one product"),
     ([helper.make_node("Gather", ["table", "ids"], ["y"], axis=1)],
      "a Gather other than of a table's rows"),
+    ([helper.make_node("Gather", ["table", "ids"], ["e"], axis=0),
+      helper.make_node("MatMul", ["e", "w"], ["qkv"]),
+      helper.make_node("Split", ["qkv", "three"], ["q", "k", "v"], axis=2),
+      helper.make_node("Attention", ["q", "k", "v"], ["y"], q_num_heads=2, kv_num_heads=2)],
+     "the graph ends at an Attention"),
 ])
 def test_what_a_gpt_import_cannot_represent_is_named(nodes, said):
     model = _graph(nodes, [_const("table", np.ones((VOCAB, 12), np.float32)),
+                           _const("w", np.ones((12, 12), np.float32)),
                            _const("three", np.array([4, 4, 4], np.int64))],
                    (T, 4) if nodes[-1].op_type == "Attention" else (T, 12))
     with pytest.raises(InputError, match=said):
