@@ -10,7 +10,7 @@ import click
 
 from . import backends, data, files, models, optim, progress, schedules
 from . import precision as precisions
-from .errors import DivergedError, PortanetError
+from .errors import DivergedError, InputError, PortanetError
 
 CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1, "shakespeare": None}
 TEXTS = ("shakespeare",)        # text corpora: windows of character ids (portanet/text.py)
@@ -380,8 +380,27 @@ def _check_plot(path):
                             f"not {fmt!r}; end the name with .png, .svg or .pdf")
 
 
+# the train command's options that set an optimizer's fields, as its messages name them
+OPTIMIZER_FLAGS = {"lr": "--lr", "momentum": "--momentum", "weight_decay": "--weight-decay",
+                   "clip_norm": "--clip-norm"}
+
+
 def make_optimizer(name, lr, momentum, nesterov, weight_decay, clip_norm=None):
-    """The optimizer the train command's options describe."""
+    """The optimizer the train command's options describe; a value it refuses is a
+    UsageError naming the option (the optimizer's own message names its field)."""
+    try:
+        return _optimizer(name, lr, momentum, nesterov, weight_decay, clip_norm)
+    except InputError as e:
+        text = str(e)
+        for field, flag in OPTIMIZER_FLAGS.items():
+            prefix = f": {field} must"
+            if prefix in text:
+                raise click.UsageError(flag + text[text.index(prefix) + len(field) + 2:]) \
+                    from e
+        raise
+
+
+def _optimizer(name, lr, momentum, nesterov, weight_decay, clip_norm):
     lr = DEFAULT_LR[name] if lr is None else lr
     extra = {} if weight_decay is None else {"weight_decay": weight_decay}
     if clip_norm is not None:

@@ -328,8 +328,9 @@ def _number(opt, name, value, low, high, low_open=False, high_open=False):
     real = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if not real or not math.isfinite(value) or value < low or value > high \
             or (low_open and value == low) or (high_open and value == high):
+        closed = not high_open and math.isfinite(high)     # inf itself is never taken
         raise InputError(f"{type(opt).__name__}: {name} must be a finite number in "
-                         f"{'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}, "
+                         f"{'(' if low_open else '['}{low}, {high}{']' if closed else ')'}, "
                          f"got {value!r}")
 
 

@@ -89,3 +89,16 @@ def test_a_missing_platform_names_what_installs_it(monkeypatch, word, extra):
     monkeypatch.setattr(opencl_devices, "_platforms", lambda: [])
     with pytest.raises(DeviceError, match=re.escape(f"opencl:{word} comes with pip install '{extra}'")):
         opencl_devices.platform_number(word)
+
+
+@pytest.mark.parametrize("flag, value, said", [
+    ("--clip-norm", -1, "--clip-norm must be a finite number in (0, inf), got -1.0"),
+    ("--weight-decay", -1, "--weight-decay must be a finite number in [0, inf), got -1.0"),
+    ("--lr", 0, "--lr must be a finite number in (0, inf), got 0.0"),
+    ("--momentum", 1.5, "--momentum must be a finite number in [0, 1), got 1.5"),
+])
+def test_an_optimizer_setting_out_of_range_names_its_flag(flag, value, said):
+    result = run("train", "--dataset", "coordinates", "--device", "cpu", flag, value)
+    assert result.exit_code == 2
+    assert said in result.output
+    assert "SGD:" not in result.output and "_" not in result.output.splitlines()[-1]
