@@ -110,9 +110,9 @@ def _check_devices(specs):
               help="fp32, tf32, bf16 or fp16; repeat for several (default: every precision "
                    "the device computes)")
 @click.option("--model", "model_names", multiple=True,
-              help="also train this model (mlp, lenet, resnet or a description) one step at "
-                   "each --batch-size on random images: the builds its shapes need; repeat "
-                   "for several")
+              help="also train this model (mlp, lenet, resnet, gpt or a description) one "
+                   "step at each --batch-size on random images (gpt: token windows of the "
+                   "bench's baby GPT): the builds its shapes need; repeat for several")
 @click.option("--batch-size", "batch_sizes", type=click.IntRange(1), multiple=True,
               default=(64,), show_default=True,
               help="with --model: a batch size to build for; repeat for several (a "

@@ -20,9 +20,11 @@ def warmup(device, precision=None, models=(), batch_sizes=(64,), say=None):
     stderr where a person watches it, else a line per build through `say` (default:
     stderr); then, for each model name of `models` (models.MODELS or a description), one
     training step, an evaluation and a prediction at each of `batch_sizes` on random
-    images shaped as `portanet train`'s (1 x 28 x 28, 10 classes): the GEMM and convolution
-    builds that follow its shapes (a training's last, smaller batch has its own). Returns
-    (builds made, seconds); (0, 0.0) on the cpu, which builds nothing."""
+    images shaped as `portanet train`'s (1 x 28 x 28, 10 classes), or for "gpt" random
+    windows of the bench's baby GPT (models.GPT_STEP) trained with AdamW: the GEMM,
+    convolution and attention builds that follow its shapes (a training's last, smaller
+    batch has its own). Returns (builds made, seconds); (0, 0.0) on the cpu, which builds
+    nothing."""
     say = say or (lambda line: print(line, file=sys.stderr, flush=True))
     bk = backends.device(device, precision=precision)
     if not hasattr(bk, "build_all"):
@@ -64,13 +66,23 @@ def build_text(build):
 
 
 def _step(model, bk, batch_size):
-    from . import models
+    from . import models, optim
     rng = np.random.default_rng(0)
-    x = rng.random((batch_size, 1, 28, 28), dtype=np.float32)
-    y = rng.integers(0, 10, batch_size)
-    net = models.build(model, x.shape[1:], 10, device=bk.name, seed=0, precision=bk.precision)
+    optimizer = None
+    if model == "gpt":          # windows of token ids, each token's next one its target
+        g = models.GPT_STEP
+        x, y = (rng.integers(0, g["vocab"], (batch_size, g["context"])) for _ in range(2))
+        net = models.gpt(g["vocab"], g["context"], g["layers"], g["heads"], g["dim"],
+                         g["dropout"], device=bk.name, seed=0, precision=bk.precision)
+        optimizer = optim.AdamW(1e-3)
+    else:
+        x = rng.random((batch_size, 1, 28, 28), dtype=np.float32)
+        y = rng.integers(0, 10, batch_size)
+        net = models.build(model, x.shape[1:], 10, device=bk.name, seed=0,
+                           precision=bk.precision)
     try:
-        net.fit(x, y, epochs=1, batch_size=batch_size, verbose=0)
+        net.fit(x, y, epochs=1, batch_size=batch_size, verbose=0,
+                **({"optimizer": optimizer} if optimizer else {}))
         net.evaluate(x, y)
         net.predict(x)
     finally:

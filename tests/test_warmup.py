@@ -118,3 +118,16 @@ print(json.dumps(compiler.COMPILED))
     # and the tensor-core families: mma.cu's in tf32, wgmma.cu's for Hopper in bf16, fp16
     assert sum("-DTRANS_A=1" in " ".join(o) for n, o, a in compiled) == 4
     assert {a for n, o, a in compiled} >= {"sm_90", "sm_90a"}
+
+
+def test_warmup_trains_a_gpt_a_step(tmp_path):
+    """--model gpt: a step of the bench's baby GPT on token windows, which builds the
+    attention family for its head dim (64)."""
+    spec = next((d for d in OPENCL if "intel" in d), None)
+    if spec is None:
+        pytest.skip("Intel's CPU OpenCL is not installed here")
+    get_backend(spec)
+    r = CliRunner().invoke(main, ["warmup", "--device", spec, "--precision", "fp32",
+                                  "--model", "gpt", "--batch-size", "1"])
+    assert r.exit_code == 0, r.output
+    assert "gpt, one step at batch 1" in r.output and "ready in" in r.output
