@@ -27,7 +27,8 @@
 #define QUERY_TILE (256 / (int)sizeof(real))
 #endif
 #ifndef KEY_TILE
-#define KEY_TILE (32 / (int)sizeof(real))   /* the other side's tokens a local tile holds */
+#define KEY_TILE (32 / (int)sizeof(real))   /* the other side's tokens a local tile holds
+                                               (ops/attention.py: KEY_TILE_BYTES) */
 #endif
 
 /* A work-item's token i of sample n in head h (valid: i < t; the others only help load
@@ -86,7 +87,7 @@ DEVICE int seen(const bool valid, const int i, const int j0, const int t, const 
    each probability again from. */
 KERNEL void attention_forward(GLOBAL real* o, const int o_off, GLOBAL real* lse,
                               const int lse_off, const GLOBAL real* qkv, const int qkv_off,
-                              const int dim, const int hd, const int t, const int m,
+                              const int dim, const int t, const int m,
                               const real scale, const int causal, const GLOBAL int* key,
                               const int key_off, const real rate, const real keep) {
     TILE_ROWS(i);
@@ -138,7 +139,7 @@ KERNEL void attention_forward(GLOBAL real* o, const int o_off, GLOBAL real* lse,
    subtracts in the softmax's backward. */
 KERNEL void attention_dsum(GLOBAL real* dsum, const int dsum_off, const GLOBAL real* dout,
                            const int dout_off, const GLOBAL real* o, const int o_off,
-                           const int dim, const int hd, const int cols) {
+                           const int dim, const int cols) {
     const int c = GLOBAL_ID(0), h = GLOBAL_ID(1);
     if (c >= cols || h * HEAD_DIM >= dim) return;
     real s = 0;
@@ -149,17 +150,20 @@ KERNEL void attention_dsum(GLOBAL real* dsum, const int dsum_off, const GLOBAL r
     dsum[dsum_off + h * cols + c] = s;
 }
 
+/* The two backward kernels' parameters: dqkv <- the gradients of q, k and v (its rows
+   each kernel writes) from qkv, dout (the gradient of o), lse and dsum. */
+#define GRAD_PARAMETERS                                                                   \
+    GLOBAL real* dqkv, const int dqkv_off, const GLOBAL real* qkv, const int qkv_off,     \
+    const GLOBAL real* dout, const int dout_off, const GLOBAL real* lse,                  \
+    const int lse_off, const GLOBAL real* dsum, const int dsum_off, const int dim,        \
+    const int t, const int m, const real scale, const int causal, const GLOBAL int* key,  \
+    const int key_off, const real rate, const real keep
+
 /* dq_i <- scale sum_j p_ij (do_i . v_j m_ij - dsum_i) k_j over the keys token i sees (m_ij
    the dropout's factor, p_ij made again from lse), a tile of keys at a time. q_i and dq_i
    are registers, do_i the work-item's own column of local memory (read once a feature for
    a whole tile of keys: registers for all three spilled). */
-KERNEL void attention_grad_q(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL real* qkv,
-                             const int qkv_off, const GLOBAL real* dout, const int dout_off,
-                             const GLOBAL real* lse, const int lse_off,
-                             const GLOBAL real* dsum, const int dsum_off, const int dim,
-                             const int hd, const int t, const int m, const real scale,
-                             const int causal, const GLOBAL int* key, const int key_off,
-                             const real rate, const real keep) {
+KERNEL void attention_grad_q(GRAD_PARAMETERS) {
     TILE_ROWS(i);
     LOCAL real ks[KEY_TILE * HEAD_DIM], vs[KEY_TILE * HEAD_DIM], dys[HEAD_DIM * QUERY_TILE];
     const GLOBAL real* dy = dout + dout_off + (h * HEAD_DIM) * cols;
@@ -211,13 +215,7 @@ KERNEL void attention_grad_q(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL
    over the queries that see token j (m_ij the dropout's factor), a tile of queries (their
    q, do, lse and dsum) at a time: here the work-group's tokens are keys. dk_j and dv_j are
    registers, k_j and v_j the work-item's own columns of local memory. */
-KERNEL void attention_grad_kv(GLOBAL real* dqkv, const int dqkv_off, const GLOBAL real* qkv,
-                              const int qkv_off, const GLOBAL real* dout, const int dout_off,
-                              const GLOBAL real* lse, const int lse_off,
-                              const GLOBAL real* dsum, const int dsum_off, const int dim,
-                              const int hd, const int t, const int m, const real scale,
-                              const int causal, const GLOBAL int* key, const int key_off,
-                              const real rate, const real keep) {
+KERNEL void attention_grad_kv(GRAD_PARAMETERS) {
     TILE_ROWS(j);
     LOCAL real qs[KEY_TILE * HEAD_DIM], dys[KEY_TILE * HEAD_DIM];
     LOCAL real lses[KEY_TILE], dsums[KEY_TILE];

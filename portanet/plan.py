@@ -204,8 +204,7 @@ class Plan:
         self.replays = Replays(backend, config.graphs() and all(l.capturable for l in layers))
         # layers with host work before each step (a dropout mask's key)
         self.stepped = [l for _, l in self.walk()
-                        if type(l).begin_step is not layer_module.Layer.begin_step
-                        and getattr(l, "draws_masks", True)]
+                        if type(l).begin_step is not layer_module.Layer.begin_step]
         self.batch = []                 # (owner, Buffer, device array) of the batch buffers
         self._staging = None            # the batch buffer write_samples goes through
         self._products = self._products1 = None     # 16-bit layers' float32 sums (Shared)
@@ -278,6 +277,11 @@ class Plan:
         the updates: loss scaling and clipping (optim.py)."""
         return self.scaling is not None or optimizer.gathers
 
+    def whole_for(self, optimizer):
+        """Whether each layer has its own part of the workspace in a step with `optimizer`:
+        whole_workspace, or a step that gathers the gradients."""
+        return self.whole_workspace or self.gathers(optimizer)
+
     def state_buffers(self, optimizer):
         """[(owner, Buffer)] of an optimizer's state for this network; owner None for the
         network-wide ones (kept by the OptimizerState): the gradient workspace (as large as
@@ -287,7 +291,7 @@ class Plan:
         step that overflowed; an unscaled one keeps it 0)."""
         real = self.backend.dtype
         scaled, gathered = self.scaling is not None, self.gathers(optimizer)
-        whole = self.whole_workspace or gathered
+        whole = self.whole_for(optimizer)
         # with a whole workspace, a slot that is the gradient's target (SGD's velocity) is
         # one vector of the network too, each layer a part: averaged in a distributed job,
         # a bucket of adjacent layers is one span, one all-reduce

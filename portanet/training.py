@@ -70,8 +70,7 @@ class OptimizerState:
         self._pending = []                  # layers whose update waits for finish()
         self._averaging = None              # in a distributed job: its Buckets
         # [(owner, Buffer, device array)], which the plan counts as held
-        # each layer its own part of the workspace
-        self.whole = plan.whole_workspace or self.gathered
+        self.whole = plan.whole_for(optimizer)     # each layer its own part of the workspace
         self.arrays = plan.allocate(plan.state_buffers(optimizer))
         self.workspace = self.scalars = self.loss_scale = self.steps = self.squares = None
         bk = self.backend

@@ -5,7 +5,7 @@ import numpy as np
 
 from ..backends.ops.attention import MAX_HEAD_DIM
 from ..errors import InputError, ShapeError
-from .base import Layer, Masks, Tokens, _count
+from .base import Layer, Masks, Tokens, _count, _rate
 
 
 class MultiHeadAttention(Masks, Layer):
@@ -35,13 +35,9 @@ class MultiHeadAttention(Masks, Layer):
         if not isinstance(causal, bool):
             raise InputError(f"MultiHeadAttention: causal must be True or False, got "
                              f"{causal!r}")
-        if isinstance(dropout, bool) or not isinstance(dropout, (int, float)) \
-                or not 0 <= dropout < 1:
-            raise InputError(f"MultiHeadAttention: dropout must be a number in [0, 1), got "
-                             f"{dropout!r}")
-        self.causal, self.dropout = causal, float(dropout)
+        self.causal = causal
+        self.dropout = _rate("dropout", dropout, "MultiHeadAttention")
         self.seed = _count("seed", seed, 0, "MultiHeadAttention")
-        self.step = 0
 
     @property
     def draws_masks(self):

@@ -271,6 +271,13 @@ def _count(name, value, low, layer):
     return check_count(f"{layer}: {name}", value, low)
 
 
+def _rate(name, value, layer):
+    """A dropout rate argument of a layer, a number in [0, 1), as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+        raise InputError(f"{layer}: {name} must be a number in [0, 1), got {value!r}")
+    return float(value)
+
+
 
 
 def nesting_error(depth, what):

@@ -8,7 +8,7 @@ from ..backends.arrays import OF_OUTPUT
 from ..backends.base import ACTIVATIONS, CONV_WORKSPACE_BYTES, conv_out
 from ..errors import InputError, ShapeError
 from ..memory import elements
-from .base import DELTA_AND_BIAS, Layer, Masks, Tokens, _count, _output_dtype
+from .base import DELTA_AND_BIAS, Layer, Masks, Tokens, _count, _output_dtype, _rate
 
 # activations whose derivative follows from the sign of z alone, which a = f(z) keeps
 SIGN_ONLY = ("relu", "leaky_relu")
@@ -407,10 +407,7 @@ class Dropout(Masks, Layer):
     passes_storage = True
 
     def __init__(self, rate=0.5, seed=0):
-        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
-            raise InputError(f"Dropout: rate must be a number in [0, 1), got {rate!r}")
-        self.rate, self.seed = float(rate), _count("seed", seed, 0, "Dropout")
-        self.step = 0
+        self.rate, self.seed = _rate("rate", rate, "Dropout"), _count("seed", seed, 0, "Dropout")
 
     def config(self):
         return {"rate": self.rate, "seed": self.seed}

@@ -8,6 +8,7 @@ from .reference import quiet
 
 MAX_HEAD_DIM = 128      # a head's features a work-item holds (attention.cl's registers)
 QUERY_TILES = (64, 32, 16, 8, 4, 2, 1)  # a work-group's tokens, the most local memory holds
+KEY_TILE_BYTES = 32     # attention.cl's KEY_TILE is this over the real's size
 LOCAL_RESERVED = 64     # bytes of local memory a build may take beside its arrays
 
 
@@ -104,19 +105,19 @@ class AttentionReference(AttentionOps):
         dy = self._heads(dout, dim, hd, t, m)
         dv = (p * dropped).transpose(0, 1, 3, 2) @ dy
         dp = (dy @ v.transpose(0, 1, 3, 2)) * dropped
-        ds = p * (dp - (dy * self._heads(o, dim, hd, t, m)).sum(-1, keepdims=True)) / np.sqrt(hd)
+        d = (dy * self._heads(o, dim, hd, t, m)).sum(-1, keepdims=True)       # do . o
+        ds = p * (dp - d) / np.sqrt(hd)
         dq, dk = ds @ k, ds.transpose(0, 1, 3, 2) @ q
         dqkv[...] = np.concatenate([g.transpose(0, 3, 2, 1).reshape(dim, t * m)
                                     for g in (dq, dk, dv)])
-        dsum[...] = (dy * self._heads(o, dim, hd, t, m)).sum(-1).transpose(0, 2, 1).reshape(
-            heads, t * m)
+        dsum[...] = d[..., 0].transpose(0, 2, 1).reshape(heads, t * m)
 
 
 def query_tile(hd, itemsize, local_bytes):
     """The tokens a work-group of attention.cl takes for heads of hd features: the most of
     QUERY_TILES whose local memory fits (attention_grad_kv's, the most: its keys' own
     columns of k and v, tiles of KEY_TILE queries' q and do, their lse and dsum)."""
-    key_tile = 32 // itemsize
+    key_tile = KEY_TILE_BYTES // itemsize
     for tile in QUERY_TILES:
         if (2 * tile * hd + 2 * key_tile * hd + 2 * key_tile) * itemsize \
                 <= local_bytes - LOCAL_RESERVED:
@@ -156,7 +157,7 @@ class AttentionKernels(AttentionOps):
 
     def attention(self, o, lse, qkv, heads, t, causal, key=None, rate=0.0):
         dim, hd, m, cols = check_attention("attention", qkv, o, lse, heads, t)
-        self._tiles("attention_forward", hd, heads, t, m, o, lse, qkv, dim, hd, t, m,
+        self._tiles("attention_forward", hd, heads, t, m, o, lse, qkv, dim, t, m,
                     float(1 / np.sqrt(hd)), bool(causal), *self._dropout(key, rate, lse))
 
     def attention_grad(self, dqkv, dsum, dout, qkv, o, lse, heads, t, causal, key=None,
@@ -165,8 +166,7 @@ class AttentionKernels(AttentionOps):
         check_attention("attention_grad", dqkv, dout, dsum, heads, t)
         scale = float(1 / np.sqrt(hd))
         self._run(self._attention_kernel("attention_dsum", hd)[0], (cols, heads), dsum, dout,
-                  o, dim, hd, cols, local=(min(128, self.gemv_threads), 1),
-                  label="attention_dsum")
+                  o, dim, cols, local=(min(128, self.gemv_threads), 1), label="attention_dsum")
         for kernel in ("attention_grad_q", "attention_grad_kv"):
-            self._tiles(kernel, hd, heads, t, m, dqkv, qkv, dout, lse, dsum, dim, hd, t, m,
-                        scale, bool(causal), *self._dropout(key, rate, lse))
+            self._tiles(kernel, hd, heads, t, m, dqkv, qkv, dout, lse, dsum, dim, t, m, scale,
+                        bool(causal), *self._dropout(key, rate, lse))
