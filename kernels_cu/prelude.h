@@ -1,8 +1,11 @@
 /* prelude.h (CUDA): the few words that differ from kernels_cl/prelude.h, so that each
    kernel body in kernels_cl/ is CUDA C too. Inlined by the loader (portanet/backends/
-   sources.py) in place of '#include "prelude.h"' when it builds a family for CUDA. */
+   sources.py) in place of the line that includes it when it builds a family for CUDA. */
 #ifndef REAL
 #define REAL float
+#endif
+#ifndef INFINITY                    /* NVRTC has no math.h; nvcc's INFINITY is this float */
+#define INFINITY __int_as_float(0x7f800000)
 #endif
 #if REAL_IS_DOUBLE
 #define REAL_MIN 2.2250738585072014e-308

@@ -12,6 +12,7 @@ import pytest
 
 import portanet
 from portanet.backends import arrays, gpu, sources
+from portanet.backends.runtime import cubins
 
 SHARED = sorted(p.stem for p in sources.folder("cl").glob("*.cl"))
 CUDA_FAMILIES = sorted(SHARED + list(sources.CUDA_ONLY))    # what CUDA builds
@@ -92,13 +93,8 @@ def test_shipped_tunings_key_on_the_current_gemm_source():
             f"key); else tune that device again (`portanet tune`) and ship its new entry.")
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("family", CUDA_FAMILIES)
-@pytest.mark.parametrize("real", ["float", "double"])
-def test_cuda_kernels_compile(family, real, tmp_path):
-    """Every family CUDA builds, as the loader gives it to pycuda (headers inlined)."""
-    path = tmp_path / f"{family}.cu"
-    path.write_text(sources.load(family, "cu")[1])
+def _variants(family, real):
+    """The build options each family is compiled with in test_cuda_kernels_compile."""
     variants = [["-DTRANS_A=0", "-DTRANS_B=0"], ["-DTRANS_A=1", "-DTRANS_B=1"],
                 ["-DTSM=128", "-DTSN=128", "-DTSK=8", "-DWPTM=8", "-DWPTN=8", "-DMICRO=2",
                  "-DPAD=4", "-DVW=4", "-DDB=1", "-DSPLIT_K=1"],
@@ -128,11 +124,34 @@ def test_cuda_kernels_compile(family, real, tmp_path):
             pytest.skip("wgmma.cu computes float32 products from 16-bit inputs")
         variants = [gpu.operand_options(p) + ["-gencode=arch=compute_90a,code=sm_90a"] + source
                     for p in ("bf16", "fp16") for source in ([], ["-DSOURCE_HALF=1"])]
-    for flags in variants:
-        arch = [] if any(f.startswith(("-arch", "-gencode")) for f in flags) else ["-arch=sm_80"]
-        # device code only, as pycuda builds it (--cubin): no host compile, a third the time
-        cmd = ["nvcc", "--cubin", "-o", str(tmp_path / "k.cubin"), *arch, f"-DREAL={real}",
-               f"-DREAL_IS_DOUBLE={int(real == 'double')}", *flags, str(path)]
+    return variants
+
+
+@pytest.mark.parametrize("family", CUDA_FAMILIES)
+@pytest.mark.parametrize("compiler, real", [("nvcc", "float"), ("nvcc", "double"),
+                                            ("nvrtc", "float")])
+def test_cuda_kernels_compile(family, real, compiler, tmp_path):
+    """Every family CUDA builds, as the loader gives it to the compiler (headers inlined),
+    by nvcc (device code only, as pycuda's compile runs it: --cubin, no host compile) and
+    by NVRTC (runtime/cubins.py; in float: its dialect is what is checked), each where it
+    is installed."""
+    text = sources.load(family, "cu")[1]
+    nvrtc = cubins._nvrtc()
+    if compiler == "nvcc" and shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not installed here")
+    if compiler == "nvrtc" and nvrtc is None:
+        pytest.skip("NVRTC is not installed here (cuda-bindings and its libnvrtc)")
+    path = tmp_path / f"{family}.cu"
+    path.write_text(text)
+    for flags in _variants(family, real):
+        arch = [f.split("=")[-1] for f in flags if f.startswith(("-arch", "-gencode"))]
+        flags = [f for f in flags if not f.startswith(("-arch", "-gencode"))]
+        reals = [f"-DREAL={real}", f"-DREAL_IS_DOUBLE={int(real == 'double')}"]
+        if compiler == "nvrtc":
+            nvrtc[1](text, reals + flags, arch[0] if arch else "sm_80", path.name)
+            continue
+        cmd = ["nvcc", "--cubin", "-o", str(tmp_path / "k.cubin"),
+               f"-arch={arch[0] if arch else 'sm_80'}", *reals, *flags, str(path)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
 

@@ -5,6 +5,7 @@ pool, norm, optim), GEMM routing (gemm/router.py), the GEMM paths (gemm/paths.py
 convolutions (conv.py) and the 16-bit operand copies (shadows.py). The device
 is reached through a runtime (runtime/: memory, copies, builds, launches, recorded steps);
 each backend supplies its runtime and its vendor GEMM."""
+import contextlib
 import hashlib
 import logging
 import math
@@ -24,7 +25,7 @@ from .conv import ConvPaths
 from .gemm.paths import GemmPaths
 from .gemm.router import GemmRouting
 from .gemm.tiling import norm_parts
-from .runtime import serialised_verb
+from .runtime import Unbuilt, serialised_verb
 from .shadows import Shadows
 from .gemm.tuned import capped
 from .ops.activations import ActivationKernels
@@ -137,6 +138,7 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         self._route_file = None             # PORTANET_ROUTES' routes of this backend (_kept_route)
         self._kernels = {}
         self._announced = False
+        self._wanted = None                 # builds noted rather than made (`collecting`)
         self._shadows = weakref.WeakKeyDictionary()     # keep_operands: array -> 16-bit copy
         self._keeping, self._fresh = set(), set()
         self.conv_path = config.conv_path()
@@ -148,6 +150,9 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         # build a variant in a second or less; not on CPUs (PoCL takes several), nor on a
         # CPU held to a GPU's limits (PORTANET_CL_LIMITS) in the tests
         self.searches_tilings = self.is_gpu and capped(self) is None
+        # routing builds its trials' kernels together (GemmRouting._prebuild) where threads
+        # help: a GPU driver's compiles, nvcc's, NVRTC's; a CPU runtime compiles one at a time
+        self.prebuilds = self.is_gpu
         # SGD's update of up to UPDATE_LAYERS layers in one launch of STEPS elements a
         # work-item on GPUs (a launch costs NVIDIA's OpenCL 6-8 us of host time, and one
         # element a work-item left an H100's bandwidth unused); a launch a layer of one
@@ -240,11 +245,27 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         time on this device (`_announce`)."""
         self._announce()
         options = self._options(family, options)
+        if self._wanted is not None and not self.runtime.built(family, options):
+            self._wanted.add((family, tuple(options)))
+            raise Unbuilt(family)
         start = time.perf_counter()
         kernel = self._kernel(family, name, options)
         log.debug("%s: built %s %s in %.2f s", self.name, name, " ".join(options),
                   time.perf_counter() - start)
         return kernel
+
+    @contextlib.contextmanager
+    def collecting(self, wanted):
+        """Within the block a kernel not built in this process is not built: `_build` adds
+        its (family, options) to the set `wanted` and raises Unbuilt, so that the caller
+        can make every build a few calls need at once (the runtime's build_many) rather
+        than one after another as each call meets them (GemmRouting._prebuild). Nested
+        (a trial that routes a product of its own), the inner block's builds are its own."""
+        outer, self._wanted = self._wanted, wanted
+        try:
+            yield
+        finally:
+            self._wanted = outer
 
     @property
     def cache_dir(self):

@@ -20,6 +20,7 @@ from ... import config
 from . import routes
 from ..base import ACC_K
 from ..pinning import check_pin
+from ..runtime import Unbuilt
 from .paths import _shape_text
 from .tiling import (CONV_TILES, GEMM_DEFAULTS, SMALL_TILES, WORK_ITEMS_PER_UNIT, _halved,
                           _k_pieces, _thinned, _tiles, gemm_fits, gemm_params, gemv_parts, k_parts,
@@ -35,6 +36,7 @@ ROUTING_MARGIN = 1.5       # a path this much slower than the best at its first 
 ROUTING_CLEAR = 1e-3       # this many seconds, is not timed again
 TRANSPOSED_FLOPS = 2**34   # the least product routing tries on a transposed copy of a (17 GFLOP)
 SEARCH_PARTS = (1, 2, 4, 8, 16)     # the K splits routing tries with each tiling (GPUs)
+PREBUILD_ROUNDS = 3         # _prebuild's: a trial's first build, then those it meets after
 SEARCH_WORKSPACE = 2**22   # split-K workspace (reals) routing may grow to for a candidate
 
 
@@ -205,33 +207,36 @@ class GemmRouting:
         kept = set(self._fresh)         # each trial copies what the step's call would copy
         paths = {name: functools.partial(self._with_fresh, kept, call)
                  for name, call in paths.items()}
-        runs, seconds = {}, {}
-        for name, call in paths.items():
-            call()                                          # builds, warms up
-            self.synchronize()
-            replay = self.capture(call) if config.graphs() and self.trace is None else None
-            runs[name] = replay or call
-            seconds[name] = self._timed(runs[name], 1)
-        # a simulator's times say nothing of a device: each path is timed once, so that
-        # routing there runs every path under the simulator's checks at little cost. On a
-        # device, a path whose one call took ROUTING_MARGIN times the best's, and a
-        # millisecond more, is out at once (a CPU's slow way to a large conv takes seconds);
-        # the rest are timed in ROUTING_ROUNDS rounds, of ROUTING_REPEATS calls each where
-        # a call is short enough for the launch's own time to blur it
-        best = min(seconds.values())
-        close = [name for name, t in seconds.items()
-                 if t <= ROUTING_MARGIN * best or t - best < ROUTING_CLEAR]
-        if not self.simulator and len(close) > 1:
-            repeats = ROUTING_REPEATS if best < ROUTING_CLEAR else 1
-            for _ in range(ROUTING_ROUNDS):     # rounds in turn: a clock that ramps up, or a
-                for name in close:              # neighbour's burst, reaches every path alike
-                    run = runs[name]
-                    if not getattr(run, "current", True):   # a later path freed its memory
-                        runs[name] = run = self.capture(paths[name])
-                    seconds[name] = min(seconds[name], self._timed(run, repeats))
-        for x, host in saved:
-            self.write(x, host)
-        self._fresh = kept
+        try:    # (also where an outer _prebuild stops a trial at a build it notes)
+            self._prebuild(paths.values())
+            runs, seconds = {}, {}
+            for name, call in paths.items():
+                call()                                          # builds, warms up
+                self.synchronize()
+                replay = self.capture(call) if config.graphs() and self.trace is None else None
+                runs[name] = replay or call
+                seconds[name] = self._timed(runs[name], 1)
+            # a simulator's times say nothing of a device: each path is timed once, so that
+            # routing there runs every path under the simulator's checks at little cost. On a
+            # device, a path whose one call took ROUTING_MARGIN times the best's, and a
+            # millisecond more, is out at once (a CPU's slow way to a large conv takes seconds);
+            # the rest are timed in ROUTING_ROUNDS rounds, of ROUTING_REPEATS calls each where
+            # a call is short enough for the launch's own time to blur it
+            best = min(seconds.values())
+            close = [name for name, t in seconds.items()
+                     if t <= ROUTING_MARGIN * best or t - best < ROUTING_CLEAR]
+            if not self.simulator and len(close) > 1:
+                repeats = ROUTING_REPEATS if best < ROUTING_CLEAR else 1
+                for _ in range(ROUTING_ROUNDS):     # rounds in turn: a clock that ramps up, or a
+                    for name in close:              # neighbour's burst, reaches every path alike
+                        run = runs[name]
+                        if not getattr(run, "current", True):   # a later path freed its memory
+                            runs[name] = run = self.capture(paths[name])
+                        seconds[name] = min(seconds[name], self._timed(run, repeats))
+        finally:
+            for x, host in saved:
+                self.write(x, host)
+            self._fresh = kept
         best = min(seconds, key=seconds.get)
         if self._route_file is not None:    # another process's, where it was first
             first = self._route_file.put(_file_key(key, paths), best)
@@ -241,6 +246,28 @@ class GemmRouting:
                   ", ".join(f"{name} {1e6 * t:.0f} us"
                             for name, t in seconds.items()), best)
         return best
+
+    def _prebuild(self, calls):
+        """Make the builds that `calls` need, several at once (the runtime's build_many,
+        threads each with a compile), rather than one after another as the trials meet
+        them: each call is made with its builds noted rather than made (`collecting`: it
+        stops at its first missing one), then those are made together, until every call
+        finds its own (a call needs a build or two more once it gets past its first).
+        Where the backend `prebuilds` (GPUs)."""
+        if not self.prebuilds:
+            return
+        for _ in range(PREBUILD_ROUNDS):
+            wanted = set()
+            with self.collecting(wanted):
+                for call in calls:
+                    try:
+                        call()
+                    except Unbuilt:
+                        pass
+            if not wanted:
+                return
+            self.runtime.build_many([(family, list(options), None)
+                                     for family, options in sorted(wanted)])
 
     def _with_fresh(self, fresh, call):
         self._fresh = set(fresh)

@@ -10,6 +10,10 @@ live bytes (`_track`), the checks of what is written (`_check_write`), the texts
 (`_oom_text`) and the recorded steps' `generation`."""
 
 
+
+class Unbuilt(Exception):
+    """A build noted rather than made (KernelBackend.collecting)."""
+
 class Runtime:
     """A device's verbs. Arrays are `DeviceArray`s (arrays.py): `buf` the runtime's buffer,
     `offset` in elements. Every verb runs holding the backend's lock (`lock`), which the
@@ -67,6 +71,11 @@ class Runtime:
         or kernels_cu/, sources.load) built with `options` besides the runtime's own; each
         family and options built once per runtime (the driver caches binaries on disk,
         under `cache_dir`); a KernelBuildError naming the file and the compiler's log."""
+        raise NotImplementedError
+
+    def built(self, family, options, arch=None):
+        """Whether `kernel` has the family built with `options` (for `arch`) in this
+        process already."""
         raise NotImplementedError
 
     def build_many(self, builds, done=None, threads=None):

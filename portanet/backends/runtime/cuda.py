@@ -1,29 +1,27 @@
 """The CUDA runtime (pycuda): `Runtime`'s verbs on a device's primary context and one
-stream. Kernels are built once per process for the GPU's own architecture (pycuda caches the
-binaries on disk, keyed by source, options and architecture) and launched as prepared
-calls; a recorded step is a CUDA graph (`_Replay`), made through the driver's own calls
+stream. Kernels are built once per process for the GPU's own architecture (cubins.py: by
+NVRTC or nvcc, the binaries kept on disk by source, options, architecture and compiler)
+and launched as prepared calls; a recorded step is a CUDA graph (`_Replay`), made through the driver's own calls
 (pycuda has no graph API). `_ContextLock` makes the context current in the thread that
 holds the backend's lock."""
 import atexit
 import contextlib
 import ctypes
 import functools
-import os
 import threading
-from pathlib import Path
 
 import numpy as np
 
-from ...errors import DeviceError, KernelBuildError, OutOfMemoryError
+from ... import config
+from ...errors import DeviceError, OutOfMemoryError
 from .. import sources
 from ..arrays import DeviceArray
 from ..staging import BEHIND, CopyLane
-from . import Recorded, Runtime, default_local
+from . import Recorded, Runtime, cubins, default_local
 from .builds import in_threads
 
 try:
     import pycuda.driver as drv
-    from pycuda.compiler import SourceModule, compile as nvcc_compile
 except ImportError:
     drv = None
 
@@ -78,17 +76,12 @@ class CudaRuntime(Runtime):
         self.options = []               # the backend's build options
         self._modules, self._functions = {}, {}
         self._prepared = {}
-        try:        # pycuda makes only its default cache folder, not PYCUDA_CACHE_DIR's
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-        except OSError:
-            pass    # the first build says why it cannot write there
 
     @property
     def cache_dir(self):
-        """pycuda's compiler cache, where the binaries go (keyed by source and options)."""
-        import platformdirs
-        return Path(os.environ.get("PYCUDA_CACHE_DIR")
-                    or Path(platformdirs.user_cache_dir("pycuda", "pycuda")) / "compiler-cache-v1")
+        """Where the binaries go (cubins.py: keyed by source, options, architecture and
+        compiler)."""
+        return config.cache_dir() / "kernels-cuda"
 
     def device_id(self):
         return (self.device.name(), self.arch, drv.get_driver_version(), self.options)
@@ -108,42 +101,37 @@ class CudaRuntime(Runtime):
         arch = arch or self.arch
         key = (family, tuple(extra), arch)
         if key not in self._modules:
-            path, text = sources.load(family, "cu")
-            try:
-                self._modules[key] = SourceModule(text, options=self.options + list(extra),
-                                                  arch=arch, no_extern_c=True)
-            except drv.CompileError as e:
-                raise KernelBuildError(f"{path} failed to compile for {arch} with "
-                                       f"{self.options + list(extra)}:\n{e}") from e
+            self._modules[key] = drv.module_from_buffer(self._cubin(family, extra, arch))
         return self._modules[key]
+
+    def _cubin(self, family, extra, arch):
+        path, text = sources.load(family, "cu")
+        return cubins.cubin(text, self.options + list(extra), arch, self.cache_dir, str(path))
 
     def build_many(self, builds, done=None, threads=None):
         """Build the families `builds` ((family, options, arch) each, arch None for the
-        GPU's own) several at once: nvcc runs in `threads` threads into pycuda's disk cache
-        (a subprocess each, the GIL let go), with the very arguments `_module` gives
-        SourceModule, which then loads each from there in this thread (the context current:
-        run it holding the backend's lock); done(build) once each is loaded. A failed build
-        raises its KernelBuildError here once the others have finished."""
+        GPU's own) several at once: NVRTC (or nvcc's processes) in `threads` threads, the
+        GIL let go, into the binaries' disk cache (cubins.py), from which `_module` then
+        loads each in this thread (the context current: run it holding the backend's lock);
+        done(build) once each is loaded. A failed build raises its KernelBuildError here
+        once the others have finished."""
         builds = list(builds)
-        made = [b for b in builds if (b[0], tuple(b[1]), b[2] or self.arch) in self._modules]
+        made = [b for b in builds if self.built(*b)]
         for build in made if done is not None else ():
             done(build)
 
         def compile_one(build):
             family, extra, arch = build
-            path, text = sources.load(family, "cu")
-            try:
-                nvcc_compile(text, options=self.options + list(extra), arch=arch or self.arch,
-                             no_extern_c=True)
-            except drv.CompileError as e:
-                raise KernelBuildError(f"{path} failed to compile for {arch or self.arch} "
-                                       f"with {self.options + list(extra)}:\n{e}") from e
+            self._cubin(family, extra, arch or self.arch)
 
         def load(build):
             self._module(*build)
             if done is not None:
                 done(build)
         in_threads([b for b in builds if b not in made], compile_one, load, threads)
+
+    def built(self, family, options, arch=None):
+        return (family, tuple(options), arch or self.arch) in self._modules
 
     # -- launches ------------------------------------------------------------------------
 

@@ -266,6 +266,9 @@ class OpenCLRuntime(Runtime):
             raise KernelBuildError(f"{path} failed to build for {self.device.name} with "
                                    f"options {self.options + list(extra)}:\n{e}") from e
 
+    def built(self, family, options, arch=None):
+        return (family, tuple(options)) in self._programs
+
     def build_many(self, builds, done=None, threads=None):
         """Build the programs `builds` ((family, options, arch) each; arch unused here),
         each once; done(build) is called in this thread as each is ready. On a GPU several
@@ -277,7 +280,7 @@ class OpenCLRuntime(Runtime):
         if not self.backend.is_gpu or self.simulator:
             threads = 1
         builds = list(builds)
-        made = [b for b in builds if (b[0], tuple(b[1])) in self._programs]
+        made = [b for b in builds if self.built(*b)]
         for build in made if done is not None else ():
             done(build)
         with _compiler_chatter(self.name):

@@ -1,4 +1,5 @@
-"""SourceModule over the source text: its kernels found by name, checked at launch."""
+"""SourceModule over the source text: its kernels found by name, checked at launch; a
+compile's "binary" is the source, which driver.module_from_buffer reads alike."""
 import re
 
 import numpy as np
@@ -83,6 +84,13 @@ class SourceModule:
     def __init__(self, source, options=None, arch=None, no_extern_c=False):
         compile(source, options=options, no_extern_c=no_extern_c, arch=arch)
         self.names = _names(source, no_extern_c, arch)
+
+    @classmethod
+    def from_binary(cls, binary):
+        """driver.module_from_buffer: the module of a binary `compile` made."""
+        module = cls.__new__(cls)
+        module.names = _names(bytes(binary).decode(), True, "sm_")
+        return module
 
     def get_function(self, name):
         if name not in self.names:

@@ -107,6 +107,12 @@ def pagelocked_empty(shape, dtype):
     return np.zeros(shape, dtype)
 
 
+def module_from_buffer(binary):
+    """The module of a binary the stand-in's compiler made (its source)."""
+    from .compiler import SourceModule
+    return SourceModule.from_binary(binary)
+
+
 def get_driver_version():
     return 13000
 

@@ -1,0 +1,1 @@
+"""Stand-in for cuda-bindings (see bindings/nvrtc.py)."""
