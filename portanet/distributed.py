@@ -21,9 +21,7 @@ Engines (PORTANET_DIST, or init's engine):
 - nccl: NCCL (nccl4py) between CUDA devices, on device memory: each bucket one grouped
   all-reduce on a stream beside the backend's, started after backward wrote it and joined
   before the updates, inside the recorded step (CUDA graphs capture NCCL's calls), with
-  each rank's weight applied by NCCL (a PreMulSum reduction); on one host, a bucket of at
-  most peer_sum.PEER_BYTES is summed by the ranks reading each other's memory instead
-  (one kernel on that stream: NCCL's latency is most of a small bucket's all-reduce);
+  each rank's weight applied by NCCL (a PreMulSum reduction);
 - mpi: MPI (mpi4py) for any mix of backends, each bucket staged through host memory;
 - tcp: the same host staging over portanet's own rendezvous (launch.TcpChannel), for cpu
   and mixed jobs started without MPI;
@@ -41,7 +39,7 @@ import contextlib
 
 import numpy as np
 
-from . import config, launch, peer_sum
+from . import config, launch
 from .errors import InputError
 
 ENGINES = ("auto", "nccl", "mpi", "tcp")
@@ -259,8 +257,7 @@ class Group:
     def describe(self):
         return {"ranks": self.size, "engine": self.engine, "devices": self.devices,
                 "rates": self.rates, "launch": self.channel.kind,
-                "bucket_bytes": list(self.bucket_bytes),
-                "peer_sum": getattr(self.engine_, "peer", None) is not None}
+                "bucket_bytes": list(self.bucket_bytes)}
 
     def __repr__(self):
         return (f"Group(rank {self.rank} of {self.size}, local {self.local_rank}, "
@@ -513,20 +510,14 @@ class _Nccl:
             self.stream, self.event = backend.runtime.lane()
         self.types = {np.dtype(np.float32): nccl.FLOAT32, np.dtype(np.float64): nccl.FLOAT64}
         self.ops = {}                       # (weight, dtype) -> PreMulSum reduction
-        self.peer = peer_sum.make(group, backend)   # small buckets: by peer reads
 
     def reduce(self, backend, targets, weight):
         rt, nccl = backend.runtime, self.nccl
-        spans = _spans(targets)
         with backend._lock:
             rt.hand_over(backend.stream, self.stream, self.event)
-            if self.peer is not None and self.peer.takes(spans):
-                for x in spans:
-                    self.peer.sum(x, weight, self.stream)
-                return
             nccl.group_start()
             try:
-                for x in spans:
+                for x in _spans(targets):
                     view = backend.dlpack_view(x)
                     self.comm.allreduce(view, view, self._op(weight, x.dtype),
                                         stream=int(self.stream.handle))

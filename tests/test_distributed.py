@@ -702,7 +702,7 @@ def test_nccl_s_bucket_is_a_group_on_its_lane():
                                    "stream": "stream", "dlpack_view": lambda self, x: x})()
     engine = distributed._Nccl.__new__(distributed._Nccl)
     engine.nccl, engine.comm, engine.stream, engine.event = Nccl(), Comm(), Lane(), "event"
-    engine.types, engine.ops, engine.peer = {np.dtype(np.float32): "f32"}, {}, None
+    engine.types, engine.ops = {np.dtype(np.float32): "f32"}, {}
     lane = engine.stream
     from portanet.backends.arrays import DeviceArray
     joined, other = object(), object()          # two device buffers
@@ -719,20 +719,3 @@ def test_nccl_s_bucket_is_a_group_on_its_lane():
                    "group_end", ("hand_over", "stream", lane), "group_start",
                    ("allreduce", 5, ("premul", 0.5), 7), "group_end",
                    ("hand_over", lane, "stream")]
-    # on one host a small bucket is summed by peer reads: a launch a span on the lane, no
-    # NCCL; a larger one still goes to NCCL
-
-    class Peer:
-        def takes(self, spans):
-            return sum(x.size for x in spans) <= 8
-
-        def sum(self, x, weight, stream):
-            log.append(("peer", x.offset, x.size, weight, stream))
-    log.clear()
-    engine.peer = Peer()
-    engine.reduce(backend, [a, b], 0.25)
-    engine.reduce(backend, [a, b, c], 0.25)
-    assert log == [("hand_over", "stream", lane), ("peer", 0, 7, 0.25, lane),
-                   ("hand_over", "stream", lane), "group_start", ("op", 0.25, "f32"),
-                   ("allreduce", 7, ("premul", 0.25), 7), ("allreduce", 2, ("premul", 0.25), 7),
-                   "group_end"]
