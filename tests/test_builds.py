@@ -134,6 +134,8 @@ def test_cuda_builds_only_the_family_of_its_first_kernel(tmp_path, nvrtc):
               "x = bk.upload(np.arange(12, dtype=np.float32))\n"
               "y = bk.upload(np.ones(12, np.float32))\n"
               "bk.axpy(2.0, x, y)\n"
+              "from portanet.backends.runtime import cubins\n"
+              "print(cubins.compiler(bk.runtime.arch, bk.runtime.driver)[0])\n"
               "print(json.dumps(compiler.COMPILED))\n")
     standin = Path(__file__).resolve().parent / "cuda_standin"
     env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), HOME=str(tmp_path),
@@ -146,7 +148,9 @@ def test_cuda_builds_only_the_family_of_its_first_kernel(tmp_path, nvrtc):
         job = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                              text=True, timeout=300)
         assert job.returncode == 0, job.stderr[-3000:]
-        runs.append(json.loads(job.stdout.strip().splitlines()[-1]))
+        *_, which, compiled = job.stdout.strip().splitlines()
+        assert which.startswith("nvrtc" if nvrtc == "1" else "nvcc"), which
+        runs.append(json.loads(compiled))
     compiled, again = runs
     assert len(compiled) == 1                   # named by its first kernel (the stand-in's)
     assert compiled[0][0] in gpu.FAMILIES[gpu.FAMILY_OF["axpy"]]
@@ -178,3 +182,43 @@ def test_routing_builds_its_trials_kernels_together(spec, monkeypatch):
     assert len(gemms) == len(set(gemms)) > 2 and batches
     assert batches[0].count("gemm") >= 3      # the trials' first builds, made together
     assert sum(batch.count("gemm") for batch in batches) == len(gemms)
+
+
+def test_cuda_builds_by_nvrtc_only_where_it_serves_the_gpu(monkeypatch):
+    from portanet.backends.runtime import cubins
+    monkeypatch.setattr(cubins, "_nvrtc", lambda: ("nvrtc 13.0", "nvrtc's", {75, 80, 90}, 13))
+    monkeypatch.setattr(cubins, "_nvcc", lambda: ("nvcc", "nvcc's"))
+    assert cubins.compiler("sm_90") == ("nvrtc 13.0", "nvrtc's")
+    assert cubins.compiler("sm_90a", 13000) == ("nvrtc 13.0", "nvrtc's")
+    assert cubins.compiler("sm_70") == ("nvcc", "nvcc's")            # not one it builds for
+    assert cubins.compiler("sm_90", 12080) == ("nvcc", "nvcc's")     # a driver of an older CUDA
+    monkeypatch.setattr(cubins, "_nvrtc", lambda: None)
+    assert cubins.compiler("sm_90") == ("nvcc", "nvcc's")
+
+
+def test_cuda_binaries_are_kept_by_content(tmp_path, monkeypatch):
+    """A binary is built once per source, options, architecture and compiler, then read
+    from the folder; a folder that cannot be written builds each time and leaves nothing."""
+    from portanet.backends.runtime import cubins
+    built = []
+
+    def build(text, options, arch, name):
+        built.append((text, tuple(options), arch))
+        return f"{text} {options} {arch}".encode()
+    which = ["nvrtc 13.0"]
+    monkeypatch.setattr(cubins, "compiler", lambda arch, driver=None: (which[0], build))
+    folder = tmp_path / "kernels-cuda"
+    first = cubins.cubin("k", ["-DA=1"], "sm_90", folder)
+    assert cubins.cubin("k", ["-DA=1"], "sm_90", folder) == first and len(built) == 1
+    for text, options, arch in (("k2", ["-DA=1"], "sm_90"), ("k", ["-DA=2"], "sm_90"),
+                                ("k", ["-DA=1"], "sm_90a")):
+        cubins.cubin(text, options, arch, folder)
+    which[0] = "nvcc 13.0"
+    cubins.cubin("k", ["-DA=1"], "sm_90", folder)
+    assert len(built) == 5 and len(list(folder.iterdir())) == 5
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    for _ in range(2):
+        assert cubins.cubin("k", [], "sm_90", blocked / "cache") == b"k [] sm_90"
+    assert len(built) == 7 and sorted(p.name for p in tmp_path.iterdir()) == ["file",
+                                                                             "kernels-cuda"]

@@ -138,7 +138,7 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         self._route_file = None             # PORTANET_ROUTES' routes of this backend (_kept_route)
         self._kernels = {}
         self._announced = False
-        self._wanted = None                 # builds noted rather than made (`collecting`)
+        self._wanted = None                 # builds noted rather than made (`_collecting`)
         self._shadows = weakref.WeakKeyDictionary()     # keep_operands: array -> 16-bit copy
         self._keeping, self._fresh = set(), set()
         self.conv_path = config.conv_path()
@@ -240,9 +240,10 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
                 pass                    # a read-only cache: the note comes each time
 
     def _build(self, family, name, options=()):
-        """Build through the backend's _kernel (whose driver caches binaries on disk under
-        self.cache_dir, keyed by source, options, device and driver), announced the first
-        time on this device (`_announce`)."""
+        """Build through the backend's _kernel (the binaries kept on disk under
+        self.cache_dir: by the OpenCL driver, keyed by source, options, device and driver;
+        CUDA's by cubins.py), announced the first time on this device (`_announce`).
+        Within `_collecting`, a build not made yet is noted instead (Unbuilt)."""
         self._announce()
         options = self._options(family, options)
         if self._wanted is not None and not self.runtime.built(family, options):
@@ -255,9 +256,10 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         return kernel
 
     @contextlib.contextmanager
-    def collecting(self, wanted):
-        """Within the block a kernel not built in this process is not built: `_build` adds
-        its (family, options) to the set `wanted` and raises Unbuilt, so that the caller
+    def _collecting(self, wanted):
+        """Within the block a kernel that `_build` would build (not the tensor-core
+        families', built apart) is not built: `_build` adds its (family, options) to the
+        set `wanted` and raises Unbuilt, so that the caller
         can make every build a few calls need at once (the runtime's build_many) rather
         than one after another as each call meets them (GemmRouting._prebuild). Nested
         (a trial that routes a product of its own), the inner block's builds are its own."""
@@ -269,7 +271,7 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
 
     @property
     def cache_dir(self):
-        """Where this backend's compiled kernels are kept (its runtime's driver keeps them)."""
+        """Where this backend's compiled kernels are kept (its runtime says where)."""
         return self.runtime.cache_dir
 
     def _sources_id(self):

@@ -250,24 +250,27 @@ class GemmRouting:
     def _prebuild(self, calls):
         """Make the builds that `calls` need, several at once (the runtime's build_many,
         threads each with a compile), rather than one after another as the trials meet
-        them: each call is made with its builds noted rather than made (`collecting`: it
-        stops at its first missing one), then those are made together, until every call
-        finds its own (a call needs a build or two more once it gets past its first).
-        Where the backend `prebuilds` (GPUs)."""
+        them: each call is made with its builds noted rather than made (`_collecting`: it
+        stops at its first missing one), then those are made together; the calls that
+        stopped are made again, for PREBUILD_ROUNDS rounds at most (a call meets a build or
+        two more once it gets past its first; one still missing then is built when the
+        trial meets it). Where the backend `prebuilds` (GPUs)."""
         if not self.prebuilds:
             return
+        waiting = list(calls)
         for _ in range(PREBUILD_ROUNDS):
-            wanted = set()
-            with self.collecting(wanted):
-                for call in calls:
+            wanted, stopped = set(), []
+            with self._collecting(wanted):
+                for call in waiting:
                     try:
                         call()
                     except Unbuilt:
-                        pass
+                        stopped.append(call)
             if not wanted:
                 return
             self.runtime.build_many([(family, list(options), None)
                                      for family, options in sorted(wanted)])
+            waiting = stopped
 
     def _with_fresh(self, fresh, call):
         self._fresh = set(fresh)

@@ -10,9 +10,9 @@ live bytes (`_track`), the checks of what is written (`_check_write`), the texts
 (`_oom_text`) and the recorded steps' `generation`."""
 
 
-
 class Unbuilt(Exception):
-    """A build noted rather than made (KernelBackend.collecting)."""
+    """A build noted rather than made (KernelBackend._collecting)."""
+
 
 class Runtime:
     """A device's verbs. Arrays are `DeviceArray`s (arrays.py): `buf` the runtime's buffer,
@@ -74,8 +74,8 @@ class Runtime:
         raise NotImplementedError
 
     def built(self, family, options, arch=None):
-        """Whether `kernel` has the family built with `options` (for `arch`) in this
-        process already."""
+        """Whether the family is built with `options` (for `arch`) in this process already,
+        so that `kernel` asks no compiler for it."""
         raise NotImplementedError
 
     def build_many(self, builds, done=None, threads=None):

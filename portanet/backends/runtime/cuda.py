@@ -1,8 +1,8 @@
 """The CUDA runtime (pycuda): `Runtime`'s verbs on a device's primary context and one
 stream. Kernels are built once per process for the GPU's own architecture (cubins.py: by
 NVRTC or nvcc, the binaries kept on disk by source, options, architecture and compiler)
-and launched as prepared calls; a recorded step is a CUDA graph (`_Replay`), made through the driver's own calls
-(pycuda has no graph API). `_ContextLock` makes the context current in the thread that
+and launched as prepared calls; a recorded step is a CUDA graph (`_Replay`), made through
+the driver's own calls (pycuda has no graph API). `_ContextLock` makes the context current in the thread that
 holds the backend's lock."""
 import atexit
 import contextlib
@@ -74,6 +74,7 @@ class CudaRuntime(Runtime):
         self.attributes = attrs = self.device.get_attributes()
         self.max_threads = attrs[drv.device_attribute.MAX_THREADS_PER_BLOCK]
         self.options = []               # the backend's build options
+        self.driver = drv.get_driver_version()      # NVRTC's CUDA must not be newer
         self._modules, self._functions = {}, {}
         self._prepared = {}
 
@@ -95,37 +96,40 @@ class CudaRuntime(Runtime):
             self._functions[key] = self._module(family, options, arch).get_function(name)
         return self._functions[key]
 
-    def _module(self, family, extra=(), arch=None):
+    def _module(self, family, extra=(), arch=None, binary=None):
         """A family built for the GPU's architecture, or for `arch` (wgmma.cu: sm_90a,
-        Hopper's own instructions)."""
+        Hopper's own instructions); from `binary` where build_many made it."""
         arch = arch or self.arch
         key = (family, tuple(extra), arch)
         if key not in self._modules:
-            self._modules[key] = drv.module_from_buffer(self._cubin(family, extra, arch))
+            self._modules[key] = drv.module_from_buffer(
+                binary if binary is not None else self._cubin(family, extra, arch))
         return self._modules[key]
 
     def _cubin(self, family, extra, arch):
         path, text = sources.load(family, "cu")
-        return cubins.cubin(text, self.options + list(extra), arch, self.cache_dir, str(path))
+        return cubins.cubin(text, self.options + list(extra), arch, self.cache_dir, str(path),
+                            driver=self.driver)
 
     def build_many(self, builds, done=None, threads=None):
         """Build the families `builds` ((family, options, arch) each, arch None for the
         GPU's own) several at once: NVRTC (or nvcc's processes) in `threads` threads, the
-        GIL let go, into the binaries' disk cache (cubins.py), from which `_module` then
-        loads each in this thread (the context current: run it holding the backend's lock);
-        done(build) once each is loaded. A failed build raises its KernelBuildError here
-        once the others have finished."""
+        GIL let go, each binary also kept on disk (cubins.py); `_module` then loads each in
+        this thread (the context current: run it holding the backend's lock); done(build)
+        once each is loaded. A failed build raises its KernelBuildError here once the
+        others have finished."""
         builds = list(builds)
         made = [b for b in builds if self.built(*b)]
         for build in made if done is not None else ():
             done(build)
+        binaries = {}
 
         def compile_one(build):
             family, extra, arch = build
-            self._cubin(family, extra, arch or self.arch)
+            binaries[id(build)] = self._cubin(family, extra, arch or self.arch)
 
         def load(build):
-            self._module(*build)
+            self._module(*build, binary=binaries.pop(id(build)))
             if done is not None:
                 done(build)
         in_threads([b for b in builds if b not in made], compile_one, load, threads)

@@ -54,18 +54,15 @@ class Function:
 
 
 COMPILED = []       # (first kernel, options, arch) of each compile nvcc would run
-_CACHE = set()      # what pycuda's disk cache holds: a second compile of it runs nothing
 
 
 def compile(source, nvcc="nvcc", options=None, keep=False, no_extern_c=False, arch=None,
             code=None, cache_dir=None, include_dirs=()):
-    """pycuda.compiler.compile: the source checked, its compile counted once per source,
-    options and architecture (pycuda's cache); the "binary" is the source."""
+    """pycuda.compiler.compile: the source checked, each compile counted (portanet keeps
+    its own binaries: a compile here is one it could not find there); the "binary" is the
+    source."""
     names = _names(source, no_extern_c, arch)
-    key = (source, tuple(options or ()), arch)
-    if key not in _CACHE:
-        _CACHE.add(key)
-        COMPILED.append((min(names), list(options or ()), arch))
+    COMPILED.append((min(names), list(options or ()), arch))
     return source.encode()
 
 

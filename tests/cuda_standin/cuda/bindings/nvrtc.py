@@ -3,7 +3,6 @@ checked and counted as `pycuda.compiler.compile` counts it (compiler.COMPILED), 
 "cubin" the source itself, which the stand-in's driver.module_from_buffer reads. With
 STANDIN_NVRTC=0 in the environment NVRTC is missing (nvrtcVersion fails), as where
 cuda-bindings has no libnvrtc: portanet then builds through nvcc (the same stand-in)."""
-import ctypes
 import enum
 import os
 
@@ -12,6 +11,7 @@ from pycuda import compiler, driver
 
 class nvrtcResult(enum.IntEnum):
     NVRTC_SUCCESS = 0
+    NVRTC_ERROR_INVALID_INPUT = 3
     NVRTC_ERROR_COMPILATION = 6
     NVRTC_ERROR_BUILTIN_OPERATION_FAILURE = 7
 
@@ -26,6 +26,10 @@ def nvrtcVersion():
     if os.environ.get("STANDIN_NVRTC") == "0":
         return nvrtcResult.NVRTC_ERROR_BUILTIN_OPERATION_FAILURE, 0, 0
     return nvrtcResult.NVRTC_SUCCESS, 13, 0
+
+
+def nvrtcGetSupportedArchs():
+    return nvrtcResult.NVRTC_SUCCESS, [75, 80, 86, 87, 89, 90, 100, 120]
 
 
 def nvrtcCreateProgram(source, name, headers, contents, names):
@@ -46,9 +50,10 @@ def nvrtcCompileProgram(program, count, options):
 
 
 def _fill(buffer, data):
-    """Into the bytes object the caller sized (as the real binding writes it)."""
-    ctypes.memmove(ctypes.cast(ctypes.c_char_p(buffer), ctypes.c_void_p).value, data,
-                   len(data))
+    """Into the buffer the caller sized (a bytearray), as the real binding writes it."""
+    if len(buffer) < len(data):
+        return (nvrtcResult.NVRTC_ERROR_INVALID_INPUT,)
+    buffer[:len(data)] = data
     return (nvrtcResult.NVRTC_SUCCESS,)
 
 
