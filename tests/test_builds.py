@@ -185,6 +185,8 @@ def test_routing_builds_its_trials_kernels_together(spec, monkeypatch):
 
 
 def test_cuda_builds_by_nvrtc_only_where_it_serves_the_gpu(monkeypatch):
+    """NVRTC where it builds for the GPU's architecture and its CUDA is not newer than the
+    driver's (whose loader may refuse its binaries); nvcc otherwise, or where it is missing."""
     from portanet.backends.runtime import cubins
     monkeypatch.setattr(cubins, "_nvrtc", lambda: ("nvrtc 13.0", "nvrtc's", {75, 80, 90}, 13))
     monkeypatch.setattr(cubins, "_nvcc", lambda: ("nvcc", "nvcc's"))
