@@ -224,3 +224,23 @@ def test_cuda_binaries_are_kept_by_content(tmp_path, monkeypatch):
         assert cubins.cubin("k", [], "sm_90", blocked / "cache") == b"k [] sm_90"
     assert len(built) == 7 and sorted(p.name for p in tmp_path.iterdir()) == ["file",
                                                                              "kernels-cuda"]
+
+
+def test_a_trial_that_fails_leaves_the_outputs_as_they_were():
+    """Routing's trials write into the real outputs; where one raises (a build it cannot
+    make, or an Unbuilt an outer prebuild notes), the outputs it named are put back before
+    the error goes on, and nothing is routed."""
+    spec = next((d for d in DEVICES if d not in _SIMULATORS), None)
+    if spec is None:
+        pytest.skip("no CPU OpenCL runtime here")
+    bk = fresh(spec)
+    c = np.arange(6, dtype=np.float32)
+    C = bk.upload(c)
+
+    def writes_then_fails():
+        bk.fill(C, 7.0)
+        raise KernelBuildError("a build that fails")
+    with pytest.raises(KernelBuildError):
+        bk._fastest(("trial",), {"one": lambda: bk.fill(C, 3.0), "two": writes_then_fails},
+                    restore=[C])
+    assert np.array_equal(bk.download(C), c) and ("trial",) not in bk._routes
