@@ -10,7 +10,7 @@ import click
 
 from . import backends, data, files, models, optim, progress, schedules
 from . import precision as precisions
-from .errors import DivergedError, InputError, PortanetError
+from .errors import DivergedError, PortanetError
 
 CLASSES = {"fashion-mnist": 10, "mnist": 10, "coordinates": 1, "shakespeare": None}
 TEXTS = ("shakespeare",)        # text corpora: windows of character ids (portanet/text.py)
@@ -390,14 +390,10 @@ def make_optimizer(name, lr, momentum, nesterov, weight_decay, clip_norm=None):
     UsageError naming the option (the optimizer's own message names its field)."""
     try:
         return _optimizer(name, lr, momentum, nesterov, weight_decay, clip_norm)
-    except InputError as e:
-        text = str(e)
-        for field, flag in OPTIMIZER_FLAGS.items():
-            prefix = f": {field} must"
-            if prefix in text:
-                raise click.UsageError(flag + text[text.index(prefix) + len(field) + 2:]) \
-                    from e
-        raise
+    except optim.SettingError as e:
+        if e.field not in OPTIMIZER_FLAGS:
+            raise
+        raise click.UsageError(f"{OPTIMIZER_FLAGS[e.field]} {e.rule}") from e
 
 
 def _optimizer(name, lr, momentum, nesterov, weight_decay, clip_norm):

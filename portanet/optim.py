@@ -324,14 +324,23 @@ def clipped(optimizer, clip_norm):
     return dataclasses.replace(optimizer, clip_norm=clip_norm)
 
 
+class SettingError(InputError):
+    """A value an optimizer's field cannot take: `field` names the field and `rule` says
+    what it must be (the train command names its option instead of the field)."""
+
+    def __init__(self, opt, field, rule):
+        self.field, self.rule = field, rule
+        super().__init__(f"{type(opt).__name__}: {field} {rule}")
+
+
 def _number(opt, name, value, low, high, low_open=False, high_open=False):
     real = isinstance(value, numbers.Real) and not isinstance(value, bool)
     if not real or not math.isfinite(value) or value < low or value > high \
             or (low_open and value == low) or (high_open and value == high):
         closed = not high_open and math.isfinite(high)     # inf itself is never taken
-        raise InputError(f"{type(opt).__name__}: {name} must be a finite number in "
-                         f"{'(' if low_open else '['}{low}, {high}{']' if closed else ')'}, "
-                         f"got {value!r}")
+        raise SettingError(opt, name, f"must be a finite number in "
+                           f"{'(' if low_open else '['}{low}, {high}{']' if closed else ')'}, "
+                           f"got {value!r}")
 
 
 def _check(opt, name, low, high, low_open=False, high_open=False):
@@ -340,5 +349,4 @@ def _check(opt, name, low, high, low_open=False, high_open=False):
 
 def _flag(opt, name):
     if not isinstance(getattr(opt, name), bool):
-        raise InputError(f"{type(opt).__name__}: {name} must be True or False, "
-                         f"got {getattr(opt, name)!r}")
+        raise SettingError(opt, name, f"must be True or False, got {getattr(opt, name)!r}")
