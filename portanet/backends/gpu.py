@@ -259,10 +259,10 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
     def _collecting(self, wanted):
         """Within the block a kernel that `_build` would build (not the tensor-core
         families', built apart) is not built: `_build` adds its (family, options) to the
-        set `wanted` and raises Unbuilt, so that the caller
-        can make every build a few calls need at once (the runtime's build_many) rather
-        than one after another as each call meets them (GemmRouting._prebuild). Nested
-        (a trial that routes a product of its own), the inner block's builds are its own."""
+        set `wanted` and raises Unbuilt, so that the caller can make every build a few
+        calls need at once (the runtime's build_many) rather than one after another as
+        each call meets them (GemmRouting._prebuild). Nested (a trial that routes a
+        product of its own), the inner block's builds are its own."""
         outer, self._wanted = self._wanted, wanted
         try:
             yield

@@ -19,6 +19,16 @@ from pathlib import Path
 from ...errors import KernelBuildError
 
 
+def _umask():
+    """The process's umask, read once here (reading it sets it: build_many keeps binaries
+    from several threads, which must not see it changed)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+_UMASK = _umask()          # the kept binaries' mode: readable as the process makes files
+
 def cubin(text, options, arch, folder, name="kernel.cu", driver=None):
     """The cubin of CUDA source `text` built with `options` for `arch` (sm_90, sm_90a):
     from `folder` where an earlier build kept it, else built and kept there (written
@@ -47,9 +57,7 @@ def _keep(path, binary):
         handle, temp = tempfile.mkstemp(dir=path.parent, prefix=".cubin-")
         with os.fdopen(handle, "wb") as f:
             f.write(binary)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temp, 0o666 & ~umask)
+        os.chmod(temp, 0o666 & ~_UMASK)
         os.replace(temp, path)
     except OSError:
         if temp is not None:
@@ -103,9 +111,9 @@ def _nvrtc():
             if err != ok:
                 log = bytearray(check(nvrtc.nvrtcGetProgramLogSize(program), "log", name))
                 check(nvrtc.nvrtcGetProgramLog(program, log), "log", name)
-                raise KernelBuildError(
-                    f"{name} failed to compile for {arch} with {options} (NVRTC "
-                    f"{major}.{minor}: {err}):\n{log.decode(errors='replace').strip(chr(0)).strip()}")
+                text = log.decode(errors="replace").strip(chr(0)).strip()
+                raise KernelBuildError(f"{name} failed to compile for {arch} with {options} "
+                                       f"(NVRTC {major}.{minor}: {err}):\n{text}")
             binary = bytearray(check(nvrtc.nvrtcGetCUBINSize(program), "size the binary of",
                                      name))
             check(nvrtc.nvrtcGetCUBIN(program, binary), "copy the binary of", name)

@@ -2,8 +2,8 @@
 stream. Kernels are built once per process for the GPU's own architecture (cubins.py: by
 NVRTC or nvcc, the binaries kept on disk by source, options, architecture and compiler)
 and launched as prepared calls; a recorded step is a CUDA graph (`_Replay`), made through
-the driver's own calls (pycuda has no graph API). `_ContextLock` makes the context current in the thread that
-holds the backend's lock."""
+the driver's own calls (pycuda has no graph API). `_ContextLock` makes the context current
+in the thread that holds the backend's lock."""
 import atexit
 import contextlib
 import ctypes
