@@ -270,14 +270,14 @@ class Buckets:
     targets in the same order, so the ranks' all-reduces pair up), `end(weight)` before
     the updates read them. A bucket goes as one all-reduce when the targets added since
     the last one reach Group.bucket_bytes (the step's first, then each after); end sends
-    the rest and waits for them all."""
+    the rest and waits for them all. A dry run (backends/foresight.py) sends nothing."""
 
     def __init__(self, group, backend):
         self.group, self.backend, self.engine = group, backend, group.engine_
         self.pending, self.bytes, self.sent = [], 0, 0
 
     def add(self, target, weight):
-        if self.group.size == 1:
+        if self.group.size == 1 or getattr(self.backend, "dry", False):
             return
         self.pending.append(target)
         self.bytes += target.size * np.dtype(target.dtype).itemsize
@@ -285,7 +285,7 @@ class Buckets:
             self._send(weight)
 
     def end(self, weight):
-        if self.group.size == 1:
+        if self.group.size == 1 or getattr(self.backend, "dry", False):
             return
         self._send(weight)
         if self.sent:

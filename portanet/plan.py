@@ -77,6 +77,7 @@ class Replays:
     def __init__(self, backend, capturable):
         self.backend, self.capturable = backend, capturable
         self.graphs = {}    # key -> recorded step, None (seen once) or False (cannot be)
+        self.foreseen = set()   # keys whose builds were made ahead (foresee)
 
     def __call__(self, key, work):
         """work(), for the batch buffers as bound now, as the class says. An eager step
@@ -94,12 +95,23 @@ class Replays:
         if graph:
             graph()
         else:
+            if key not in graphs:       # a first step of its kind: its builds made together
+                self.foresee(key, work)
             generation = getattr(self.backend, "generation", 0)
             work()
             if key not in graphs and len(graphs) >= MAX_GRAPHS:
                 graphs.clear()                      # a schedule makes one per epoch
             if getattr(self.backend, "generation", 0) == generation:
                 graphs.setdefault(key, None)        # seen once: capture next time
+
+    def foresee(self, key, work):
+        """The first time `key` is seen, make every build work() will need, several at once
+        (Backend.prebuild, which calls it dry), rather than each as work() meets it."""
+        if key not in self.foreseen:
+            if len(self.foreseen) >= MAX_GRAPHS:
+                self.foreseen.clear()               # a schedule makes one per epoch
+            self.foreseen.add(key)
+            self.backend.prebuild(work)
 
     def clear(self):
         """Forget every recorded step (they point at buffers about to go)."""
@@ -430,6 +442,28 @@ class Plan:
         for layer in self.layers:
             layer.bind(a, m, self.shared)
             a = layer.a
+
+    def foresee(self, kind, work, sizes):
+        """Make together, once per kind and size, the builds work() needs at each batch size
+        of `sizes` (none above the buffers': Backend.prebuild, work called dry with the
+        buffers bound to that size), rather than as each size's first batch meets them (a
+        training's last batch, an evaluation's last chunk); the buffers bound as they were
+        after."""
+        new = [m for m in sorted(set(sizes)) if (kind, m) not in self.replays.foreseen]
+        if not new:
+            return
+        self.replays.foreseen.update((kind, m) for m in new)
+        bound = self.m
+
+        def at(m):
+            def work_at():
+                self.bind(m)
+                work()
+            return work_at
+        try:
+            self.backend.prebuild(*(at(m) for m in new))
+        finally:
+            self.bind(bound)
 
     def _grow(self, m):
         """Batch buffers for m samples in place of the smaller ones; refused by the plan

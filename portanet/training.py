@@ -346,6 +346,7 @@ def evaluate(net, x, t, batch_size=None):
 
     def forward_loss():
         plan.loss.forward(plan.backend, plan.layers, plan.y, plan.loss_sum, plan.hit_sum)
+    plan.foresee("evaluate", forward_loss, (chunk, len(x) % chunk or chunk))
     # the device runs batch i while i + 1 goes up (y is not changed before the sums
     # are read, which waits for the copies)
     for i in range(0, len(x), chunk):
@@ -373,6 +374,8 @@ def train_batch(net, x, y, optimizer):
             net.backend.write(plan.y, t)
         else:
             plan.upload(x, t)
+        plan.replays.foresee(("train_batch", plan.m, optimizer),
+                             lambda: step(net, optimizer))
         begin_step(net)
         step(net, optimizer)
 
@@ -578,6 +581,11 @@ def _epochs(net, x, t, data, validation, rng, run, config, shown):
         shown.begin(epochs, batches, plan.read_sums)
     bar = shown if shown is not None and shown.draws_bar else None
     by_step = config.schedule_unit == "step"
+    if group is None:       # the first and the last batch's builds together
+        plan.state.use(optimizer)
+        plan.bind(min(batch_size, n))
+        plan.foresee(("train", data is not None), lambda: step(net, optimizer),
+                     (plan.m, n % batch_size or plan.m))
     for epoch in range(run.epoch, epochs):
         if shown is not None:
             shown.start(epoch)

@@ -228,8 +228,8 @@ def test_cuda_binaries_are_kept_by_content(tmp_path, monkeypatch):
 
 def test_a_trial_that_fails_leaves_the_outputs_as_they_were():
     """Routing's trials write into the real outputs; where one raises (a build it cannot
-    make, or an Unbuilt an outer prebuild notes), the outputs it named are put back before
-    the error goes on, and nothing is routed."""
+    make), the outputs it named are put back before the error goes on, and nothing is
+    routed."""
     spec = next((d for d in DEVICES if d not in _SIMULATORS), None)
     if spec is None:
         pytest.skip("no CPU OpenCL runtime here")
@@ -244,3 +244,53 @@ def test_a_trial_that_fails_leaves_the_outputs_as_they_were():
         bk._fastest(("trial",), {"one": lambda: bk.fill(C, 3.0), "two": writes_then_fails},
                     restore=[C])
     assert np.array_equal(bk.download(C), c) and ("trial",) not in bk._routes
+
+
+def test_a_first_step_has_its_builds_made_together_by_a_dry_run_that_changes_nothing(
+        monkeypatch):
+    """Where a backend prebuilds (GPUs; here switched on, with the tiling search, on a CPU
+    runtime), a network's first training step is first called dry (Backend.prebuild): its
+    builds, routing's trials' included, are made in one batch, and the dry call launches
+    nothing and changes nothing (parameters, the optimizer's state, the routes); the step
+    that follows builds nothing more and computes what the NumPy reference does."""
+    import portanet as pn
+    spec = next((d for d in DEVICES if d not in _SIMULATORS), None)
+    if spec is None:
+        pytest.skip("no CPU OpenCL runtime here")
+    bk = fresh(spec)
+    monkeypatch.setattr(bk, "searches_tilings", True)
+    monkeypatch.setattr(bk, "prebuilds", True)
+    launches, launch = [], bk._launch
+    monkeypatch.setattr(bk, "_launch", lambda *args: (launches.append(args[0]), launch(*args)))
+    layers = lambda: [pn.Conv2D(4, 3, activation="relu"), pn.MaxPool2D(2), pn.Flatten(),
+                      pn.Dense(5, "softmax")]
+    net = pn.Sequential(layers(), input_shape=(1, 9, 9), device=bk, seed=3)
+    ref = pn.Sequential(layers(), input_shape=(1, 9, 9), device="cpu", seed=3)
+    rng = np.random.default_rng(8)
+    x, y = rng.standard_normal((13, 1, 9, 9)).astype(np.float32), rng.integers(0, 5, 13)
+    dry = []
+    prebuild = bk.prebuild
+
+    def state():
+        arrays = [a for _, layer in net.walk() for a in layer.params().values()]
+        arrays += list(net.optimizer_state.tensors().values())
+        return [bk.download(a) for a in arrays], dict(bk.routes), len(launches)
+
+    def watched(*works):
+        before, built = state(), len(bk.built)
+        made = prebuild(*works)
+        after = state()
+        dry.append((made, len(bk.built) - built, before[1:] == after[1:],
+                    all(np.array_equal(u, v) for u, v in zip(before[0], after[0]))))
+        return made
+    monkeypatch.setattr(bk, "prebuild", watched)
+    optimizer = pn.SGD(0.1, momentum=0.9)
+    with bk.pinned(gemm="auto"):
+        net.train_batch(x, y, optimizer)
+        assert bk.routes                        # the real step measured its paths
+    ref.train_batch(x, y, optimizer)
+    (made, built, unchanged, same), *trials = dry
+    assert made == built > 3 and unchanged and same
+    assert trials and all(m == b == 0 for m, b, _, _ in trials)   # nothing left to build
+    assert len(bk.built) == len(set(bk.built))
+    assert np.allclose(net.predict(x), ref.predict(x), rtol=1e-4, atol=1e-6)

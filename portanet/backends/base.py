@@ -62,6 +62,7 @@ class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, EmbedOps, Atten
     serialised = False
     max_alloc_bytes = None      # the largest single buffer, where the device has a limit
     stages_samples = False      # write_samples lays batches out on the device (staging)
+    dry = False                 # a dry run is going: nothing reaches the device (`prebuild`)
 
     def __init__(self, name, dtype=np.float32, precision=None):
         self.name = name                     # the device string that selects it
@@ -88,6 +89,12 @@ class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, EmbedOps, Atten
             if (not name.startswith("_") and inspect.isfunction(method)
                     and not getattr(method, "serialised", False)):
                 setattr(cls, name, _serialised(method))
+
+    def prebuild(self, *works):
+        """Make, several at once, every kernel build that the calls `works` will need, before
+        they run (a device backend's: backends/foresight.py). The number made; the NumPy
+        reference builds nothing."""
+        return 0
 
     @property
     def precisions(self):

@@ -182,6 +182,8 @@ class CudaBackend(KernelBackend):
     def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, ldc):
         """cuBLAS is column-major: row-major c = op(a) op(b) is column-major
         c^T = op(b)^T op(a)^T, so the operands swap and keep their own transposes."""
+        if self.dry:
+            return
         self._scalars[:] = alpha, beta
         ptr = self._scalars.ctypes.data
         size = self._scalars.itemsize
@@ -280,6 +282,8 @@ class CudaBackend(KernelBackend):
         def launch():
             kernel.prepared_async_call(grid, (WGMMA_THREADS, 1, 1), self.stream, *args,
                                        shared_size=WGMMA_SHARED)
+        if self.dry:
+            return
         if self.trace is None:
             launch()
         else:

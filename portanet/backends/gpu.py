@@ -25,7 +25,8 @@ from .conv import ConvPaths
 from .gemm.paths import GemmPaths
 from .gemm.router import GemmRouting
 from .gemm.tiling import norm_parts
-from .runtime import Unbuilt, serialised_verb
+from .foresight import Foresight
+from .runtime import serialised_verb
 from .shadows import Shadows
 from .gemm.tuned import capped
 from .ops.activations import ActivationKernels
@@ -75,9 +76,9 @@ REAL_ONLY = ("embed", "attention")  # families whose arrays are real in every pr
 STORED = ["-DSTORED_HALF=1"]    # a family's build for 16-bit storage (copies.h's STORED_HALF)
 
 
-class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, ActivationKernels,
-                    LossKernels, PoolKernels, NormKernels, EmbedKernels, AttentionKernels,
-                    UpdateKernels, Backend):
+class KernelBackend(Foresight, GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels,
+                    ActivationKernels, LossKernels, PoolKernels, NormKernels, EmbedKernels,
+                    AttentionKernels, UpdateKernels, Backend):
     """A backend that runs portanet's kernels on a device's `runtime` (runtime/Runtime).
     Subclasses make their runtime, take its verbs (`_attach`), implement _gemm_vendor and
     call _load_kernels() once the runtime is ready."""
@@ -138,7 +139,6 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         self._route_file = None             # PORTANET_ROUTES' routes of this backend (_kept_route)
         self._kernels = {}
         self._announced = False
-        self._wanted = None                 # builds noted rather than made (`_collecting`)
         self._shadows = weakref.WeakKeyDictionary()     # keep_operands: array -> 16-bit copy
         self._keeping, self._fresh = set(), set()
         self.conv_path = config.conv_path()
@@ -150,8 +150,9 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         # build a variant in a second or less; not on CPUs (PoCL takes several), nor on a
         # CPU held to a GPU's limits (PORTANET_CL_LIMITS) in the tests
         self.searches_tilings = self.is_gpu and capped(self) is None
-        # routing builds its trials' kernels together (GemmRouting._prebuild) where threads
-        # help: a GPU driver's compiles, nvcc's, NVRTC's; a CPU runtime compiles one at a time
+        # a step's builds, routing's trials' included, made together before it runs
+        # (foresight.py) where threads help: a GPU driver's compiles, nvcc's, NVRTC's; a CPU
+        # runtime compiles one at a time
         self.prebuilds = self.is_gpu
         # SGD's update of up to UPDATE_LAYERS layers in one launch of STEPS elements a
         # work-item on GPUs (a launch costs NVIDIA's OpenCL 6-8 us of host time, and one
@@ -243,31 +244,16 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         """Build through the backend's _kernel (the binaries kept on disk under
         self.cache_dir: by the OpenCL driver, keyed by source, options, device and driver;
         CUDA's by cubins.py), announced the first time on this device (`_announce`).
-        Within `_collecting`, a build not made yet is noted instead (Unbuilt)."""
-        self._announce()
+        In a dry run (foresight.py) the build is noted instead."""
         options = self._options(family, options)
-        if self._wanted is not None and not self.runtime.built(family, options):
-            self._wanted.add((family, tuple(options)))
-            raise Unbuilt(family)
+        if self.dry:
+            return self._kernel(family, name, options)
+        self._announce()
         start = time.perf_counter()
         kernel = self._kernel(family, name, options)
         log.debug("%s: built %s %s in %.2f s", self.name, name, " ".join(options),
                   time.perf_counter() - start)
         return kernel
-
-    @contextlib.contextmanager
-    def _collecting(self, wanted):
-        """Within the block a kernel that `_build` would build (not the tensor-core
-        families', built apart) is not built: `_build` adds its (family, options) to the
-        set `wanted` and raises Unbuilt, so that the caller can make every build a few
-        calls need at once (the runtime's build_many) rather than one after another as
-        each call meets them (GemmRouting._prebuild). Nested (a trial that routes a
-        product of its own), the inner block's builds are its own."""
-        outer, self._wanted = self._wanted, wanted
-        try:
-            yield
-        finally:
-            self._wanted = outer
 
     @property
     def cache_dir(self):
@@ -285,9 +271,12 @@ class KernelBackend(GemmRouting, GemmPaths, ConvPaths, Shadows, BlasKernels, Act
         """Launch with arguments packed: a DeviceArray as (pointer, offset), a Python or
         NumPy int as int32, a float as the backend's real. Callers pass reals as floats.
         label names the launch in a profile (default: the kernel's name). A kernel named
-        by a string is built on first use, with stored in its 16-bit storage build."""
+        by a string is built on first use, with stored in its 16-bit storage build. A dry
+        run (foresight.py) launches nothing."""
         if isinstance(kernel, str):
             label, kernel = label or kernel, self._named(kernel, stored)
+        if self.dry:
+            return
         packed = []
         for x in args:
             if isinstance(x, DeviceArray):

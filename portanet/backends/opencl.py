@@ -173,6 +173,8 @@ class OpenCLBackend(KernelBackend):
 
     def _gemm_vendor(self, alpha, a, b, beta, c, trans_a, trans_b, m, n, k, ldc):
         """CLBlast, row-major, on the same queue."""
+        if self.dry:
+            return
         arr = [self._wrapper(x) for x in (a, b, c)]
 
         def call(queue):

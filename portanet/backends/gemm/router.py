@@ -20,7 +20,6 @@ from ... import config
 from . import routes
 from ..base import ACC_K
 from ..pinning import check_pin
-from ..runtime import Unbuilt
 from .paths import _shape_text
 from .tiling import (CONV_TILES, GEMM_DEFAULTS, SMALL_TILES, WORK_ITEMS_PER_UNIT, _halved,
                           _k_pieces, _thinned, _tiles, gemm_fits, gemm_params, gemv_parts, k_parts,
@@ -36,7 +35,6 @@ ROUTING_MARGIN = 1.5       # a path this much slower than the best at its first 
 ROUTING_CLEAR = 1e-3       # this many seconds, is not timed again
 TRANSPOSED_FLOPS = 2**34   # the least product routing tries on a transposed copy of a (17 GFLOP)
 SEARCH_PARTS = (1, 2, 4, 8, 16)     # the K splits routing tries with each tiling (GPUs)
-PREBUILD_ROUNDS = 3         # _prebuild's: a trial's first build, then those it meets after
 SEARCH_WORKSPACE = 2**22   # split-K workspace (reals) routing may grow to for a candidate
 
 
@@ -203,12 +201,18 @@ class GemmRouting:
         if stored in paths:                 # measured by an earlier process (PORTANET_ROUTES)
             self._routes[key] = stored
             return stored
-        saved = [(x, self.download(x)) for x in restore]
         kept = set(self._fresh)         # each trial copies what the step's call would copy
+        if self.dry:                # foreseen (foresight.py): every path's builds, none timed
+            for call in paths.values():
+                self._with_fresh(kept, call)
+            self._fresh = kept
+            self._routes[key] = best = next(iter(paths))
+            return best
+        saved = [(x, self.download(x)) for x in restore]
         paths = {name: functools.partial(self._with_fresh, kept, call)
                  for name, call in paths.items()}
-        try:    # (also where an outer _prebuild stops a trial at a build it notes)
-            self._prebuild(paths.values())
+        try:
+            self.prebuild(*paths.values())
             runs, seconds = {}, {}
             for name, call in paths.items():
                 call()                                          # builds, warms up
@@ -246,31 +250,6 @@ class GemmRouting:
                   ", ".join(f"{name} {1e6 * t:.0f} us"
                             for name, t in seconds.items()), best)
         return best
-
-    def _prebuild(self, calls):
-        """Make the builds that `calls` need, several at once (the runtime's build_many,
-        threads each with a compile), rather than one after another as the trials meet
-        them: each call is made with its builds noted rather than made (`_collecting`: it
-        stops at its first missing one), then those are made together; the calls that
-        stopped are made again, for PREBUILD_ROUNDS rounds at most (a call meets a build or
-        two more once it gets past its first; one still missing then is built when the
-        trial meets it). Where the backend `prebuilds` (GPUs)."""
-        if not self.prebuilds:
-            return
-        waiting = list(calls)
-        for _ in range(PREBUILD_ROUNDS):
-            wanted, stopped = set(), []
-            with self._collecting(wanted):
-                for call in waiting:
-                    try:
-                        call()
-                    except Unbuilt:
-                        stopped.append(call)
-            if not wanted:
-                return
-            self.runtime.build_many([(family, list(options), None)
-                                     for family, options in sorted(wanted)])
-            waiting = stopped
 
     def _with_fresh(self, fresh, call):
         self._fresh = set(fresh)

@@ -10,10 +10,6 @@ live bytes (`_track`), the checks of what is written (`_check_write`), the texts
 (`_oom_text`) and the recorded steps' `generation`."""
 
 
-class Unbuilt(Exception):
-    """A build noted rather than made (KernelBackend._collecting)."""
-
-
 class Runtime:
     """A device's verbs. Arrays are `DeviceArray`s (arrays.py): `buf` the runtime's buffer,
     `offset` in elements. Every verb runs holding the backend's lock (`lock`), which the

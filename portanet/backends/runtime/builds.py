@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 
 # the most builds run at once: enough for a GPU driver's compiles or nvcc's processes to
 # fill the cores, few enough that their memory stays small
-MAX_THREADS = 8
+MAX_THREADS = 16
 
 
 def in_threads(items, work, done=None, threads=None):
