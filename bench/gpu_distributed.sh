@@ -6,11 +6,10 @@
 #                                           GPUs; `portanet bench --distributed` under
 #                                           torchrun (NCCL, no MPI) of lenet-step, resnet-step
 #                                           and mlp-big beside PyTorch DDP on 2 GPUs and on all
-#                                           of them (bench-nccl-N-W.json), lenet-step with a
-#                                           first bucket of 0.1 MB; mlp-big over MPI through
-#                                           host memory (bench-mpi.json); the LeNet run on 1
-#                                           GPU at 64 and 128 and on 2 at 64 a rank
-#                                           (lenet-epoch.jsonl)
+#                                           of them (bench-nccl-N-W.json); mlp-big over MPI
+#                                           through host memory (bench-mpi.json); the LeNet
+#                                           run on 1 GPU at 64 and on 2 at 64 a rank, twice in
+#                                           turn, then on 1 at 128 (lenet-epoch.jsonl)
 #   bash bench/gpu_distributed.sh mixed     (one GPU) a job of a cuda rank and an OpenCL rank
 #                                           (opencl:0:0) trains the MLP 5 epochs at 2 x 64,
 #                                           then with --balance, beside one process on cuda at
@@ -36,21 +35,19 @@ scaling)
             grep "^rank 0" "$OUT/bench-nccl-$k-$w.log" | head -2
         done
     done
-    PORTANET_DEVICE="cuda:{local_rank}" timeout 200 $ranks 2 -m portanet.cli bench --distributed \
-        --workload lenet-step --first-bucket-mb 0.1 --json "$OUT/bench-nccl-2-lenet-first.json" \
-        > "$OUT/bench-nccl-2-lenet-first.log" 2>&1
-    grep "^rank 0" "$OUT/bench-nccl-2-lenet-first.log" | head -2
     PORTANET_DIST=mpi PORTANET_DEVICE="cuda:{local_rank}" timeout 200 mpiexec -n 2 \
         python3 -m portanet.cli bench --distributed --workload mlp-big --no-torch \
         --json "$OUT/bench-mpi.json" > "$OUT/bench-mpi.log" 2>&1
     grep "^rank" "$OUT/bench-mpi.log"
     train="-m portanet.cli train --model lenet --epochs 3 --json"
-    for b in 64 128; do
-        timeout 200 python3 $train --device cuda --batch-size $b 2>/dev/null | tail -1 \
+    for round in 1 2; do
+        timeout 200 python3 $train --device cuda --batch-size 64 2>/dev/null | tail -1 \
             | tee -a "$OUT/lenet-epoch.jsonl"
+        PORTANET_DEVICE="cuda:{local_rank}" timeout 200 $ranks 2 $train --distributed \
+            --batch-size 64 2>/dev/null | tail -1 | tee -a "$OUT/lenet-epoch.jsonl"
     done
-    PORTANET_DEVICE="cuda:{local_rank}" timeout 200 $ranks 2 $train --distributed \
-        --batch-size 64 2>/dev/null | tail -1 | tee -a "$OUT/lenet-epoch.jsonl" ;;
+    timeout 200 python3 $train --device cuda --batch-size 128 2>/dev/null | tail -1 \
+        | tee -a "$OUT/lenet-epoch.jsonl" ;;
 mixed)
     run() { timeout 280 "$@" --model mlp --epochs 5 --json 2>/dev/null | tail -1; }
     PORTANET_DEVICE=cuda:0,opencl:0:0 run mpiexec -n 2 python3 -m portanet.cli train \

@@ -22,8 +22,9 @@ BUCKET_MB = click.option("--bucket-mb", type=float, default=None,
                               "all-reduce (default 25, as PyTorch DDP's bucket_cap_mb; 0: each "
                               "layer's alone)")
 FIRST_BUCKET_MB = click.option("--first-bucket-mb", type=float, default=None,
-                               help="with --distributed: the same for a step's first bucket "
-                                    "(default 1), which starts while backward goes on")
+                               help="with --distributed: the same for a step's first bucket, "
+                                    "which starts while backward goes on (default 1, or "
+                                    "0.125 where peer reads sum the small buckets)")
 
 
 def _buckets(dist, bucket_mb, first_bucket_mb):

@@ -21,7 +21,9 @@ Engines (PORTANET_DIST, or init's engine):
 - nccl: NCCL (nccl4py) between CUDA devices, on device memory: each bucket one grouped
   all-reduce on a stream beside the backend's, started after backward wrote it and joined
   before the updates, inside the recorded step (CUDA graphs capture NCCL's calls), with
-  each rank's weight applied by NCCL (a PreMulSum reduction);
+  each rank's weight applied by NCCL (a PreMulSum reduction); on one host, a bucket of at
+  most peer_sum.PEER_BYTES is summed by the ranks reading each other's memory instead
+  (one kernel on that stream: NCCL's latency is most of a small bucket's all-reduce);
 - mpi: MPI (mpi4py) for any mix of backends, each bucket staged through host memory;
 - tcp: the same host staging over portanet's own rendezvous (launch.TcpChannel), for cpu
   and mixed jobs started without MPI;
@@ -39,25 +41,29 @@ import contextlib
 
 import numpy as np
 
-from . import config, launch
+from . import config, launch, peer_sum
 from .errors import InputError
 
 ENGINES = ("auto", "nccl", "mpi", "tcp")
 FIRST_BUCKET_BYTES = 1 << 20    # DDP's first bucket: the first all-reduce starts early
+# the first bucket where peer reads sum the small ones (a few us a sum): LeNet's dense
+# gradient goes alone, overlapped with the convolutions' backward (docs/distributed.md)
+PEER_FIRST_BUCKET_BYTES = 1 << 17
 BUCKET_BYTES = 25 << 20         # DDP's bucket_cap_mb: few launches, yet overlap with backward
 CHUNK_BYTES = 8 << 20           # host staging's piece: its copies and sum overlap the next's
 
 _group = None
 
 
-def init(engine=None, balance=None, bucket_mb=BUCKET_BYTES / 2**20,
-         first_bucket_mb=FIRST_BUCKET_BYTES / 2**20):
+def init(engine=None, balance=None, bucket_mb=BUCKET_BYTES / 2**20, first_bucket_mb=None):
     """Join the job the launcher started; returns its Group (rank, size, local rank,
     device, engine). engine: one of ENGINES (PORTANET_DIST sets it; "auto" by default).
     balance: this rank's relative step rate, to give it that share of each global batch
     (None: equal shares). bucket_mb, first_bucket_mb: the size at which the gradients
     written since the last all-reduce go as one (Buckets; DDP's bucket_cap_mb and first
-    bucket), the same on every rank. Calling it again returns the group already joined."""
+    bucket), the same on every rank; first_bucket_mb None: FIRST_BUCKET_BYTES (DDP's 1
+    MiB), or PEER_FIRST_BUCKET_BYTES where peer reads sum the small buckets. Calling it
+    again returns the group already joined."""
     global _group
     if _group is not None:
         return _group
@@ -66,7 +72,7 @@ def init(engine=None, balance=None, bucket_mb=BUCKET_BYTES / 2**20,
         raise InputError(f"PORTANET_DIST / engine {engine!r} is not an engine portanet has: "
                          f"{', '.join(ENGINES)}")
     rate = _rate(1.0 if balance is None else balance)
-    buckets = tuple(_megabytes(name, value) for name, value in (
+    buckets = tuple(value if value is None else _megabytes(name, value) for name, value in (
         ("first_bucket_mb", first_bucket_mb), ("bucket_mb", bucket_mb)))
     channel, local = launch.channel(use_mpi=engine == "mpi")
     if local is None:
@@ -84,6 +90,9 @@ def init(engine=None, balance=None, bucket_mb=BUCKET_BYTES / 2**20,
     engine = _engine(engine, channel, devices, all(e[2] for e in everyone))
     group = Group(channel, channel.rank, channel.size, local, devices, engine, rates)
     group.engine_ = _Nccl(group) if engine == "nccl" else _Host(group)
+    if buckets[0] is None:          # the engine's (every rank's engine decides alike)
+        peer = getattr(group.engine_, "peer", None) is not None
+        buckets = (PEER_FIRST_BUCKET_BYTES if peer else FIRST_BUCKET_BYTES, buckets[1])
     group.bucket_bytes = buckets
     _group = group
     return _group
@@ -257,7 +266,8 @@ class Group:
     def describe(self):
         return {"ranks": self.size, "engine": self.engine, "devices": self.devices,
                 "rates": self.rates, "launch": self.channel.kind,
-                "bucket_bytes": list(self.bucket_bytes)}
+                "bucket_bytes": list(self.bucket_bytes),
+                "peer_sum": getattr(self.engine_, "peer", None) is not None}
 
     def __repr__(self):
         return (f"Group(rank {self.rank} of {self.size}, local {self.local_rank}, "
@@ -510,14 +520,20 @@ class _Nccl:
             self.stream, self.event = backend.runtime.lane()
         self.types = {np.dtype(np.float32): nccl.FLOAT32, np.dtype(np.float64): nccl.FLOAT64}
         self.ops = {}                       # (weight, dtype) -> PreMulSum reduction
+        self.peer = peer_sum.make(group, backend)   # small buckets: by peer reads
 
     def reduce(self, backend, targets, weight):
         rt, nccl = backend.runtime, self.nccl
+        spans = _spans(targets)
         with backend._lock:
             rt.hand_over(backend.stream, self.stream, self.event)
+            if self.peer is not None and self.peer.takes(spans):
+                for x in spans:
+                    self.peer.sum(x, weight, self.stream)
+                return
             nccl.group_start()
             try:
-                for x in _spans(targets):
+                for x in spans:
                     view = backend.dlpack_view(x)
                     self.comm.allreduce(view, view, self._op(weight, x.dtype),
                                         stream=int(self.stream.handle))

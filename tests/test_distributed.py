@@ -54,13 +54,18 @@ def mpi_job(ranks, args, devices="cpu", engine="mpi"):
 def run(tmp_path, model, ranks, devices="cpu", samples=600, batch=50, optimizer="sgd",
         balanced=False, seed_by_rank=False, engine="mpi"):
     """Every rank's {name: array} after the job, and the one-process run's over the same
-    global batches (batch x ranks)."""
+    global batches (batch x ranks). Each rank's first bucket is the engine's default:
+    PEER_FIRST_BUCKET_BYTES where peer reads sum the small buckets, else DDP's."""
     common = [model, "--samples", str(samples), "--optimizer", optimizer]
     mpi_job(ranks, [WORKER, *common, tmp_path, "--batch", batch]
             + (["--balanced"] if balanced else [])
             + (["--seed-by-rank"] if seed_by_rank else []), devices, engine)
-    return ([dict(np.load(tmp_path / f"{r}.npz")) for r in range(ranks)],
-            alone_run(tmp_path, model, samples, batch * ranks, optimizer))
+    got = [dict(np.load(tmp_path / f"{r}.npz")) for r in range(ranks)]
+    for g in got:
+        peer = bool(g["peer_sum"])
+        assert int(g["first_bucket"]) == (distributed.PEER_FIRST_BUCKET_BYTES if peer
+                                              else distributed.FIRST_BUCKET_BYTES)
+    return got, alone_run(tmp_path, model, samples, batch * ranks, optimizer)
 
 
 def alone_run(tmp_path, model, samples, batch, optimizer):
@@ -77,7 +82,8 @@ def alone_run(tmp_path, model, samples, batch, optimizer):
 
 
 def assert_same(ranks, alone):
-    names = [k for k in alone if k not in ("device", "loss", "engine")]
+    names = [k for k in alone if k not in ("device", "loss", "engine", "first_bucket",
+                                           "peer_sum")]
     for r, got in enumerate(ranks):
         for name in names:
             err = np.linalg.norm(got[name] - alone[name]) / max(np.linalg.norm(alone[name]),
@@ -281,6 +287,7 @@ def test_two_gpus(tmp_path, model, engine):
     got, alone = run(tmp_path, model, 2, "cuda:{local_rank}", engine=engine)
     assert [str(g["device"]) for g in got] == ["cuda:0", "cuda:1"]
     assert all(str(g["engine"]) == engine for g in got)
+    assert all(bool(g["peer_sum"]) == (engine == "nccl") for g in got)     # one host
     assert_same(got, alone)
 
 
@@ -702,7 +709,7 @@ def test_nccl_s_bucket_is_a_group_on_its_lane():
                                    "stream": "stream", "dlpack_view": lambda self, x: x})()
     engine = distributed._Nccl.__new__(distributed._Nccl)
     engine.nccl, engine.comm, engine.stream, engine.event = Nccl(), Comm(), Lane(), "event"
-    engine.types, engine.ops = {np.dtype(np.float32): "f32"}, {}
+    engine.types, engine.ops, engine.peer = {np.dtype(np.float32): "f32"}, {}, None
     lane = engine.stream
     from portanet.backends.arrays import DeviceArray
     joined, other = object(), object()          # two device buffers
@@ -719,3 +726,20 @@ def test_nccl_s_bucket_is_a_group_on_its_lane():
                    "group_end", ("hand_over", "stream", lane), "group_start",
                    ("allreduce", 5, ("premul", 0.5), 7), "group_end",
                    ("hand_over", lane, "stream")]
+    # on one host a small bucket is summed by peer reads: a launch a span on the lane, no
+    # NCCL; a larger one still goes to NCCL
+
+    class Peer:
+        def takes(self, spans):
+            return sum(x.size for x in spans) <= 8
+
+        def sum(self, x, weight, stream):
+            log.append(("peer", x.offset, x.size, weight, stream))
+    log.clear()
+    engine.peer = Peer()
+    engine.reduce(backend, [a, b], 0.25)
+    engine.reduce(backend, [a, b, c], 0.25)
+    assert log == [("hand_over", "stream", lane), ("peer", 0, 7, 0.25, lane),
+                   ("hand_over", "stream", lane), "group_start", ("op", 0.25, "f32"),
+                   ("allreduce", 7, ("premul", 0.25), 7), ("allreduce", 2, ("premul", 0.25), 7),
+                   "group_end"]

@@ -10,8 +10,9 @@ from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent.parent
 FOLDERS = {"cl": "kernels_cl", "cu": "kernels_cu"}
-# families CUDA alone builds: tensor-core kernels, which OpenCL C has no way to
-CUDA_ONLY = ("mma", "wgmma")
+# families CUDA alone builds: tensor-core kernels and sums over peer GPUs, which OpenCL C
+# has no way to write
+CUDA_ONLY = ("mma", "wgmma", "peer")
 PRELUDE = "prelude.h"                       # the dialect's words: one per language
 SHARED_HEADERS = ("groups.h", "copies.h", "random.h")  # one text for both languages, in kernels_cl/
 HEADERS = (PRELUDE, *SHARED_HEADERS)        # what kernel sources #include, inlined
