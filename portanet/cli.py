@@ -24,7 +24,7 @@ BUCKET_MB = click.option("--bucket-mb", type=float, default=None,
 FIRST_BUCKET_MB = click.option("--first-bucket-mb", type=float, default=None,
                                help="with --distributed: the same for a step's first bucket, "
                                     "which starts while backward goes on (default 1, or "
-                                    "0.125 where peer reads sum the small buckets)")
+                                    "0.125 where peer reads sum all of a small network's)")
 
 
 def _buckets(dist, bucket_mb, first_bucket_mb):
@@ -291,7 +291,10 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, schedule_
                           checkpoint=checkpoint, resume=resume, verbose=shown)
         if not distributed.leader():
             return              # the others' weights are rank 0's: it tests and saves
-        test_loss, test_acc = net.evaluate(x_test, y_test)
+        # at the training's batch size: its products are the training forward's, whose
+        # kernels are built and whose paths are measured already (a batch size of its own
+        # was a second round of builds on a first use)
+        test_loss, test_acc = net.evaluate(x_test, y_test, batch_size=batch_size)
         click.echo(f"test loss {test_loss:.4f}  test accuracy {test_acc:.4f}")
         if save:
             net.save(save)

@@ -423,7 +423,7 @@ class Plan:
                 if name in values:
                     bk.write(getattr(layer, name), values[name])   # cast there
                 else:
-                    bk.fill(getattr(layer, name), 0.0)
+                    bk.clear(getattr(layer, name))
 
     def bind(self, m):
         """Make every layer's buffers views for a batch of m samples."""
@@ -486,11 +486,12 @@ class Plan:
             setattr(owner or self, buf.name, x)
         self.shared = Shared(self._ones, self._workspace,
                              tuple(getattr(self, name) for name in PRODUCTS))
-        self.backend.fill(self._ones, 1.0)
+        # from the host and by `clear`, not by kernels: a first use builds nothing before
+        # its first step, whose builds are made together
+        self.backend.write(self._ones, np.ones(self._ones.shape, np.float32))
         # train_batch adds into the sums without an epoch to zero them (Oclgrind saw the
         # loss kernel read them unwritten)
-        self.backend.fill(self._loss_sum, 0.0)
-        self.backend.fill(self._hit_sum, 0.0)
+        self.reset_sums()
         self.capacity, self.m = m, None
 
     def free_batch(self):
@@ -517,8 +518,8 @@ class Plan:
 
     def reset_sums(self):
         """Zero the per-sample loss and hit sums (an epoch's, an evaluation's)."""
-        self.backend.fill(self._loss_sum, 0.0)
-        self.backend.fill(self._hit_sum, 0.0)
+        self.backend.clear(self._loss_sum)
+        self.backend.clear(self._hit_sum)
 
     def read_sums(self, n, ranks=None):
         """(mean loss, accuracy) over the n samples accumulated, of every token of a

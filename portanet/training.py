@@ -78,7 +78,7 @@ class OptimizerState:
             if buf.dtype == np.int32:
                 bk.write(x, np.zeros(x.size, np.int32))
             else:
-                bk.fill(x, 0.0)
+                bk.clear(x)
             if owner is None and buf.name in optimizer.slots():    # one slot of all layers
                 start = 0
                 for _, layer in self._layers:
@@ -178,7 +178,9 @@ class OptimizerState:
     def _averaging_in(self, group):
         """The job's bucketed averaging of this state's targets (distributed.Buckets)."""
         if self._averaging is None or self._averaging.group is not group:
-            self._averaging = group.averaging(self.backend)
+            targets = [layer.grad_flat[self._slot] for _, layer in self._layers]
+            total = sum(x.size * np.dtype(x.dtype).itemsize for x in targets)
+            self._averaging = group.averaging(self.backend, total)
         return self._averaging
 
     def scale_now(self):

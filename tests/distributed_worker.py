@@ -43,7 +43,6 @@ def main():
     history = net.fit(x, y, epochs=2, batch_size=args.batch, optimizer=opt, seed=5)
     np.savez(f"{args.out}/{rank}.npz", device=net.backend.name, loss=history["loss"],
              engine=group.engine if group else "alone", **net.get_weights(),
-             first_bucket=group.bucket_bytes[0] if group else 0,
              peer_sum=group is not None and getattr(group.engine_, "peer", None) is not None)
 
 

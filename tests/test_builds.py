@@ -157,6 +157,51 @@ def test_cuda_builds_only_the_family_of_its_first_kernel(tmp_path, nvrtc):
     assert again == [] and len(list((tmp_path / "portanet" / "kernels-cuda").iterdir())) == 1
 
 
+def test_a_first_cuda_training_makes_every_build_in_one_batch(tmp_path):
+    """Over the CUDA stand-ins: a LeNet's fit (a last batch smaller than the others), then
+    its evaluation and prediction at the training's batch sizes (64, then 44), make every
+    build in one batch (the runtime's build_many): the network's creation and its
+    optimizer's state build nothing (`clear`), fit's first step and last batch are
+    foreseen together, and the evaluation's products are the training forward's. Made as
+    each step met them, they came in fourteen batches."""
+    script = ("import ctypes, json, numpy as np\n"
+              "class Driver:\n"
+              "    def __getattr__(self, name):\n"
+              "        call = lambda *args: 0\n"
+              "        call.argtypes = call.restype = None\n"
+              "        return call\n"
+              "real = ctypes.CDLL\n"
+              "ctypes.CDLL = lambda name, *a, **k: (Driver() if str(name).startswith('libcuda')\n"
+              "                                    else real(name, *a, **k))\n"
+              "import portanet as pn\n"
+              "from pycuda import compiler\n"
+              "from portanet.backends.runtime import cuda\n"
+              "batches, many = [], cuda.CudaRuntime.build_many\n"
+              "def counted(self, builds, *args, **kw):\n"
+              "    builds = list(builds)\n"
+              "    batches.append(sum(not self.built(*b) for b in builds))\n"
+              "    return many(self, builds, *args, **kw)\n"
+              "cuda.CudaRuntime.build_many = counted\n"
+              "rng = np.random.default_rng(0)\n"
+              "x = rng.standard_normal((300, 1, 28, 28)).astype(np.float32)\n"
+              "y = rng.integers(0, 10, 300)\n"
+              "net = pn.lenet(device='cuda', seed=0)\n"
+              "net.fit(x, y, epochs=1, batch_size=64, verbose=0)\n"
+              "net.evaluate(x[:108], y[:108], batch_size=64)\n"
+              "net.predict(x[:108], batch_size=64)\n"
+              "print(json.dumps([len(compiler.COMPILED), batches]))\n")
+    standin = Path(__file__).resolve().parent / "cuda_standin"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), HOME=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(standin)] + [
+                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env.pop("PORTANET_PRECISION", None)
+    job = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert job.returncode == 0, job.stderr[-3000:]
+    compiled, batches = json.loads(job.stdout.strip().splitlines()[-1])
+    assert compiled > 20 and [b for b in batches if b] == [compiled], (compiled, batches)
+
+
 @pytest.mark.parametrize("spec", [d for d in DEVICES if d not in _SIMULATORS])
 def test_routing_builds_its_trials_kernels_together(spec, monkeypatch):
     """Where a backend prebuilds (GPUs; here switched on, with the tiling search, on a CPU

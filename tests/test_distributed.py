@@ -54,18 +54,13 @@ def mpi_job(ranks, args, devices="cpu", engine="mpi"):
 def run(tmp_path, model, ranks, devices="cpu", samples=600, batch=50, optimizer="sgd",
         balanced=False, seed_by_rank=False, engine="mpi"):
     """Every rank's {name: array} after the job, and the one-process run's over the same
-    global batches (batch x ranks). Each rank's first bucket is the engine's default:
-    PEER_FIRST_BUCKET_BYTES where peer reads sum the small buckets, else DDP's."""
+    global batches (batch x ranks)."""
     common = [model, "--samples", str(samples), "--optimizer", optimizer]
     mpi_job(ranks, [WORKER, *common, tmp_path, "--batch", batch]
             + (["--balanced"] if balanced else [])
             + (["--seed-by-rank"] if seed_by_rank else []), devices, engine)
-    got = [dict(np.load(tmp_path / f"{r}.npz")) for r in range(ranks)]
-    for g in got:
-        peer = bool(g["peer_sum"])
-        assert int(g["first_bucket"]) == (distributed.PEER_FIRST_BUCKET_BYTES if peer
-                                              else distributed.FIRST_BUCKET_BYTES)
-    return got, alone_run(tmp_path, model, samples, batch * ranks, optimizer)
+    return ([dict(np.load(tmp_path / f"{r}.npz")) for r in range(ranks)],
+            alone_run(tmp_path, model, samples, batch * ranks, optimizer))
 
 
 def alone_run(tmp_path, model, samples, batch, optimizer):
@@ -82,8 +77,7 @@ def alone_run(tmp_path, model, samples, batch, optimizer):
 
 
 def assert_same(ranks, alone):
-    names = [k for k in alone if k not in ("device", "loss", "engine", "first_bucket",
-                                           "peer_sum")]
+    names = [k for k in alone if k not in ("device", "loss", "engine", "peer_sum")]
     for r, got in enumerate(ranks):
         for name in names:
             err = np.linalg.norm(got[name] - alone[name]) / max(np.linalg.norm(alone[name]),
@@ -325,7 +319,7 @@ def test_an_empty_share_averages_in_backwards_order(monkeypatch, precision):
     class Recorder:                             # one rank alone, noting the averagings
         records = False
 
-        def averaging(self, bk):
+        def averaging(self, bk, total):
             return self
 
         def add(self, target, share):
@@ -655,7 +649,7 @@ def test_buckets_go_at_their_sizes():
     engine = _Recording()
     group = type("Group", (), {"size": 2, "engine_": engine, "averages": 0,
                                "bucket_bytes": (400, 4000)})()
-    buckets = distributed.Buckets(group, None)
+    buckets = distributed.Buckets(group, None, 400)
     for n in (30, 80, 500, 600, 10, 2000, 7):
         buckets.add(np.zeros(n, np.float32), 0.5)
     buckets.end(0.5)
@@ -669,10 +663,26 @@ def test_buckets_go_at_their_sizes():
     alone = type("Group", (), {"size": 1, "engine_": engine, "averages": 0,
                                "bucket_bytes": (0, 0)})()
     engine.log.clear()
-    one = distributed.Buckets(alone, None)      # one rank averages nothing
+    one = distributed.Buckets(alone, None, 0)   # one rank averages nothing
     one.add(np.zeros(5, np.float32), 1.0)
     one.end(1.0)
     assert engine.log == []
+
+
+def test_the_first_bucket_is_small_where_peer_sums_take_the_whole_averaging():
+    """A step's first bucket: as init was given; else 128 KiB where peer reads sum all of
+    the averaging (a small network: its last layer's gradient goes alone, overlapped with
+    the backward below), DDP's 1 MiB where they cannot or where NCCL takes some of it."""
+    group = distributed.Group.__new__(distributed.Group)
+    group.bucket_bytes, group.engine_ = (None, distributed.BUCKET_BYTES), object()
+    small, large = 200_000, 220 * 2**20
+    assert group.first_bucket(small) == group.first_bucket(large) == \
+        distributed.FIRST_BUCKET_BYTES                      # no peer sums
+    group.engine_ = type("Engine", (), {"peer": object()})()
+    assert group.first_bucket(small) == distributed.PEER_FIRST_BUCKET_BYTES == 2**17
+    assert group.first_bucket(large) == distributed.FIRST_BUCKET_BYTES
+    group.bucket_bytes = (0, distributed.BUCKET_BYTES)       # given: each layer alone
+    assert group.first_bucket(small) == 0
 
 
 def test_nccl_s_bucket_is_a_group_on_its_lane():

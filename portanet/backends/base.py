@@ -160,6 +160,12 @@ class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, EmbedOps, Atten
         """Uninitialised array of `shape`; `label` names it in out-of-memory errors."""
         raise NotImplementedError
 
+    def clear(self, x):
+        """x <- 0, where the device can without a kernel (CUDA's memset): what a network's
+        creation and its optimizer's state use, so that a first use builds nothing before
+        the first step, whose builds are made together (`prebuild`). Else `fill`."""
+        self.fill(x, 0.0)
+
     def zeros(self, shape, dtype=None, label="buffer"):
         x = self.empty(shape, dtype, label)
         self.fill(x, 0)

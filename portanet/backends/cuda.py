@@ -174,6 +174,10 @@ class CudaBackend(KernelBackend):
         stream's (portanet/dlpack.py takes it in)."""
         return (lending.CUDA, self.ordinal), int(self.stream.handle)
 
+    def clear(self, x):
+        drv.memset_d8_async(self._address(x), 0, x.size * np.dtype(x.dtype).itemsize,
+                            self.stream)
+
     def dlpack_view(self, x):
         return lending.DeviceView(self, x, self._address(x), (lending.CUDA, self.ordinal))
 

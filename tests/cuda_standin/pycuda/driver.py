@@ -93,6 +93,11 @@ def memcpy_htod_async(dst, host, stream=None):
 memcpy_htod = memcpy_htod_async
 
 
+def memset_d8_async(dst, value, count, stream=None):
+    Memory.check(int(dst), count, "memset_d8")
+    ctypes.memset(int(dst), value, count)
+
+
 def memcpy_dtoh_async(host, src, stream=None):
     if not host.flags.c_contiguous:
         raise LogicError("memcpy_dtoh into a non-contiguous array")
