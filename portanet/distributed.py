@@ -224,8 +224,7 @@ class Group:
         """The bytes of a step's first bucket, of an averaging of `total` bytes: as init
         was given, else DDP's FIRST_BUCKET_BYTES, or PEER_FIRST_BUCKET_BYTES where all of it
         goes by peer sums (a small network, whose step the all-reduce's latency holds: its
-        last layer's gradient goes alone, overlapped with the layers below; on mlp-big, whose
-        step its products hold, a first bucket sent that early made the step 1 ms slower)."""
+        last layer's gradient goes alone, overlapped with the layers below)."""
         if self.bucket_bytes[0] is not None:
             return self.bucket_bytes[0]
         peer = getattr(self.engine_, "peer", None)
