@@ -339,33 +339,3 @@ def test_a_first_step_has_its_builds_made_together_by_a_dry_run_that_changes_not
     assert trials and all(m == b == 0 for m, b, _, _ in trials)   # nothing left to build
     assert len(bk.built) == len(set(bk.built))
     assert np.allclose(net.predict(x), ref.predict(x), rtol=1e-4, atol=1e-6)
-
-
-def test_programs_compiled_ahead_in_processes_are_read_from_the_cache(monkeypatch):
-    """Where the OpenCL runtime compiles ahead (GPUs; here switched on for Intel's CPU
-    runtime, whose programs pyopencl caches), build_many's programs are first compiled by
-    worker processes, and the runtime's own builds read them from the cache; the kernels
-    then compute what NumPy does. Options never built before (a fresh define) keep any
-    earlier test's binaries out of it."""
-    from portanet.backends.runtime import cl_processes
-    if "opencl:intel" not in DEVICES:
-        pytest.skip("needs Intel's CPU runtime (pyopencl caches its programs)")
-    bk = fresh("opencl:intel")
-    bk.runtime.ahead = True
-    ahead, compile_ahead = [], cl_processes.compile_ahead
-    monkeypatch.setattr(cl_processes, "compile_ahead", lambda platform, device, builds, cache:
-                        (ahead.append(len(builds)),
-                         compile_ahead(platform, device, builds, cache, workers=2))[1])
-    fresh_define = f"-DPORTANET_AHEAD={time.time_ns()}"
-    builds = [(family, bk._options(family, [fresh_define]), None)
-              for family in ("elementwise", "loss", "blas")]
-    bk.runtime.build_many(builds)
-    assert ahead == [3]
-    for family, options, _ in builds:
-        program = bk.runtime._programs[(family, tuple(options))]
-        assert program._build_duration_info[1], program._build_duration_info   # read back
-    x = np.arange(12, dtype=np.float32)
-    kernel = bk.runtime.kernel("elementwise", "scal", builds[0][1])
-    y = bk.upload(x)
-    bk._run(kernel, (12,), y, 3.0, 12)
-    assert np.array_equal(bk.download(y), 3 * x)

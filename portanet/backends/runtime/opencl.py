@@ -20,7 +20,7 @@ from ... import config
 from .. import sources
 from ..arrays import DeviceArray
 from ..staging import BEHIND, CopyLane
-from . import Recorded, Runtime, cl_processes, default_local
+from . import Recorded, Runtime, default_local
 from .builds import in_threads as _in_threads
 
 log = logging.getLogger("portanet")
@@ -180,7 +180,6 @@ class OpenCLRuntime(Runtime):
         self._programs = {}
         self._building, self._building_lock = {}, threading.Lock()  # per-key build locks
         self._batch = False                     # build_many's threads are building
-        self.ahead = None       # build_many compiles in worker processes first (None: on GPUs)
         self._bound, self._wrappers = {}, {}    # see launch and OpenCLBackend._wrapper
         self._checked = set()                   # (kernel, group) held to the limits
         self._recording = None                  # a list while capture() records
@@ -277,26 +276,18 @@ class OpenCLRuntime(Runtime):
         one after another on a CPU runtime, where threads gained nothing (Intel's compiles
         one program at a time in a process), and on the simulator, which is not safe from
         several threads (Oclgrind crashed building two programs at once). A failed build
-        raises its KernelBuildError here once the others have finished. Where `ahead` (GPUs
-        but the simulator), the programs are first compiled in worker processes
-        (cl_processes.py), so that the threads' builds read them from the driver's cache."""
-        gpu = self.backend.is_gpu and not self.simulator
-        if not gpu:
+        raises its KernelBuildError here once the others have finished."""
+        if not self.backend.is_gpu or self.simulator:
             threads = 1
         builds = list(builds)
         made = [b for b in builds if self.built(*b)]
         for build in made if done is not None else ():
             done(build)
-        todo = [b for b in builds if b not in made]
-        if len(todo) > 1 and (gpu if self.ahead is None else self.ahead):
-            cl_processes.compile_ahead(
-                self.platform, self.device,
-                [(sources.load(family, "cl")[1], self.options + list(extra))
-                 for family, extra, _ in todo], self._binaries)
         with _compiler_chatter(self.name):
             self._batch = True
             try:
-                _in_threads(todo, lambda b: self.program(b[0], b[1]), done, threads)
+                _in_threads([b for b in builds if b not in made],
+                            lambda b: self.program(b[0], b[1]), done, threads)
             finally:
                 self._batch = False
 
