@@ -122,6 +122,17 @@ def test_the_device_check_says_what_it_is_doing(spec):
         f"reference") < len(said) - 1
 
 
+def _standin_env(tmp_path):
+    """A subprocess's environment over the CUDA stand-ins (tests/cuda_standin/ first on
+    its path), its caches in tmp_path."""
+    standin = Path(__file__).resolve().parent / "cuda_standin"
+    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), HOME=str(tmp_path),
+               PYTHONPATH=os.pathsep.join([str(standin)] + [
+                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
+    env.pop("PORTANET_PRECISION", None)
+    return env
+
+
 @pytest.mark.parametrize("nvrtc", ["1", "0"])
 def test_cuda_builds_only_the_family_of_its_first_kernel(tmp_path, nvrtc):
     """Over the stand-ins for pycuda and cuda-bindings (tests/cuda_standin/), by NVRTC or,
@@ -137,11 +148,7 @@ def test_cuda_builds_only_the_family_of_its_first_kernel(tmp_path, nvrtc):
               "from portanet.backends.runtime import cubins\n"
               "print(cubins.compiler(bk.runtime.arch, bk.runtime.driver)[0])\n"
               "print(json.dumps(compiler.COMPILED))\n")
-    standin = Path(__file__).resolve().parent / "cuda_standin"
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), HOME=str(tmp_path),
-               PYTHONPATH=os.pathsep.join([str(standin)] + [
-                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    env.pop("PORTANET_PRECISION", None)
+    env = _standin_env(tmp_path)
     env["STANDIN_NVRTC"] = nvrtc
     runs = []
     for _ in range(2):
@@ -190,11 +197,7 @@ def test_a_first_cuda_training_makes_every_build_in_one_batch(tmp_path):
               "net.evaluate(x[:108], y[:108], batch_size=64)\n"
               "net.predict(x[:108], batch_size=64)\n"
               "print(json.dumps([len(compiler.COMPILED), batches]))\n")
-    standin = Path(__file__).resolve().parent / "cuda_standin"
-    env = dict(os.environ, XDG_CACHE_HOME=str(tmp_path), HOME=str(tmp_path),
-               PYTHONPATH=os.pathsep.join([str(standin)] + [
-                   p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]))
-    env.pop("PORTANET_PRECISION", None)
+    env = _standin_env(tmp_path)
     job = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                          text=True, timeout=300)
     assert job.returncode == 0, job.stderr[-3000:]
