@@ -1,6 +1,6 @@
 /* peer.cu: a small bucket summed over the ranks of one host by reading each other's memory
    (CUDA IPC, over NVLink where the GPUs have it), for the buckets where an NCCL all-reduce
-   costs its protocol's latency more than its bytes (portanet/peer_sum.py's PeerSum).
+   costs its protocol's latency more than its bytes (portanet/backends/peer_sum.py's PeerSum).
 
    Each rank copies weight x into its own staging buffer, tells every rank that its part is
    there (a flag in that rank's memory) and waits for theirs, then adds up the ranks' parts

@@ -291,10 +291,11 @@ def train(model, dataset, epochs, batch_size, optimizer, lr, schedule, schedule_
                           checkpoint=checkpoint, resume=resume, verbose=shown)
         if not distributed.leader():
             return              # the others' weights are rank 0's: it tests and saves
-        # at the training's batch size: its products are the training forward's, whose
-        # kernels are built and whose paths are measured already (a batch size of its own
-        # was a second round of builds on a first use)
-        test_loss, test_acc = net.evaluate(x_test, y_test, batch_size=batch_size)
+        # at the training's batch size (this rank's buffers): its products are the training
+        # forward's, whose kernels are built and whose paths are measured already, where a
+        # batch size of its own would be a round of builds more on a first use
+        test_loss, test_acc = net.evaluate(x_test, y_test,
+                                           batch_size=min(batch_size, net.plan.capacity))
         click.echo(f"test loss {test_loss:.4f}  test accuracy {test_acc:.4f}")
         if save:
             net.save(save)

@@ -41,12 +41,13 @@ import contextlib
 
 import numpy as np
 
-from . import config, launch, peer_sum
+from . import config, launch
+from .backends import peer_sum
 from .errors import InputError
 
 ENGINES = ("auto", "nccl", "mpi", "tcp")
 FIRST_BUCKET_BYTES = 1 << 20    # DDP's first bucket: the first all-reduce starts early
-# the first bucket where peer reads sum the whole averaging (a few us a sum): LeNet's dense
+# the first bucket where peer reads sum the small ones (a few us a sum): LeNet's dense
 # gradient goes alone, overlapped with the convolutions' backward (docs/distributed.md)
 PEER_FIRST_BUCKET_BYTES = 1 << 17
 BUCKET_BYTES = 25 << 20         # DDP's bucket_cap_mb: few launches, yet overlap with backward
@@ -61,7 +62,7 @@ def init(engine=None, balance=None, bucket_mb=BUCKET_BYTES / 2**20, first_bucket
     balance: this rank's relative step rate, to give it that share of each global batch
     (None: equal shares). bucket_mb, first_bucket_mb: the size at which the gradients
     written since the last all-reduce go as one (Buckets; DDP's bucket_cap_mb and first
-    bucket), the same on every rank; first_bucket_mb None: the network's (Group.first_bucket).
+    bucket), the same on every rank; first_bucket_mb None: the engine's (`first_bucket`).
     Calling it again returns the group already joined."""
     global _group
     if _group is not None:
@@ -89,9 +90,18 @@ def init(engine=None, balance=None, bucket_mb=BUCKET_BYTES / 2**20, first_bucket
     engine = _engine(engine, channel, devices, all(e[2] for e in everyone))
     group = Group(channel, channel.rank, channel.size, local, devices, engine, rates)
     group.engine_ = _Nccl(group) if engine == "nccl" else _Host(group)
+    if buckets[0] is None:          # every rank's engine decides alike
+        buckets = (first_bucket(group.engine_), buckets[1])
     group.bucket_bytes = buckets
     _group = group
     return _group
+
+
+def first_bucket(engine):
+    """A step's first bucket in bytes where init is not given one: PEER_FIRST_BUCKET_BYTES
+    where `engine` sums the small buckets by peer reads, else DDP's FIRST_BUCKET_BYTES."""
+    return (PEER_FIRST_BUCKET_BYTES if getattr(engine, "peer", None) is not None
+            else FIRST_BUCKET_BYTES)
 
 
 def _engine(asked, channel, devices, nccl_everywhere):
@@ -180,8 +190,7 @@ class Group:
         self.channel, self.rank, self.size, self.local_rank = channel, rank, size, local_rank
         self.devices, self.engine, self.rates = devices, engine, rates
         self.averages = 0                   # all-reduces so far (the bench counts them)
-        # (first, each after): None, the first bucket the network's (first_bucket)
-        self.bucket_bytes = (None, BUCKET_BYTES)
+        self.bucket_bytes = (FIRST_BUCKET_BYTES, BUCKET_BYTES)      # (first, each after)
         self.engine_ = None                 # _Nccl or _Host: reduce(bk, targets, w), join
 
     @property
@@ -215,21 +224,9 @@ class Group:
         mine = indices[start:start + shares[self.rank]]
         return mine, len(mine) / len(indices)
 
-    def averaging(self, backend, total):
-        """The bucketed averaging of a step's gradient targets on backend, `total` bytes of
-        them (Buckets)."""
-        return Buckets(self, backend, self.first_bucket(total))
-
-    def first_bucket(self, total):
-        """The bytes of a step's first bucket, of an averaging of `total` bytes: as init
-        was given, else DDP's FIRST_BUCKET_BYTES, or PEER_FIRST_BUCKET_BYTES where all of it
-        goes by peer sums (a small network, whose step the all-reduce's latency holds: its
-        last layer's gradient goes alone, overlapped with the layers below)."""
-        if self.bucket_bytes[0] is not None:
-            return self.bucket_bytes[0]
-        peer = getattr(self.engine_, "peer", None)
-        return (PEER_FIRST_BUCKET_BYTES if peer is not None and total <= peer_sum.PEER_BYTES
-                else FIRST_BUCKET_BYTES)
+    def averaging(self, backend):
+        """The bucketed averaging of a step's gradient targets on backend (Buckets)."""
+        return Buckets(self, backend)
 
     def average(self, backend, x, weight):
         """x <- sum_r weight_r x_r over the ranks, in place, before the backend's next
@@ -288,12 +285,11 @@ class Buckets:
     layer's backward wrote its target (in Layer.backward_order: every rank adds the same
     targets in the same order, so the ranks' all-reduces pair up), `end(weight)` before
     the updates read them. A bucket goes as one all-reduce when the targets added since
-    the last one reach `sizes` (the step's first, then each after); end sends
+    the last one reach Group.bucket_bytes (the step's first, then each after); end sends
     the rest and waits for them all. A dry run (backends/foresight.py) sends nothing."""
 
-    def __init__(self, group, backend, first):
+    def __init__(self, group, backend):
         self.group, self.backend, self.engine = group, backend, group.engine_
-        self.sizes = (first, group.bucket_bytes[1])
         self.pending, self.bytes, self.sent = [], 0, 0
 
     def add(self, target, weight):
@@ -301,7 +297,7 @@ class Buckets:
             return
         self.pending.append(target)
         self.bytes += target.size * np.dtype(target.dtype).itemsize
-        if self.bytes >= self.sizes[1 if self.sent else 0]:
+        if self.bytes >= self.group.bucket_bytes[1 if self.sent else 0]:
             self._send(weight)
 
     def end(self, weight):

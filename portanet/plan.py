@@ -110,12 +110,14 @@ class Replays:
         if key not in self.foreseen:
             if len(self.foreseen) >= MAX_GRAPHS:
                 self.foreseen.clear()               # a schedule makes one per epoch
-            self.foreseen.add(key)
             self.backend.prebuild(work)
+            self.foreseen.add(key)
 
     def clear(self):
-        """Forget every recorded step (they point at buffers about to go)."""
+        """Forget every recorded step (they point at buffers about to go), and which
+        steps' builds were made ahead (the backend may have dropped some since)."""
         self.graphs.clear()
+        self.foreseen.clear()
 
     def forget(self, which):
         """Forget the recorded steps whose key `which(key)` is true."""
@@ -452,7 +454,7 @@ class Plan:
         new = [m for m in sorted(set(sizes)) if (kind, m) not in self.replays.foreseen]
         if not new:
             return
-        self.replays.foreseen.update((kind, m) for m in new)
+        assert max(new) <= self.capacity, (new, self.capacity)     # views, no allocation
         bound = self.m
 
         def at(m):
@@ -464,6 +466,7 @@ class Plan:
             self.backend.prebuild(*(at(m) for m in new))
         finally:
             self.bind(bound)
+        self.replays.foreseen.update((kind, m) for m in new)
 
     def _grow(self, m):
         """Batch buffers for m samples in place of the smaller ones; refused by the plan
@@ -486,8 +489,8 @@ class Plan:
             setattr(owner or self, buf.name, x)
         self.shared = Shared(self._ones, self._workspace,
                              tuple(getattr(self, name) for name in PRODUCTS))
-        # from the host and by `clear`, not by kernels: a first use builds nothing before
-        # its first step, whose builds are made together
+        # from the host and by `clear`, not by kernels: on CUDA a first use builds nothing
+        # before its first step, whose builds are made together
         self.backend.write(self._ones, np.ones(self._ones.shape, np.float32))
         # train_batch adds into the sums without an epoch to zero them (Oclgrind saw the
         # loss kernel read them unwritten)

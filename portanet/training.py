@@ -178,9 +178,7 @@ class OptimizerState:
     def _averaging_in(self, group):
         """The job's bucketed averaging of this state's targets (distributed.Buckets)."""
         if self._averaging is None or self._averaging.group is not group:
-            targets = [layer.grad_flat[self._slot] for _, layer in self._layers]
-            total = sum(x.size * np.dtype(x.dtype).itemsize for x in targets)
-            self._averaging = group.averaging(self.backend, total)
+            self._averaging = group.averaging(self.backend)
         return self._averaging
 
     def scale_now(self):
@@ -583,7 +581,9 @@ def _epochs(net, x, t, data, validation, rng, run, config, shown):
         shown.begin(epochs, batches, plan.read_sums)
     bar = shown if shown is not None and shown.draws_bar else None
     by_step = config.schedule_unit == "step"
-    if group is None:       # the first and the last batch's builds together
+    # the first and the last batch's builds together (a distributed job's last batch is each
+    # rank's share of it: foreseen when it comes)
+    if group is None:
         plan.state.use(optimizer)
         plan.bind(min(batch_size, n))
         plan.foresee(("train", data is not None), lambda: step(net, optimizer),

@@ -162,8 +162,9 @@ class Backend(BlasOps, ActivationOps, LossOps, PoolOps, NormOps, EmbedOps, Atten
 
     def clear(self, x):
         """x <- 0, where the device can without a kernel (CUDA's memset): what a network's
-        creation and its optimizer's state use, so that a first use builds nothing before
-        the first step, whose builds are made together (`prebuild`). Else `fill`."""
+        creation and its optimizer's state use, so that a first use there builds nothing
+        before the first step, whose builds are made together (`prebuild`). Else `fill`.
+        Not inside recorded work (OpenCL's launch lists replay kernels only)."""
         self.fill(x, 0.0)
 
     def zeros(self, shape, dtype=None, label="buffer"):

@@ -1,11 +1,10 @@
 """Builds made before they are needed, several at once: a KernelBackend runs a piece of work
-dry (`prebuild`), which notes every kernel build the work would make, routing's trials
-included, without reaching the device; the noted builds are then made together by the
-runtime's build_many (threads, each with a compile) rather than one after another as the
-work meets them. A first training step on a GPU needs some fifty builds, most of them
-routing's tilings and K splits of each product; made as the trials met them, a few at a
-time, they cost a LeNet's first use twenty seconds on an H200 (docs/benchmarks.md,
-"First use")."""
+dry (`prebuild`), which notes every kernel build of ours the work would make, routing's
+trials included, without launching anything; the noted builds are then made together by
+the runtime's build_many (threads, each with a compile) rather than one after another as
+the work meets them. A first training step on a GPU needs some fifty builds, most of them
+routing's tilings and K splits of each product, which the trials would meet a few at a
+time (docs/routing.md; docs/benchmarks.md, "First use")."""
 import contextlib
 import logging
 import time
@@ -31,7 +30,7 @@ UNLAUNCHED = _Unlaunched()
 class Foresight:
     """KernelBackend's dry runs (see the module's docstring)."""
 
-    dry = False         # within `_dry_run`: launches, vendor GEMMs and all-reduces are skipped
+    dry = False         # within `_dry_run`: launches, vendor GEMMs, all-reduces and clears skipped
 
     def prebuild(self, *works):
         """Make every kernel build that the calls `works` will need before they run, several
@@ -66,7 +65,11 @@ class Foresight:
         built yet; routing (`_fastest`) calls every path it would time, times none and
         takes the first (or the routes file's). The kernels, routes, tilings and 16-bit
         copies' states noted inside are forgotten afterwards. Workspaces grow as the work
-        asks (they would for the real call)."""
+        asks (they would for the real call), and what describes them for the device is
+        made (CUDA's tensor maps); `clear` and the 16-bit `fill` write nothing. What a
+        backend decides once by building (OpenCL's `finish_options`, by a trial build where
+        the device does not say) is decided before the dry run, by a real build."""
+        self.finish_options         # noqa: B018 - decided now, not from a noted build
         saved = (self._kernel, self._kernels, self._routes, self._route_tilings,
                  self._fresh, self._keeping, self.trace)
         built = self.runtime.built
@@ -75,11 +78,11 @@ class Foresight:
             if not built(family, options, arch):
                 wanted.add((family, tuple(options), arch))
             return UNLAUNCHED
-        self._kernel, self.trace, self.dry = noted, None, True
-        self._kernels, self._routes = dict(self._kernels), dict(self._routes)
-        self._route_tilings = dict(self._route_tilings)
-        self._fresh, self._keeping = set(self._fresh), set(self._keeping)
         try:
+            self._kernel, self.trace, self.dry = noted, None, True
+            self._kernels, self._routes = dict(self._kernels), dict(self._routes)
+            self._route_tilings = dict(self._route_tilings)
+            self._fresh, self._keeping = set(self._fresh), set(self._keeping)
             yield
         finally:
             (self._kernel, self._kernels, self._routes, self._route_tilings, self._fresh,

@@ -75,7 +75,8 @@ class BlasKernels(BlasOps):
 
     def fill(self, x, value):
         if self._stored(x):                 # (a kernel writes reals)
-            self.write(x, np.full(x.shape, value, np.float32))
+            if not self.dry:
+                self.write(x, np.full(x.shape, value, np.float32))
             return
         self._run("fill", (x.size,), x, float(value), x.size)
 

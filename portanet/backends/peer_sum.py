@@ -19,7 +19,8 @@ import numpy as np
 
 log = logging.getLogger("portanet")
 
-PEER_BYTES = 1 << 20        # the largest bucket summed by peer reads (LeNet's is 200 KB)
+PEER_BYTES = 1 << 20        # the largest bucket summed by peer reads: chosen, not measured
+#                             beyond LeNet's 200 KB (bench/allreduce_latency.py can)
 MAX_RANKS = 2               # what it is tested and measured on; the kernel takes up to THREADS
 BLOCKS, THREADS = 32, 256   # the kernel's grid, the same on every rank (each block a slice)
 _CODES = {np.dtype(np.float32): "f", np.dtype(np.float64): "d"}
