@@ -344,4 +344,11 @@ def test_a_first_step_has_its_builds_made_together_by_a_dry_run_that_changes_not
     other = fresh(spec)         # what a backend decides by a trial build, it decides first
     with other._dry_run(set()):
         assert "finish_options" in vars(other)      # (cached: not from a noted build)
+
+    def stops():                # a dry run that raises: what it noted is built, no error
+        other._run("scal", (1,))
+        raise ValueError("met again by the real call")
+    monkeypatch.setattr(other, "prebuilds", True)
+    assert other.prebuild(stops) == 1 and not other.dry
+    assert other.runtime.built(gpu.FAMILY_OF["scal"], other._options("elementwise", ()))
     assert np.allclose(net.predict(x), ref.predict(x), rtol=1e-4, atol=1e-6)

@@ -38,13 +38,18 @@ class Foresight:
         (the runtime's build_many). The calls may be a whole training step: routing's
         trials in it are each followed dry, every path it would time, nested routing
         included. Where the backend `prebuilds` (GPUs; a CPU runtime compiles one at a
-        time) and not already dry. Returns the number of builds made."""
+        time) and not already dry. A call that raises in its dry run stops there: what it
+        noted is built, and the real call builds the rest as it meets it (and raises what
+        it raises). Returns the number of builds made."""
         if not self.prebuilds or self.dry:
             return 0
         wanted = set()
-        with self._dry_run(wanted):
-            for work in works:
-                work()
+        try:
+            with self._dry_run(wanted):
+                for work in works:
+                    work()
+        except Exception as e:      # the real call meets it again, or builds as it goes
+            log.debug("%s: a dry run stopped at %r", self.name, e)
         if not wanted:
             return 0
         start = time.perf_counter()
