@@ -1,7 +1,7 @@
 """pn.gpt's baby GPT trained in PyTorch on the same Shakespeare split: the peer of
 
     portanet train --model gpt --dataset shakespeare --optimizer adamw --lr 1e-3 \
-        --weight-decay 0.1 --clip-norm 1.0 --schedule "cosine(18)" --epochs 18 \
+        --weight-decay 0.1 --clip-norm 1.0 --schedule "cosine(19, 1e-4)" --epochs 19 \
         --batch-size 64 --precision bf16 --device cuda --json
 
 for comparing the held-out loss and the time (the initial weights differ: both start as
@@ -17,7 +17,7 @@ Time is taken between device synchronisations over the epochs, after a warm-up o
 steps on a separate copy (CUDA context, cuBLAS, the allocator); evaluation is not timed.
 Prints a line per epoch on stderr and one JSON object on stdout.
 
-Usage: python bench/gpt_shakespeare_torch.py [--epochs 18] [--schedule "cosine(18)"]
+Usage: python bench/gpt_shakespeare_torch.py [--epochs 19] [--schedule "cosine(19, 1e-4)"]
        [--schedule-unit epoch|step]
        [--lr 1e-3] [--clip-norm 1.0] [--precision bf16|fp32] [--device cuda] [--seed 0]
        [--limit N]
@@ -42,8 +42,8 @@ WARMUP_STEPS = 5
 
 def main():
     args = argparse.ArgumentParser()
-    args.add_argument("--epochs", type=int, default=18)
-    args.add_argument("--schedule", default="cosine(18)")
+    args.add_argument("--epochs", type=int, default=19)
+    args.add_argument("--schedule", default="cosine(19, 1e-4)")
     args.add_argument("--schedule-unit", default="epoch", choices=["epoch", "step"])
     args.add_argument("--lr", type=float, default=1e-3)
     args.add_argument("--weight-decay", type=float, default=0.1)
