@@ -24,7 +24,7 @@ BUCKET_MB = click.option("--bucket-mb", type=float, default=None,
 FIRST_BUCKET_MB = click.option("--first-bucket-mb", type=float, default=None,
                                help="with --distributed: the same for a step's first bucket, "
                                     "which starts while backward goes on (default 1, or "
-                                    "0.125 where peer reads sum all of a small network's)")
+                                    "0.125 where peer reads sum the small buckets)")
 
 
 def _buckets(dist, bucket_mb, first_bucket_mb):

@@ -340,7 +340,7 @@ class Sequential:
             # the background into pinned memory, a slot per batch, read when the slots are
             # full
             plan.bind(chunk)
-            plan.foresee("predict", self._forward, (chunk, len(x) % chunk or chunk))
+            plan.foresee("predict", self._forward, chunk, len(x))
             plan.reset_nonfinite()
             each = per * chunk
             slots = self.backend.host_empty(

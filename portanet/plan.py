@@ -96,7 +96,7 @@ class Replays:
             graph()
         else:
             if key not in graphs:       # a first step of its kind: its builds made together
-                self.foresee(key, work)
+                self.foresee({key: work})
             generation = getattr(self.backend, "generation", 0)
             work()
             if key not in graphs and len(graphs) >= MAX_GRAPHS:
@@ -104,14 +104,17 @@ class Replays:
             if getattr(self.backend, "generation", 0) == generation:
                 graphs.setdefault(key, None)        # seen once: capture next time
 
-    def foresee(self, key, work):
-        """The first time `key` is seen, make every build work() will need, several at once
-        (Backend.prebuild, which calls it dry), rather than each as work() meets it."""
-        if key not in self.foreseen:
-            if len(self.foreseen) >= MAX_GRAPHS:
-                self.foreseen.clear()               # a schedule makes one per epoch
-            self.backend.prebuild(work)
-            self.foreseen.add(key)
+    def foresee(self, works):
+        """Make every build the calls of `works` ({key: work}) will need, those of the keys
+        not seen before, several at once (Backend.prebuild, which calls them dry), rather
+        than each as a call meets it; each key once its builds are made."""
+        new = {key: work for key, work in works.items() if key not in self.foreseen}
+        if not new:
+            return
+        if len(self.foreseen) >= MAX_GRAPHS:
+            self.foreseen.clear()               # a schedule makes one per epoch
+        self.backend.prebuild(*new.values())
+        self.foreseen.update(new)
 
     def clear(self):
         """Forget every recorded step (they point at buffers about to go), and which
@@ -445,16 +448,12 @@ class Plan:
             layer.bind(a, m, self.shared)
             a = layer.a
 
-    def foresee(self, kind, work, sizes):
-        """Make together, once per kind and size, the builds work() needs at each batch size
-        of `sizes` (none above the buffers': Backend.prebuild, work called dry with the
-        buffers bound to that size), rather than as each size's first batch meets them (a
-        training's last batch, an evaluation's last chunk); the buffers bound as they were
-        after."""
-        new = [m for m in sorted(set(sizes)) if (kind, m) not in self.replays.foreseen]
-        if not new:
-            return
-        assert max(new) <= self.capacity, (new, self.capacity)     # views, no allocation
+    def foresee(self, kind, work, batch, n):
+        """Make together, once per kind and size, the builds work() needs on n samples taken
+        `batch` at a time (at most the buffers' size): at `batch` and at the last, smaller
+        batch (Replays.foresee, work called dry with the buffers bound to that size), rather
+        than as the last batch meets them; the buffers bound as they were after."""
+        assert batch <= self.capacity, (batch, self.capacity)     # views, no allocation
         bound = self.m
 
         def at(m):
@@ -463,10 +462,9 @@ class Plan:
                 work()
             return work_at
         try:
-            self.backend.prebuild(*(at(m) for m in new))
+            self.replays.foresee({(kind, m): at(m) for m in {batch, n % batch or batch}})
         finally:
             self.bind(bound)
-        self.replays.foreseen.update((kind, m) for m in new)
 
     def _grow(self, m):
         """Batch buffers for m samples in place of the smaller ones; refused by the plan

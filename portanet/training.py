@@ -346,7 +346,7 @@ def evaluate(net, x, t, batch_size=None):
 
     def forward_loss():
         plan.loss.forward(plan.backend, plan.layers, plan.y, plan.loss_sum, plan.hit_sum)
-    plan.foresee("evaluate", forward_loss, (chunk, len(x) % chunk or chunk))
+    plan.foresee("evaluate", forward_loss, chunk, len(x))
     # the device runs batch i while i + 1 goes up (y is not changed before the sums
     # are read, which waits for the copies)
     for i in range(0, len(x), chunk):
@@ -374,8 +374,7 @@ def train_batch(net, x, y, optimizer):
             net.backend.write(plan.y, t)
         else:
             plan.upload(x, t)
-        plan.replays.foresee(("train_batch", plan.m, optimizer),
-                             lambda: step(net, optimizer))
+        plan.replays.foresee({("train_batch", plan.m, optimizer): lambda: step(net, optimizer)})
         begin_step(net)
         step(net, optimizer)
 
@@ -586,8 +585,7 @@ def _epochs(net, x, t, data, validation, rng, run, config, shown):
     if group is None:
         plan.state.use(optimizer)
         plan.bind(min(batch_size, n))
-        plan.foresee(("train", data is not None), lambda: step(net, optimizer),
-                     (plan.m, n % batch_size or plan.m))
+        plan.foresee(("train", data is not None), lambda: step(net, optimizer), plan.m, n)
     for epoch in range(run.epoch, epochs):
         if shown is not None:
             shown.start(epoch)

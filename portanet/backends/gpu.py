@@ -5,7 +5,6 @@ pool, norm, optim), GEMM routing (gemm/router.py), the GEMM paths (gemm/paths.py
 convolutions (conv.py) and the 16-bit operand copies (shadows.py). The device
 is reached through a runtime (runtime/: memory, copies, builds, launches, recorded steps);
 each backend supplies its runtime and its vendor GEMM."""
-import contextlib
 import hashlib
 import logging
 import math
